@@ -1,0 +1,369 @@
+// `fresnel bench`: a closed-loop load generator in the spirit of Triton's perf_analyzer. Each of
+// `concurrency` workers sends one request, waits for the answer, and sends the next, over one
+// shared channel. Reports client-observed latency percentiles and throughput, and compares the
+// mean client latency with the server's own accounting (ExecutionInfo): the difference is the
+// cost of the RPC itself (serialisation, transport, gRPC queues).
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "commands.h"
+#include "format.h"
+#include "fresnel/v1/array_convert.h"
+
+namespace fresnel::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int64_t Gcd(int64_t a, int64_t b) { return b == 0 ? a : Gcd(b, a % b); }
+
+// A Hamming-windowed sinc low-pass with cutoff `cutoff` (relative to Nyquist), scaled to a DC
+// gain of `gain`: close to scipy.signal.firwin(numtaps, cutoff) * gain. Benchmarks only need a
+// filter of the right length, not SciPy's exact taps.
+std::vector<double> WindowedSinc(int numtaps, double cutoff, double gain) {
+  std::vector<double> h(static_cast<size_t>(numtaps));
+  const double mid = (numtaps - 1) / 2.0;
+  double sum = 0;
+  for (int i = 0; i < numtaps; ++i) {
+    const double t = cutoff * (i - mid);
+    const double sinc = t == 0 ? 1.0 : std::sin(M_PI * t) / (M_PI * t);
+    const double window = numtaps > 1 ? 0.54 - 0.46 * std::cos(2 * M_PI * i / (numtaps - 1)) : 1;
+    h[i] = cutoff * sinc * window;
+    sum += h[i];
+  }
+  for (double& v : h) v *= gain / sum;
+  return h;
+}
+
+HostArray RandomSignal(DType dtype, int64_t channels, int64_t samples) {
+  std::mt19937_64 rng(12345);
+  std::uniform_real_distribution<double> u(-1, 1);
+  HostArray x(dtype, {channels, samples});
+  const int64_t n = x.size();
+  for (int64_t i = 0; i < n; ++i) {
+    switch (dtype) {
+      case DType::kFloat64: x.data<double>()[i] = u(rng); break;
+      case DType::kComplex64: {
+        const float re = static_cast<float>(u(rng));
+        const float im = static_cast<float>(u(rng));
+        x.data<std::complex<float>>()[i] = {re, im};
+        break;
+      }
+      default: x.data<float>()[i] = static_cast<float>(u(rng)); break;
+    }
+  }
+  return x;
+}
+
+struct Outcome {
+  v1::ExecutionInfo info;
+  int64_t bytes_out = 0;
+};
+
+// One benchmark request, built once and sent by every worker.
+class BenchRequest {
+ public:
+  explicit BenchRequest(const BenchOptions& o) : o_(o) {
+    const DType dtype = o.dtype == "float64"     ? DType::kFloat64
+                        : o.dtype == "complex64" ? DType::kComplex64
+                                                 : DType::kFloat32;
+    x_ = RandomSignal(dtype, o.channels, o.samples);
+    const v1::DeviceKind device = o.device == "gpu"   ? v1::DEVICE_KIND_GPU
+                                  : o.device == "cpu" ? v1::DEVICE_KIND_CPU
+                                                      : v1::DEVICE_KIND_ANY;
+    const int64_t g = Gcd(o.up, o.down);
+    const double cutoff = 1.0 / static_cast<double>(std::max(o.up / g, o.down / g));
+    if (o.op == "upfirdn") {
+      upfirdn_.set_up(o.up);
+      upfirdn_.set_down(o.down);
+      upfirdn_.mutable_device()->set_kind(device);
+      v1::FirwinDesign* d = upfirdn_.mutable_design();
+      d->set_numtaps(o.taps > 0 ? o.taps
+                                : static_cast<int>(20 * std::max(o.up / g, o.down / g) + 1));
+      d->set_cutoff(cutoff);
+      d->set_window(v1::KAISER);
+      d->set_gain(o.up);
+      ToProto(x_, upfirdn_.mutable_x());
+    } else {
+      resample_.set_up(o.up);
+      resample_.set_down(o.down);
+      resample_.mutable_device()->set_kind(device);
+      if (o.taps > 0) {
+        const std::vector<double> taps = WindowedSinc(o.taps, cutoff, o.up);
+        HostArray t(DType::kFloat64, {o.taps});
+        std::copy(taps.begin(), taps.end(), t.data<double>());
+        ToProto(t, resample_.mutable_taps());
+      }
+      if (o.op == "stream") {
+        *config_.mutable_resample_poly() = resample_;
+      } else {
+        ToProto(x_, resample_.mutable_x());
+      }
+    }
+    chunk_ = o.chunk > 0 ? o.chunk : std::max<int64_t>(1, (o.samples + 7) / 8);
+  }
+
+  int64_t bytes_in() const { return static_cast<int64_t>(x_.nbytes()); }
+  int64_t chunk() const { return chunk_; }
+
+  absl::StatusOr<Outcome> Run(Client& client) const {
+    Outcome outcome;
+    if (o_.op == "stream") {
+      absl::StatusOr<HostArray> y =
+          client.ResampleStream(config_, x_, chunk_, CallOptions(), nullptr, &outcome.info);
+      if (!y.ok()) return y.status();
+      outcome.bytes_out = static_cast<int64_t>(y->nbytes());
+      return outcome;
+    }
+    absl::StatusOr<v1::InterpolationResponse> r =
+        o_.op == "upfirdn" ? client.Upfirdn(upfirdn_) : client.ResamplePoly(resample_);
+    if (!r.ok()) return r.status();
+    outcome.info = r->info();
+    outcome.bytes_out = static_cast<int64_t>(r->y().data().size());
+    return outcome;
+  }
+
+ private:
+  const BenchOptions& o_;
+  HostArray x_;
+  v1::UpfirdnRequest upfirdn_;
+  v1::ResamplePolyRequest resample_;
+  v1::ResampleStreamConfig config_;
+  int64_t chunk_ = 0;
+};
+
+struct Tally {
+  std::vector<double> latencies_s;
+  double queue_s = 0, h2d_s = 0, compute_s = 0, d2h_s = 0, server_s = 0;
+  int64_t bytes_out = 0;
+  int64_t failed = 0;
+  std::map<std::string, int64_t> errors;   // gRPC code name -> count
+  std::map<std::string, int64_t> devices;  // ExecutionInfo.device -> count
+  absl::Status first_error;
+
+  void Merge(const Tally& o) {
+    latencies_s.insert(latencies_s.end(), o.latencies_s.begin(), o.latencies_s.end());
+    queue_s += o.queue_s;
+    h2d_s += o.h2d_s;
+    compute_s += o.compute_s;
+    d2h_s += o.d2h_s;
+    server_s += o.server_s;
+    bytes_out += o.bytes_out;
+    failed += o.failed;
+    for (const auto& [k, v] : o.errors) errors[k] += v;
+    for (const auto& [k, v] : o.devices) devices[k] += v;
+    if (first_error.ok()) first_error = o.first_error;
+  }
+};
+
+// Runs `concurrency` closed-loop workers until `count` requests were issued (count > 0) or
+// until `duration_s` elapsed. Returns the merged tally and the wall time.
+std::pair<Tally, double> RunPhase(Client& client, const BenchRequest& request, int concurrency,
+                                  int64_t count, double duration_s) {
+  std::vector<Tally> tallies(static_cast<size_t>(concurrency));
+  std::atomic<int64_t> issued{0};
+  const Clock::time_point start = Clock::now();
+  const Clock::time_point deadline =
+      start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(duration_s));
+  std::vector<std::thread> workers;
+  for (int w = 0; w < concurrency; ++w) {
+    workers.emplace_back([&, w] {
+      Tally& t = tallies[w];
+      while (true) {
+        if (count > 0) {
+          if (issued.fetch_add(1) >= count) break;
+        } else if (Clock::now() >= deadline) {
+          break;
+        }
+        const Clock::time_point t0 = Clock::now();
+        absl::StatusOr<Outcome> r = request.Run(client);
+        const double latency = std::chrono::duration<double>(Clock::now() - t0).count();
+        if (!r.ok()) {
+          ++t.failed;
+          ++t.errors[absl::StatusCodeToString(r.status().code())];
+          if (t.first_error.ok()) t.first_error = r.status();
+          continue;
+        }
+        t.latencies_s.push_back(latency);
+        t.queue_s += r->info.queue_wait_seconds();
+        t.h2d_s += r->info.h2d_seconds();
+        t.compute_s += r->info.compute_seconds();
+        t.d2h_s += r->info.d2h_seconds();
+        t.server_s += r->info.total_seconds();
+        t.bytes_out += r->bytes_out;
+        ++t.devices[r->info.device().empty() ? "?" : r->info.device()];
+      }
+    });
+  }
+  for (std::thread& t : workers) t.join();
+  const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  Tally all;
+  for (const Tally& t : tallies) all.Merge(t);
+  return {std::move(all), elapsed};
+}
+
+// Nearest-rank percentile of sorted values.
+double Percentile(const std::vector<double>& sorted, double p) {
+  if (sorted.empty()) return 0;
+  const size_t rank = static_cast<size_t>(std::ceil(p * sorted.size()));
+  return sorted[std::min(sorted.size() - 1, rank == 0 ? 0 : rank - 1)];
+}
+
+}  // namespace
+
+absl::Status ValidateBenchOptions(const BenchOptions& o) {
+  if (o.op != "upfirdn" && o.op != "resample_poly" && o.op != "stream") {
+    return absl::InvalidArgumentError("--op must be upfirdn, resample_poly or stream");
+  }
+  if (o.concurrency < 1) return absl::InvalidArgumentError("--concurrency must be >= 1");
+  if (o.count < 0) return absl::InvalidArgumentError("--count must be >= 1");
+  if (o.count == 0 && !(o.duration_s > 0)) {
+    return absl::InvalidArgumentError("--duration must be > 0");
+  }
+  if (o.samples < 1) return absl::InvalidArgumentError("--samples must be >= 1");
+  if (o.channels < 1) return absl::InvalidArgumentError("--channels must be >= 1");
+  if (o.up < 1 || o.down < 1) return absl::InvalidArgumentError("--up and --down must be >= 1");
+  if (o.taps < 0) return absl::InvalidArgumentError("--taps must be >= 1");
+  if (o.dtype != "float32" && o.dtype != "float64" && o.dtype != "complex64") {
+    return absl::InvalidArgumentError("--dtype must be float32, float64 or complex64");
+  }
+  if (o.chunk < 0) return absl::InvalidArgumentError("--chunk must be >= 1");
+  if (o.chunk > 0 && o.op != "stream") {
+    return absl::InvalidArgumentError("--chunk applies to --op stream only");
+  }
+  if (o.samples * o.channels > (int64_t{1} << 31)) {
+    return absl::InvalidArgumentError("--samples x --channels must stay below 2^31");
+  }
+  return absl::OkStatus();
+}
+
+int RunBench(const GlobalOptions& global, const BenchOptions& o, std::ostream& out,
+             std::ostream& err) {
+  if (absl::Status s = ValidateBenchOptions(o); !s.ok()) {
+    return ReportUsageError(err, std::string(s.message()), "bench");
+  }
+  absl::StatusOr<std::unique_ptr<Client>> client = ConnectClient(global);
+  if (!client.ok()) return ReportError(err, kExitRpc, client.status(), global.server);
+  const BenchRequest request(o);
+  const std::string shape = absl::StrCat("[", o.channels, " x ", o.samples, "]");
+  const std::string filter =
+      o.taps > 0 ? absl::StrCat(o.taps, " taps") : std::string("default filter");
+  const int warmup = o.warmup >= 0 ? o.warmup : o.concurrency;
+  if (!o.json) {
+    out << "fresnel bench: " << o.op << " " << o.dtype << " " << shape << ", up " << o.up
+        << " down " << o.down << ", " << filter
+        << (o.op == "stream" ? absl::StrCat(", chunks of ", request.chunk()) : std::string())
+        << ", device " << o.device << "; concurrency " << o.concurrency << ", "
+        << (o.count > 0 ? absl::StrCat(o.count, " requests")
+                        : absl::StrFormat("%g s", o.duration_s))
+        << " after " << warmup << " warm-up request(s)\n"
+        << std::flush;
+  }
+
+  if (warmup > 0) {
+    auto [tally, unused] = RunPhase(**client, request, std::min(o.concurrency, warmup), warmup, 0);
+    if (tally.failed > 0) {
+      err << "fresnel: warm-up failed (" << tally.failed << " of " << warmup << " requests)\n";
+      return ReportError(err, kExitRpc, tally.first_error, global.server);
+    }
+  }
+  auto [tally, elapsed] = RunPhase(**client, request, o.concurrency, o.count, o.duration_s);
+  const int64_t ok = static_cast<int64_t>(tally.latencies_s.size());
+  if (ok == 0) {
+    err << "fresnel: every request failed (" << tally.failed << ")\n";
+    return ReportError(err, kExitRpc, tally.first_error, global.server);
+  }
+
+  std::vector<double> lat = tally.latencies_s;
+  std::sort(lat.begin(), lat.end());
+  double sum = 0;
+  for (double v : lat) sum += v;
+  const double mean = sum / ok;
+  const double rps = ok / elapsed;
+  const double samples_ps = rps * static_cast<double>(o.samples) * o.channels;
+  const double mbps = (static_cast<double>(request.bytes_in()) * ok + tally.bytes_out) / elapsed / 1e6;
+  const double m_queue = tally.queue_s / ok, m_h2d = tally.h2d_s / ok,
+               m_compute = tally.compute_s / ok, m_d2h = tally.d2h_s / ok,
+               m_server = tally.server_s / ok;
+  std::vector<std::string> devices;
+  for (const auto& [name, n] : tally.devices) devices.push_back(absl::StrCat(name, " ", n));
+  std::vector<std::string> errors;
+  for (const auto& [code, n] : tally.errors) errors.push_back(absl::StrCat(code, " ", n));
+
+  if (o.json) {
+    JsonObject throughput, latency, server, device_counts, error_counts;
+    throughput.Add("requests_per_second", rps)
+        .Add("samples_per_second", samples_ps)
+        .Add("megabytes_per_second", mbps);
+    latency.Add("p50", Percentile(lat, 0.50) * 1e3)
+        .Add("p90", Percentile(lat, 0.90) * 1e3)
+        .Add("p99", Percentile(lat, 0.99) * 1e3)
+        .Add("max", lat.back() * 1e3)
+        .Add("mean", mean * 1e3);
+    server.Add("queue_wait", m_queue * 1e3)
+        .Add("h2d", m_h2d * 1e3)
+        .Add("compute", m_compute * 1e3)
+        .Add("d2h", m_d2h * 1e3)
+        .Add("total", m_server * 1e3);
+    for (const auto& [name, n] : tally.devices) device_counts.Add(name, n);
+    for (const auto& [code, n] : tally.errors) error_counts.Add(code, n);
+    JsonObject json;
+    json.Add("server", global.server)
+        .Add("op", o.op)
+        .Add("dtype", o.dtype)
+        .Add("shape", std::vector<int64_t>{o.channels, o.samples})
+        .Add("up", o.up)
+        .Add("down", o.down)
+        .Add("taps", o.taps)
+        .Add("device", o.device)
+        .Add("concurrency", o.concurrency)
+        .Add("warmup_requests", warmup)
+        .Add("elapsed_seconds", elapsed)
+        .Add("requests_ok", ok)
+        .Add("requests_failed", tally.failed)
+        .Add("errors", error_counts)
+        .Add("devices", device_counts)
+        .Add("throughput", throughput)
+        .Add("latency_ms", latency)
+        .Add("server_mean_ms", server)
+        .Add("rpc_overhead_mean_ms", (mean - m_server) * 1e3);
+    out << json.Str() << "\n";
+    return kExitOk;
+  }
+
+  Table t;
+  t.AddRow({"requests", absl::StrCat(ok, " ok, ", tally.failed, " failed in ",
+                                     absl::StrFormat("%.2f", elapsed), " s",
+                                     errors.empty() ? std::string()
+                                                    : absl::StrCat(" (", absl::StrJoin(errors, ", "), ")"))});
+  t.AddRow({"throughput", absl::StrFormat("%.1f req/s, %ssamples/s, %.1f MB/s (request + "
+                                          "response payload)",
+                                          rps, FormatSi(samples_ps), mbps)});
+  t.AddRow({"latency (ms)",
+            absl::StrCat("p50 ", FormatMs(Percentile(lat, 0.50)), "  p90 ",
+                         FormatMs(Percentile(lat, 0.90)), "  p99 ",
+                         FormatMs(Percentile(lat, 0.99)), "  max ", FormatMs(lat.back()),
+                         "  mean ", FormatMs(mean))});
+  t.AddRow({"server (ms)", absl::StrCat("queue ", FormatMs(m_queue), " + h2d ", FormatMs(m_h2d),
+                                        " + compute ", FormatMs(m_compute), " + d2h ",
+                                        FormatMs(m_d2h), "; total ", FormatMs(m_server),
+                                        " (mean)")});
+  t.AddRow({"rpc (ms)", absl::StrCat(FormatMs(mean - m_server),
+                                     " mean client latency - mean server total "
+                                     "(serialisation + transport)")});
+  t.AddRow({"devices", absl::StrJoin(devices, ", ")});
+  out << "\n";
+  t.Print(out);
+  return kExitOk;
+}
+
+}  // namespace fresnel::cli

@@ -1,0 +1,229 @@
+// Command-line parsing for `fresnel` (CLI11). Turns argv into the option structs of
+// commands.h and dispatches; parse errors become exit code 2 with a one-line message.
+#include <CLI/CLI.hpp>
+
+#include <exception>
+
+#include "absl/strings/str_cat.h"
+#include "commands.h"
+
+#ifndef FRESNEL_VERSION
+#define FRESNEL_VERSION "unknown"
+#endif
+
+namespace fresnel::cli {
+namespace {
+
+const std::vector<std::string> kWindows = {"hamming", "hann", "blackman", "kaiser", "boxcar"};
+const std::vector<std::string> kPadTypes = {
+    "constant", "symmetric", "reflect", "edge",   "wrap",    "smooth",  "antisymmetric",
+    "antireflect", "line",   "mean",    "median", "maximum", "minimum"};
+
+// Bounds checks with readable messages ("--up: must be >= 1, got 0"); CLI11's stock
+// PositiveNumber prints the whole range of a double.
+CLI::Validator AtLeast(double min) {
+  return CLI::Validator(
+      [min](std::string& value) -> std::string {
+        double v = 0;
+        if (!CLI::detail::lexical_cast(value, v)) return "not a number: " + value;
+        if (v < min) return "must be >= " + absl::StrCat(min) + ", got " + value;
+        return std::string();
+      },
+      ">= " + absl::StrCat(min));
+}
+
+CLI::Validator Positive() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        double v = 0;
+        if (!CLI::detail::lexical_cast(value, v)) return "not a number: " + value;
+        if (!(v > 0)) return "must be > 0, got " + value;
+        return std::string();
+      },
+      "> 0");
+}
+
+}  // namespace
+
+int Main(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
+  CLI::App app{"fresnel: command-line client for the Fresnel GPU compute service (fresneld).",
+               "fresnel"};
+  app.set_version_flag("--version", std::string("fresnel ") + FRESNEL_VERSION);
+  app.require_subcommand(1);
+  app.fallthrough();  // global options may also follow the command
+  app.footer(kExitCodeHelp);
+
+  GlobalOptions global;
+  app.add_option("--server", global.server, "Server address HOST:PORT")
+      ->envname("FRESNEL_SERVER")
+      ->capture_default_str();
+  app.add_option("--timeout", global.timeout_s,
+                 "Deadline of each call in seconds (a whole stream is one call; 0 = none)")
+      ->check(AtLeast(0))
+      ->capture_default_str();
+
+  // fresnel info
+  InfoOptions info;
+  CLI::App* info_cmd =
+      app.add_subcommand("info", "Server version, devices, CPU workers, limits and services");
+  info_cmd->add_flag("--stats", info.stats, "Also show live statistics (queues, requests, load)");
+  info_cmd->add_flag("--json", info.json, "Print JSON instead of tables");
+  info_cmd->footer(kExitCodeHelp);
+
+  // fresnel interp
+  InterpOptions interp;
+  CLI::App* interp_cmd = app.add_subcommand(
+      "interp",
+      "Resample a signal file on the server: out = resample_poly(in, up, down) (or upfirdn)");
+  interp_cmd->add_option("input", interp.input,
+                         "Input signal: .wav (or any audio libsndfile reads), .npy, .f32/.raw")
+      ->required();
+  interp_cmd->add_option("output", interp.output, "Output signal: .wav (float), .npy, .f32/.raw")
+      ->required();
+  interp_cmd->add_option("--up", interp.up, "Upsampling factor L")
+      ->required()
+      ->check(AtLeast(1));
+  interp_cmd->add_option("--down", interp.down, "Downsampling factor M")
+      ->check(AtLeast(1))
+      ->capture_default_str();
+  interp_cmd->add_option("--mode", interp.mode,
+                         "resample = scipy.signal.resample_poly (same duration), upfirdn = "
+                         "scipy.signal.upfirdn (full filter length)")
+      ->check(CLI::IsMember({"resample", "upfirdn"}))
+      ->capture_default_str();
+  CLI::Option* taps_opt = interp_cmd->add_option(
+      "--taps", interp.taps_file, "Filter taps from a 1-D .npy file (float32 or float64)");
+  CLI::Option* design_opt = interp_cmd->add_option(
+      "--taps-design", interp.taps_design,
+      "Design the filter on the server: NUMTAPS,CUTOFF (cutoff relative to Nyquist; upfirdn)");
+  taps_opt->excludes(design_opt);
+  interp_cmd->add_option("--window", interp.window,
+                         "Window of the designed filter (default: kaiser for resample, hamming "
+                         "for --taps-design)")
+      ->check(CLI::IsMember(kWindows));
+  interp_cmd->add_option("--beta", interp.beta, "Kaiser window beta (default 5)")
+      ->check(Positive());
+  interp_cmd->add_option("--gain", interp.gain, "Gain of a designed upfirdn filter (default: up)")
+      ->check(Positive());
+  interp_cmd->add_option("--padtype", interp.padtype,
+                         "Signal extension at the edges (upfirdn takes the first nine)")
+      ->check(CLI::IsMember(kPadTypes))
+      ->capture_default_str();
+  interp_cmd->add_option("--cval", interp.cval, "Value beyond the edges for --padtype constant");
+  interp_cmd->add_option("--device", interp.device, "Where the server may run the request")
+      ->check(CLI::IsMember({"any", "gpu", "cpu"}))
+      ->capture_default_str();
+  interp_cmd->add_option("--chunk", interp.chunk,
+                         "Stream through ResampleStream in chunks of this many samples per "
+                         "channel (inputs larger than the server's message cap stream "
+                         "automatically)")
+      ->check(AtLeast(1));
+  interp_cmd->add_option("--raw-channels", interp.raw_channels,
+                         "Channels of a raw float32 input (interleaved frames)")
+      ->check(AtLeast(1))
+      ->capture_default_str();
+  interp_cmd->add_option("--rate", interp.rate_hz,
+                         "Input sample rate in Hz when the file has none (.npy, raw)")
+      ->check(Positive())
+      ->capture_default_str();
+  interp_cmd->add_option("--png", interp.png,
+                         "Also plot the first channel, input and output time-aligned, to a PNG");
+  interp_cmd->add_option("--plot-samples", interp.plot_samples,
+                         "Input samples shown in the plot (from the start)")
+      ->check(CLI::Range(int64_t{2}, int64_t{10000000}))
+      ->capture_default_str();
+  interp_cmd->add_option("--plot-width", interp.plot_width, "Plot width in pixels")
+      ->check(CLI::Range(64, 8192))
+      ->capture_default_str();
+  interp_cmd->add_option("--plot-height", interp.plot_height, "Plot height in pixels")
+      ->check(CLI::Range(64, 8192))
+      ->capture_default_str();
+  interp_cmd->add_flag("--json", interp.json, "Print the summary as JSON");
+  interp_cmd->footer(kExitCodeHelp);
+
+  // fresnel bench
+  BenchOptions bench;
+  CLI::App* bench_cmd = app.add_subcommand(
+      "bench", "Load generator: concurrent requests, throughput and latency percentiles");
+  bench_cmd->add_option("--op", bench.op, "Which RPC to exercise")
+      ->check(CLI::IsMember({"upfirdn", "resample_poly", "stream"}))
+      ->capture_default_str();
+  bench_cmd->add_option("--concurrency,-c", bench.concurrency, "Requests in flight at once")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  CLI::Option* duration_opt =
+      bench_cmd->add_option("--duration,-d", bench.duration_s, "Measure for this many seconds")
+          ->check(Positive())
+          ->capture_default_str();
+  CLI::Option* count_opt =
+      bench_cmd->add_option("--count,-n", bench.count, "Measure this many requests instead")
+          ->check(Positive());
+  duration_opt->excludes(count_opt);
+  bench_cmd->add_option("--warmup", bench.warmup,
+                        "Unmeasured warm-up requests first (default: one per worker)")
+      ->check(AtLeast(0));
+  bench_cmd->add_option("--samples", bench.samples, "Samples per channel in each request")
+      ->check(AtLeast(1))
+      ->capture_default_str();
+  bench_cmd->add_option("--channels", bench.channels, "Channels in each request")
+      ->check(CLI::Range(1, 65536))
+      ->capture_default_str();
+  bench_cmd->add_option("--up", bench.up, "Upsampling factor L")
+      ->check(AtLeast(1))
+      ->capture_default_str();
+  bench_cmd->add_option("--down", bench.down, "Downsampling factor M")
+      ->check(AtLeast(1))
+      ->capture_default_str();
+  bench_cmd->add_option("--taps", bench.taps,
+                        "Filter length (default: the service's design, 20*max(L,M)+1)")
+      ->check(AtLeast(1));
+  bench_cmd->add_option("--dtype", bench.dtype, "Sample type")
+      ->check(CLI::IsMember({"float32", "float64", "complex64"}))
+      ->capture_default_str();
+  bench_cmd->add_option("--device", bench.device, "Where the server may run the requests")
+      ->check(CLI::IsMember({"any", "gpu", "cpu"}))
+      ->capture_default_str();
+  bench_cmd->add_option("--chunk", bench.chunk,
+                        "--op stream: samples per chunk (default: samples / 8)")
+      ->check(AtLeast(1));
+  bench_cmd->add_flag("--json", bench.json, "Print the results as JSON");
+  bench_cmd->footer(kExitCodeHelp);
+
+  // CLI11 reports a mistyped command only as "A subcommand is required"; name it instead.
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--server" || arg == "--timeout") {
+      ++i;  // skip the value
+      continue;
+    }
+    if (arg.empty() || arg[0] == '-') continue;
+    if (arg != "info" && arg != "interp" && arg != "bench") {
+      return ReportUsageError(
+          err, absl::StrCat("unknown command '", arg, "' (commands: info, interp, bench)"), "");
+    }
+    break;
+  }
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) {
+      app.exit(e, out, err);  // --help or --version
+      return kExitOk;
+    }
+    std::string command;
+    for (const CLI::App* sub : app.get_subcommands()) command = sub->get_name();
+    return ReportUsageError(err, e.what(), command);
+  }
+
+  try {
+    if (info_cmd->parsed()) return RunInfo(global, info, out, err);
+    if (interp_cmd->parsed()) return RunInterp(global, interp, out, err);
+    if (bench_cmd->parsed()) return RunBench(global, bench, out, err);
+  } catch (const std::exception& e) {
+    return ReportError(err, kExitInternal, absl::InternalError(e.what()));
+  }
+  return ReportUsageError(err, "no command given", "");
+}
+
+}  // namespace fresnel::cli

@@ -1,0 +1,560 @@
+// `fresnel info` and `fresnel interp`, plus the error reporting shared by every command.
+#include "commands.h"
+
+#include <google/protobuf/util/json_util.h>
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cmath>
+#include <numeric>
+#include <optional>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "format.h"
+#include "fresnel/core/npy.h"
+#include "fresnel/v1/array_convert.h"
+#include "plot.h"
+#include "signal_io.h"
+
+namespace fresnel::cli {
+
+int ReportError(std::ostream& err, int exit_code, const absl::Status& status,
+                const std::string& server) {
+  err << "fresnel: error: " << absl::StatusCodeToString(status.code()) << ": " << status.message();
+  if (status.code() == absl::StatusCode::kUnavailable && !server.empty()) {
+    err << " (is fresneld running at " << server << "? set --server or FRESNEL_SERVER)";
+  }
+  err << "\n";
+  return exit_code;
+}
+
+int ReportUsageError(std::ostream& err, const std::string& message, const std::string& command) {
+  err << "fresnel: error: usage: " << message << "\n"
+      << "Run 'fresnel " << (command.empty() ? "" : command + " ") << "--help' for the options.\n";
+  return kExitUsage;
+}
+
+absl::StatusOr<std::unique_ptr<Client>> ConnectClient(const GlobalOptions& global) {
+  ClientOptions options;
+  options.address = global.server;
+  // The server enforces its own cap (ServerInfo.limits); the CLI accepts anything gRPC can carry.
+  options.max_message_bytes = INT_MAX;
+  options.default_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(std::llround(global.timeout_s * 1e3)));
+  return Client::Connect(options);
+}
+
+namespace {
+
+std::string HealthName(const absl::StatusOr<ServingStatus>& health) {
+  if (!health.ok()) {
+    return absl::StrCat("unknown (", absl::StatusCodeToString(health.status().code()), ")");
+  }
+  switch (*health) {
+    case ServingStatus::kServing: return "SERVING";
+    case ServingStatus::kNotServing: return "NOT_SERVING";
+    case ServingStatus::kServiceUnknown: return "SERVICE_UNKNOWN";
+    case ServingStatus::kUnknown: break;
+  }
+  return "UNKNOWN";
+}
+
+std::string ProtoJson(const google::protobuf::Message& message) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.always_print_primitive_fields = true;
+  options.preserve_proto_field_names = true;
+  std::string json;
+  if (!google::protobuf::util::MessageToJsonString(message, &json, options).ok()) return "null";
+  return json;
+}
+
+void PrintServerInfo(const std::string& server, const std::string& health,
+                     const v1::ServerInfo& info, std::ostream& out) {
+  Table head;
+  head.AddRow({"server", absl::StrCat(server, " (", health, ")")});
+  head.AddRow({"version", absl::StrCat(info.version().empty() ? "?" : info.version(),
+                                       info.cuda_compiled() ? ", CUDA compiled" : ", no CUDA")});
+  head.AddRow({"services", info.services().empty()
+                               ? std::string("-")
+                               : absl::StrJoin(info.services(), ", ")});
+  head.AddRow({"cpu workers", absl::StrCat(info.cpu_workers())});
+  const v1::Limits& l = info.limits();
+  head.AddRow({"limits", absl::StrCat("message ", FormatBytes(l.max_message_bytes()), ", queue ",
+                                      l.queue_capacity(), " per device, up/down <= ",
+                                      l.max_rate(), ", taps <= ", l.max_taps(),
+                                      ", output <= ", l.max_output_samples(), " samples")});
+  head.Print(out);
+  out << "\n";
+  Table devices;
+  devices.AddRow({"DEVICE", "KIND", "NAME", "MEMORY", "STREAMS", "CC", "SMS/THREADS"});
+  for (const v1::DeviceInfo& d : info.devices()) {
+    const bool gpu = d.kind() == "cuda";
+    devices.AddRow({d.id(), d.kind(), d.name().empty() ? "-" : d.name(),
+                    d.total_memory_bytes() > 0 ? FormatBytes(d.total_memory_bytes()) : "-",
+                    absl::StrCat(d.streams()),
+                    gpu ? absl::StrCat(d.compute_capability_major(), ".",
+                                       d.compute_capability_minor())
+                        : "-",
+                    d.multiprocessors() > 0 ? absl::StrCat(d.multiprocessors()) : "-"});
+  }
+  if (info.devices().empty()) devices.AddRow({"(none)"});
+  devices.Print(out);
+}
+
+void PrintServerStats(const v1::ServerStats& stats, std::ostream& out) {
+  out << "\n";
+  Table head;
+  head.AddRow({"uptime", FormatUptime(stats.uptime_seconds())});
+  head.AddRow({"serving", stats.serving() ? "yes" : "no"});
+  head.AddRow({"requests", absl::StrCat(stats.requests_total(), " total, ",
+                                        stats.requests_failed(), " failed, ",
+                                        stats.in_flight(), " in flight")});
+  head.Print(out);
+  out << "\n";
+  Table devices;
+  devices.AddRow({"DEVICE", "QUEUED", "RUNNING", "COMPLETED", "FAILED", "REJECTED", "MEM IN USE",
+                  "BUSY", "UTIL"});
+  for (const v1::DeviceStats& d : stats.devices()) {
+    const double util =
+        stats.uptime_seconds() > 0 ? 100.0 * d.busy_seconds() / stats.uptime_seconds() : 0;
+    devices.AddRow({d.id(), absl::StrCat(d.queued()), absl::StrCat(d.running()),
+                    absl::StrCat(d.completed()), absl::StrCat(d.failed()),
+                    absl::StrCat(d.rejected()), FormatBytes(d.memory_in_use_bytes()),
+                    FormatSeconds(d.busy_seconds()), absl::StrFormat("%.1f %%", util)});
+  }
+  if (stats.devices().empty()) devices.AddRow({"(none)"});
+  devices.Print(out);
+}
+
+}  // namespace
+
+int RunInfo(const GlobalOptions& global, const InfoOptions& options, std::ostream& out,
+            std::ostream& err) {
+  absl::StatusOr<std::unique_ptr<Client>> client = ConnectClient(global);
+  if (!client.ok()) return ReportError(err, kExitRpc, client.status(), global.server);
+  absl::StatusOr<v1::ServerInfo> info = (*client)->GetServerInfo();
+  if (!info.ok()) return ReportError(err, kExitRpc, info.status(), global.server);
+  const std::string health = HealthName((*client)->CheckHealth(""));
+  std::optional<v1::ServerStats> stats;
+  if (options.stats) {
+    absl::StatusOr<v1::ServerStats> s = (*client)->GetStats();
+    if (!s.ok()) return ReportError(err, kExitRpc, s.status(), global.server);
+    stats = *std::move(s);
+  }
+  if (options.json) {
+    JsonObject json;
+    json.Add("server", global.server).Add("health", health).AddRaw("info", ProtoJson(*info));
+    if (stats) json.AddRaw("stats", ProtoJson(*stats));
+    out << json.Str() << "\n";
+    return kExitOk;
+  }
+  PrintServerInfo(global.server, health, *info, out);
+  if (stats) PrintServerStats(*stats, out);
+  return kExitOk;
+}
+
+// ---------------------------------------------------------------------------------------------
+// fresnel interp
+
+namespace {
+
+struct NamedPad {
+  const char* name;
+  v1::PadMode mode;
+};
+constexpr NamedPad kPadModes[] = {
+    {"constant", v1::PAD_CONSTANT},  {"symmetric", v1::PAD_SYMMETRIC},
+    {"reflect", v1::PAD_REFLECT},    {"edge", v1::PAD_EDGE},
+    {"wrap", v1::PAD_WRAP},          {"smooth", v1::PAD_SMOOTH},
+    {"antisymmetric", v1::PAD_ANTISYMMETRIC}, {"antireflect", v1::PAD_ANTIREFLECT},
+    {"line", v1::PAD_LINE},          {"mean", v1::PAD_MEAN},
+    {"median", v1::PAD_MEDIAN},      {"maximum", v1::PAD_MAXIMUM},
+    {"minimum", v1::PAD_MINIMUM},
+};
+
+std::optional<v1::PadMode> PadModeFromName(const std::string& name) {
+  for (const NamedPad& p : kPadModes) {
+    if (name == p.name) return p.mode;
+  }
+  return std::nullopt;
+}
+
+v1::Window WindowFromName(const std::string& name) {
+  if (name == "boxcar") return v1::BOXCAR;
+  if (name == "hamming") return v1::HAMMING;
+  if (name == "hann") return v1::HANN;
+  if (name == "blackman") return v1::BLACKMAN;
+  if (name == "kaiser") return v1::KAISER;
+  return v1::WINDOW_UNSPECIFIED;
+}
+
+v1::DeviceKind DeviceFromName(const std::string& name) {
+  if (name == "gpu") return v1::DEVICE_KIND_GPU;
+  if (name == "cpu") return v1::DEVICE_KIND_CPU;
+  return v1::DEVICE_KIND_ANY;
+}
+
+int64_t Gcd(int64_t a, int64_t b) { return b == 0 ? a : Gcd(b, a % b); }
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Per-channel output length of the request, as SciPy defines it.
+int64_t OutputLength(const InterpOptions& o, int64_t n, int64_t numtaps) {
+  if (n == 0) return 0;
+  if (o.mode == "upfirdn") return ((n - 1) * o.up + numtaps - 1) / o.down + 1;
+  const int64_t g = Gcd(o.up, o.down);
+  return CeilDiv(n * (o.up / g), o.down / g);
+}
+
+// The filter length resample_poly designs for itself (and upfirdn uses by default).
+int DefaultNumtaps(int up, int down) {
+  const int64_t g = Gcd(up, down);
+  return static_cast<int>(20 * std::max(up / g, down / g) + 1);
+}
+
+constexpr int64_t kMessageOverheadBytes = 64 << 10;  // headers, taps, framing
+
+}  // namespace
+
+absl::Status ValidateInterpOptions(InterpOptions* o) {
+  if (o->up < 1) return absl::InvalidArgumentError("--up must be >= 1");
+  if (o->down < 1) return absl::InvalidArgumentError("--down must be >= 1");
+  if (o->mode != "resample" && o->mode != "upfirdn") {
+    return absl::InvalidArgumentError("--mode must be resample or upfirdn");
+  }
+  const std::optional<v1::PadMode> pad = PadModeFromName(o->padtype);
+  if (!pad) return absl::InvalidArgumentError(absl::StrCat("--padtype ", o->padtype, " is unknown"));
+  if (o->mode == "upfirdn" && *pad >= v1::PAD_MEAN) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--padtype ", o->padtype, " exists for --mode resample only (upfirdn takes constant, "
+        "symmetric, reflect, edge, wrap, smooth, antisymmetric, antireflect, line)"));
+  }
+  if (!o->taps_file.empty() && !o->taps_design.empty()) {
+    return absl::InvalidArgumentError("--taps and --taps-design exclude each other");
+  }
+  if (!o->taps_design.empty()) {
+    if (o->mode != "upfirdn") {
+      return absl::InvalidArgumentError(
+          "--taps-design needs --mode upfirdn (resample designs its filter from --window)");
+    }
+    std::vector<std::string> parts = absl::StrSplit(o->taps_design, ',');
+    int numtaps = 0;
+    double cutoff = 0;
+    if (parts.size() != 2 || !absl::SimpleAtoi(absl::StripAsciiWhitespace(parts[0]), &numtaps) ||
+        !absl::SimpleAtod(absl::StripAsciiWhitespace(parts[1]), &cutoff)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--taps-design '", o->taps_design, "' must be NUMTAPS,CUTOFF, e.g. 64,0.25"));
+    }
+    if (numtaps < 1) return absl::InvalidArgumentError("--taps-design NUMTAPS must be >= 1");
+    if (!(cutoff > 0 && cutoff < 1)) {
+      return absl::InvalidArgumentError(
+          "--taps-design CUTOFF must lie in (0, 1) (relative to the Nyquist frequency)");
+    }
+    o->design_numtaps = numtaps;
+    o->design_cutoff = cutoff;
+  }
+  if (o->beta < 0) return absl::InvalidArgumentError("--beta must be positive");
+  if (o->beta != 0 && !o->taps_file.empty()) {
+    return absl::InvalidArgumentError("--beta applies to designed filters, not to --taps");
+  }
+  if (o->beta != 0 && !o->window.empty() && o->window != "kaiser") {
+    return absl::InvalidArgumentError("--beta applies to --window kaiser only");
+  }
+  if (o->beta != 0) o->window = "kaiser";
+  if (o->gain != 0 && o->mode != "upfirdn") {
+    return absl::InvalidArgumentError("--gain applies to designed upfirdn filters only");
+  }
+  if (o->gain != 0 && !o->taps_file.empty()) {
+    return absl::InvalidArgumentError("--gain applies to designed filters, not to --taps");
+  }
+  if (!o->taps_file.empty() && !o->window.empty()) {
+    return absl::InvalidArgumentError("--window designs a filter and cannot be used with --taps");
+  }
+  if (o->device != "any" && o->device != "gpu" && o->device != "cpu") {
+    return absl::InvalidArgumentError("--device must be any, gpu or cpu");
+  }
+  if (o->chunk < 0) return absl::InvalidArgumentError("--chunk must be >= 1");
+  if (o->chunk > 0 && *pad != v1::PAD_CONSTANT) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--chunk streams the signal, which supports --padtype constant only (got ", o->padtype,
+        ")"));
+  }
+  if (o->raw_channels < 1) return absl::InvalidArgumentError("--raw-channels must be >= 1");
+  if (!(o->rate_hz > 0)) return absl::InvalidArgumentError("--rate must be > 0");
+  if (o->input.empty() || o->output.empty()) {
+    return absl::InvalidArgumentError("INPUT and OUTPUT files are required");
+  }
+  if (absl::Status s = CheckWritablePath(o->output); !s.ok()) {
+    return absl::InvalidArgumentError(s.message());
+  }
+  if (!o->png.empty() && (o->png.size() < 4 || o->png.substr(o->png.size() - 4) != ".png")) {
+    return absl::InvalidArgumentError(absl::StrCat("--png '", o->png, "' must end in .png"));
+  }
+  if (o->plot_samples < 2) return absl::InvalidArgumentError("--plot-samples must be >= 2");
+  if (o->plot_width < 64 || o->plot_width > 8192 || o->plot_height < 64 ||
+      o->plot_height > 8192) {
+    return absl::InvalidArgumentError("--plot-width/--plot-height must lie in 64..8192");
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// Draws channel 0 of x and y on one time axis. resample_poly's output is already aligned with
+// its input; upfirdn's is delayed by the filter's (numtaps - 1) / 2 upsampled samples.
+absl::Status PlotSignals(const InterpOptions& o, const HostArray& x, const HostArray& y,
+                         double rate_in_hz, int64_t numtaps) {
+  const int64_t n = x.dim(x.ndim() - 1);
+  const int64_t m = y.dim(y.ndim() - 1);
+  const int64_t shown_in = std::min(n, o.plot_samples);
+  const std::vector<double> xv = ToDoubles(x);
+  const std::vector<double> yv = ToDoubles(y);
+  PlotTrace in_trace, out_trace;
+  in_trace.color = kPlotBlue;
+  in_trace.thickness_px = 2;
+  in_trace.label = "input";
+  out_trace.color = kPlotOrange;
+  out_trace.label = "output";
+  for (int64_t i = 0; i < shown_in; ++i) {
+    in_trace.x.push_back(i / rate_in_hz);
+    in_trace.y.push_back(xv[i]);
+  }
+  const double delay = o.mode == "upfirdn" ? (numtaps - 1) / 2.0 : 0.0;  // upsampled samples
+  const double t_end = shown_in > 0 ? (shown_in - 1) / rate_in_hz : 0;
+  for (int64_t j = 0; j < m; ++j) {
+    const double t = (static_cast<double>(j) * o.down - delay) / o.up / rate_in_hz;
+    if (t > t_end + 1e-12) break;
+    if (t < 0) continue;
+    out_trace.x.push_back(t);
+    out_trace.y.push_back(yv[j]);
+  }
+  // Mark the output samples when they are far enough apart to tell apart.
+  if (static_cast<int64_t>(out_trace.x.size()) * 5 < o.plot_width) out_trace.marker_px = 3;
+  PlotOptions plot;
+  plot.width_px = o.plot_width;
+  plot.height_px = o.plot_height;
+  plot.x_label = "time (s)";
+  plot.title = absl::StrCat(o.mode == "upfirdn" ? "upfirdn" : "resample_poly", " up=", o.up,
+                            " down=", o.down, ", channel 0");
+  return WritePlotPng(o.png, {in_trace, out_trace}, plot);
+}
+
+}  // namespace
+
+int RunInterp(const GlobalOptions& global, InterpOptions o, std::ostream& out,
+              std::ostream& err) {
+  if (absl::Status s = ValidateInterpOptions(&o); !s.ok()) {
+    return ReportUsageError(err, std::string(s.message()), "interp");
+  }
+  const v1::PadMode pad = *PadModeFromName(o.padtype);
+
+  // Input and filter files.
+  SignalReadOptions read_options;
+  read_options.raw_channels = o.raw_channels;
+  absl::StatusOr<Signal> signal = ReadSignal(o.input, read_options);
+  if (!signal.ok()) return ReportError(err, kExitIo, signal.status());
+  HostArray x = std::move(signal->samples);
+  if (x.ndim() != 1 && x.ndim() != 2) {
+    return ReportError(err, kExitIo,
+                       absl::InvalidArgumentError(absl::StrCat(
+                           o.input, ": expected a signal of shape [n] or [channels, n], got ",
+                           ShapeString(x.shape()))));
+  }
+  switch (x.dtype()) {
+    case DType::kFloat32:
+    case DType::kFloat64:
+    case DType::kComplex64:
+      break;
+    case DType::kComplex128:
+      return ReportError(err, kExitIo,
+                         absl::InvalidArgumentError(absl::StrCat(
+                             o.input, ": complex128 is not supported; use complex64")));
+    default: {  // integer samples: the service computes in floating point
+      absl::StatusOr<HostArray> f = ToFloat32(x);
+      if (!f.ok()) return ReportError(err, kExitIo, f.status());
+      x = *std::move(f);
+    }
+  }
+  const double rate_in = signal->sample_rate_hz > 0 ? signal->sample_rate_hz : o.rate_hz;
+  std::optional<HostArray> taps;
+  if (!o.taps_file.empty()) {
+    absl::StatusOr<HostArray> t = ReadNpy(o.taps_file);
+    if (!t.ok()) return ReportError(err, kExitIo, t.status());
+    if (t->ndim() != 1 || t->dim(0) < 1 ||
+        (t->dtype() != DType::kFloat32 && t->dtype() != DType::kFloat64)) {
+      return ReportError(err, kExitIo,
+                         absl::InvalidArgumentError(absl::StrCat(
+                             o.taps_file, ": taps must be a non-empty 1-D float32 or float64 "
+                             "array, got ", DTypeName(t->dtype()), " ", ShapeString(t->shape()))));
+    }
+    taps = *std::move(t);
+  }
+  const int64_t numtaps = taps ? taps->dim(0)
+                          : o.design_numtaps > 0 ? o.design_numtaps
+                                                 : DefaultNumtaps(o.up, o.down);
+
+  // Build the request (x is attached below, unless it is streamed).
+  v1::UpfirdnRequest upfirdn;
+  v1::ResamplePolyRequest resample;
+  if (o.mode == "upfirdn") {
+    upfirdn.set_up(o.up);
+    upfirdn.set_down(o.down);
+    upfirdn.set_mode(pad);
+    upfirdn.set_cval(o.cval);
+    upfirdn.mutable_device()->set_kind(DeviceFromName(o.device));
+    if (taps) {
+      ToProto(*taps, upfirdn.mutable_taps());
+    } else {
+      // An explicit design, or resample_poly's own: firwin(20 max(L, M) + 1, 1 / max(L, M)).
+      v1::FirwinDesign* d = upfirdn.mutable_design();
+      const int64_t g = Gcd(o.up, o.down);
+      d->set_numtaps(static_cast<int32_t>(numtaps));
+      d->set_cutoff(o.design_numtaps > 0 ? o.design_cutoff
+                                         : 1.0 / std::max(o.up / g, o.down / g));
+      d->set_window(o.window.empty() && o.design_numtaps == 0 ? v1::KAISER
+                                                              : WindowFromName(o.window));
+      d->set_kaiser_beta(o.beta);
+      d->set_gain(o.gain != 0 ? o.gain : o.up);
+    }
+  } else {
+    resample.set_up(o.up);
+    resample.set_down(o.down);
+    resample.set_window(WindowFromName(o.window));
+    resample.set_kaiser_beta(o.beta);
+    resample.set_padtype(pad);
+    resample.set_cval(o.cval);
+    resample.mutable_device()->set_kind(DeviceFromName(o.device));
+    if (taps) ToProto(*taps, resample.mutable_taps());
+  }
+
+  absl::StatusOr<std::unique_ptr<Client>> client = ConnectClient(global);
+  if (!client.ok()) return ReportError(err, kExitRpc, client.status(), global.server);
+
+  // Messages larger than the server's cap go through ResampleStream.
+  int64_t cap = (*client)->options().max_message_bytes;
+  absl::StatusOr<v1::ServerInfo> server_info = (*client)->GetServerInfo();
+  if (server_info.ok()) {
+    if (server_info->limits().max_message_bytes() > 0) {
+      cap = std::min(cap, server_info->limits().max_message_bytes());
+    }
+  } else if (server_info.status().code() != absl::StatusCode::kUnimplemented) {
+    return ReportError(err, kExitRpc, server_info.status(), global.server);
+  }
+  const int64_t channels = x.ndim() == 2 ? x.dim(0) : 1;
+  const int64_t n = x.dim(x.ndim() - 1);
+  const int64_t item = static_cast<int64_t>(DTypeSize(x.dtype()));
+  const int64_t request_bytes =
+      static_cast<int64_t>(x.nbytes()) + (taps ? static_cast<int64_t>(taps->nbytes()) : 0);
+  const int64_t response_bytes = channels * OutputLength(o, n, numtaps) * item;
+  int64_t chunk = o.chunk;
+  if (chunk == 0 && std::max(request_bytes, response_bytes) + kMessageOverheadBytes > cap) {
+    if (pad != v1::PAD_CONSTANT) {
+      return ReportUsageError(
+          err,
+          absl::StrCat("the request (", FormatBytes(std::max(request_bytes, response_bytes)),
+                       ") exceeds the server's message cap of ", FormatBytes(cap),
+                       ", and only --padtype constant can be streamed"),
+          "interp");
+    }
+    chunk = StreamChunkSamples(cap, channels, x.dtype(), o.up, o.down);
+    if (!o.json) {
+      err << "fresnel: note: " << FormatBytes(std::max(request_bytes, response_bytes))
+          << " exceeds the server's message cap of " << FormatBytes(cap)
+          << ": streaming in chunks of " << chunk << " samples\n";
+    }
+  }
+
+  // Call.
+  HostArray y;
+  v1::ExecutionInfo exec;
+  int64_t chunks = 0;
+  const auto start = std::chrono::steady_clock::now();
+  if (chunk > 0) {
+    v1::ResampleStreamConfig config;
+    if (o.mode == "upfirdn") {
+      *config.mutable_upfirdn() = upfirdn;
+    } else {
+      *config.mutable_resample_poly() = resample;
+    }
+    chunks = std::max<int64_t>(1, CeilDiv(n, chunk));
+    absl::StatusOr<HostArray> r =
+        (*client)->ResampleStream(config, x, chunk, CallOptions(), nullptr, &exec);
+    if (!r.ok()) return ReportError(err, kExitRpc, r.status(), global.server);
+    y = *std::move(r);
+  } else {
+    absl::StatusOr<v1::InterpolationResponse> r;
+    if (o.mode == "upfirdn") {
+      ToProto(x, upfirdn.mutable_x());
+      r = (*client)->Upfirdn(upfirdn);
+    } else {
+      ToProto(x, resample.mutable_x());
+      r = (*client)->ResamplePoly(resample);
+    }
+    if (!r.ok()) return ReportError(err, kExitRpc, r.status(), global.server);
+    exec = r->info();
+    absl::StatusOr<HostArray> yy = FromProto(std::move(*r->mutable_y()), "y");
+    if (!yy.ok()) return ReportError(err, kExitRpc, yy.status(), global.server);
+    y = *std::move(yy);
+  }
+  const double round_trip_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  // Output files.
+  const double rate_out = rate_in * o.up / o.down;
+  if (absl::Status s = WriteSignal(o.output, y, rate_out); !s.ok()) {
+    return ReportError(err, kExitIo, s);
+  }
+  if (!o.png.empty() && y.ndim() >= 1) {
+    if (absl::Status s = PlotSignals(o, x, y, rate_in, numtaps); !s.ok()) {
+      return ReportError(err, kExitIo, s);
+    }
+  }
+
+  const int64_t m = y.ndim() >= 1 ? y.dim(y.ndim() - 1) : 0;
+  const std::string op = o.mode == "upfirdn" ? "upfirdn" : "resample_poly";
+  if (o.json) {
+    JsonObject json;
+    json.Add("input", o.input)
+        .Add("output", o.output)
+        .Add("op", op)
+        .Add("up", o.up)
+        .Add("down", o.down)
+        .Add("dtype", DTypeName(x.dtype()))
+        .Add("channels", channels)
+        .Add("samples_in", n)
+        .Add("samples_out", m)
+        .Add("sample_rate_in_hz", rate_in)
+        .Add("sample_rate_out_hz", rate_out)
+        .Add("streamed", chunk > 0)
+        .Add("chunks", chunks)
+        .Add("device", exec.device())
+        .Add("queue_wait_seconds", exec.queue_wait_seconds())
+        .Add("h2d_seconds", exec.h2d_seconds())
+        .Add("compute_seconds", exec.compute_seconds())
+        .Add("d2h_seconds", exec.d2h_seconds())
+        .Add("server_seconds", exec.total_seconds())
+        .Add("round_trip_seconds", round_trip_s);
+    out << json.Str() << "\n";
+    return kExitOk;
+  }
+  out << absl::StrCat(
+             o.input, " [", channels, " x ", n, "] ", DTypeName(x.dtype()), " ",
+             absl::StrFormat("%g", rate_in), " Hz -> ", o.output, " [", channels, " x ", m, "] ",
+             absl::StrFormat("%g", rate_out), " Hz | ", op, " ", o.up, "/", o.down,
+             chunk > 0 ? absl::StrCat(", streamed in ", chunks, " chunk(s)") : std::string(),
+             " | ", exec.device().empty() ? std::string("?") : exec.device(), " | server ",
+             FormatSeconds(exec.total_seconds()), " (queue ",
+             FormatSeconds(exec.queue_wait_seconds()), ", h2d ", FormatSeconds(exec.h2d_seconds()),
+             ", compute ", FormatSeconds(exec.compute_seconds()), ", d2h ",
+             FormatSeconds(exec.d2h_seconds()), ") | round trip ", FormatSeconds(round_trip_s))
+      << "\n";
+  return kExitOk;
+}
+
+}  // namespace fresnel::cli

@@ -1,0 +1,110 @@
+// The `fresnel` CLI's commands, separate from argument parsing (cli.cc) so that tests can call
+// the validation and the commands directly. Every Run* function prints its result to `out`,
+// errors to `err`, and returns the process exit code.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <ostream>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "fresnel/client/client.h"
+
+namespace fresnel::cli {
+
+// Process exit codes, documented in `fresnel --help` and docs/cli.md.
+enum ExitCode : int {
+  kExitOk = 0,
+  kExitInternal = 1,  // a bug or an unexpected condition in the CLI itself
+  kExitUsage = 2,     // bad command line: unknown option, invalid value, conflicting flags
+  kExitRpc = 3,       // the server could not be reached or answered with an error
+  kExitIo = 4,        // an input file is missing or malformed, or an output cannot be written
+};
+
+inline constexpr char kExitCodeHelp[] =
+    "Exit codes: 0 success, 1 internal error, 2 usage error, 3 RPC error (server unreachable or "
+    "request failed), 4 file error (missing, malformed or unwritable file).";
+
+// Prints "fresnel: error: <CODE>: <message>" (CODE as gRPC names it, e.g. UNAVAILABLE) and
+// returns `exit_code`. For UNAVAILABLE it adds which server was tried.
+int ReportError(std::ostream& err, int exit_code, const absl::Status& status,
+                const std::string& server = "");
+// Prints "fresnel: error: usage: <message>" plus a pointer to --help; returns kExitUsage.
+int ReportUsageError(std::ostream& err, const std::string& message, const std::string& command);
+
+struct GlobalOptions {
+  std::string server = "localhost:50051";
+  double timeout_s = 60;  // per call (a whole stream counts as one call); 0 = none
+};
+
+absl::StatusOr<std::unique_ptr<Client>> ConnectClient(const GlobalOptions& global);
+
+struct InfoOptions {
+  bool stats = false;
+  bool json = false;
+};
+
+struct InterpOptions {
+  std::string input;
+  std::string output;
+  int up = 0;
+  int down = 1;
+  std::string mode = "resample";  // resample | upfirdn
+  std::string taps_file;          // 1-D .npy
+  std::string taps_design;        // "numtaps,cutoff" (upfirdn)
+  std::string window;             // "" = the service default
+  double beta = 0;                // Kaiser beta; 0 = default (5)
+  double gain = 0;                // design gain; 0 = up
+  std::string padtype = "constant";
+  double cval = 0;
+  std::string device = "any";  // any | gpu | cpu
+  int64_t chunk = 0;           // > 0: ResampleStream with this many samples per chunk
+  int raw_channels = 1;
+  double rate_hz = 48000;  // input sample rate when the file has none (.npy, raw)
+  std::string png;
+  int64_t plot_samples = 1000;
+  int plot_width = 1200;
+  int plot_height = 500;
+  bool json = false;
+
+  // Filled in by ValidateInterpOptions from taps_design.
+  int design_numtaps = 0;
+  double design_cutoff = 0;
+};
+
+// Checks everything that can be checked without reading files or calling the server, and fills
+// the parsed fields. InvalidArgument names the offending flag.
+absl::Status ValidateInterpOptions(InterpOptions* options);
+
+struct BenchOptions {
+  std::string op = "resample_poly";  // upfirdn | resample_poly | stream
+  int concurrency = 1;
+  double duration_s = 5;
+  int64_t count = 0;  // > 0: stop after this many requests instead of after duration_s
+  int warmup = -1;    // warm-up requests (not measured); -1 = one per concurrent worker
+  int64_t samples = 65536;  // per channel
+  int channels = 1;
+  int up = 3;
+  int down = 2;
+  int taps = 0;  // filter length; 0 = the service default design
+  std::string dtype = "float32";
+  std::string device = "any";
+  int64_t chunk = 0;  // stream op: samples per chunk; 0 = samples / 8
+  bool json = false;
+};
+
+absl::Status ValidateBenchOptions(const BenchOptions& options);
+
+int RunInfo(const GlobalOptions& global, const InfoOptions& options, std::ostream& out,
+            std::ostream& err);
+int RunInterp(const GlobalOptions& global, InterpOptions options, std::ostream& out,
+              std::ostream& err);
+int RunBench(const GlobalOptions& global, const BenchOptions& options, std::ostream& out,
+             std::ostream& err);
+
+// Parses the command line and runs the command: the whole of `main`.
+int Main(int argc, const char* const* argv, std::ostream& out, std::ostream& err);
+
+}  // namespace fresnel::cli

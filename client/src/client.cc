@@ -1,0 +1,295 @@
+#include "fresnel/client/client.h"
+
+#include <grpcpp/create_channel.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <climits>
+#include <future>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "fresnel/v1/array_convert.h"
+#include "health_codec.h"
+
+namespace fresnel {
+
+struct Client::Impl {
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::AdminService::Stub> admin;
+  std::unique_ptr<v1::InterpolationService::Stub> interpolation;
+  std::unique_ptr<grpc::GenericStub> generic;
+};
+
+absl::Status FromGrpcStatus(int code, const std::string& message) {
+  if (code < 0 || code > static_cast<int>(absl::StatusCode::kUnauthenticated)) {
+    return absl::UnknownError(absl::StrCat("(gRPC code ", code, ") ", message));
+  }
+  // grpc::StatusCode and absl::StatusCode share the google.rpc.Code numbering.
+  return absl::Status(static_cast<absl::StatusCode>(code), message);
+}
+
+namespace {
+
+absl::Status FromGrpc(const grpc::Status& status) {
+  return FromGrpcStatus(static_cast<int>(status.error_code()), status.error_message());
+}
+
+void ApplyDeadline(grpc::ClientContext* context, const ClientOptions& options,
+                   const CallOptions& call) {
+  const std::chrono::milliseconds timeout =
+      call.timeout.count() > 0 ? call.timeout : options.default_timeout;
+  if (timeout.count() > 0) context->set_deadline(std::chrono::system_clock::now() + timeout);
+}
+
+// gRPC takes an int; <= 0 means "no limit" here and -1 there.
+int ChannelMessageCap(int64_t bytes) {
+  if (bytes <= 0) return -1;
+  return static_cast<int>(std::min<int64_t>(bytes, INT_MAX));
+}
+
+template <class Request, class Response, class Method>
+absl::StatusOr<Response> Unary(const ClientOptions& options, const CallOptions& call,
+                               const Request& request, Method method) {
+  grpc::ClientContext context;
+  ApplyDeadline(&context, options, call);
+  Response response;
+  grpc::Status status = method(&context, request, &response);
+  if (!status.ok()) return FromGrpc(status);
+  return response;
+}
+
+// Folds one stream response's execution times into the stream's totals.
+void Accumulate(const v1::ExecutionInfo& part, std::vector<std::string>* devices,
+                v1::ExecutionInfo* sum) {
+  if (!part.device().empty() &&
+      std::find(devices->begin(), devices->end(), part.device()) == devices->end()) {
+    devices->push_back(part.device());
+  }
+  sum->set_queue_wait_seconds(sum->queue_wait_seconds() + part.queue_wait_seconds());
+  sum->set_h2d_seconds(sum->h2d_seconds() + part.h2d_seconds());
+  sum->set_compute_seconds(sum->compute_seconds() + part.compute_seconds());
+  sum->set_d2h_seconds(sum->d2h_seconds() + part.d2h_seconds());
+  // Each stream response reports its own item's server time (arrival -> response).
+  sum->set_total_seconds(sum->total_seconds() + part.total_seconds());
+}
+
+}  // namespace
+
+Client::Client(ClientOptions options, std::unique_ptr<Impl> impl)
+    : options_(std::move(options)), impl_(std::move(impl)) {}
+
+Client::~Client() = default;
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
+  if (options.address.empty()) return absl::InvalidArgumentError("address is empty");
+  grpc::ChannelArguments args;
+  args.SetMaxSendMessageSize(ChannelMessageCap(options.max_message_bytes));
+  args.SetMaxReceiveMessageSize(ChannelMessageCap(options.max_message_bytes));
+  auto impl = std::make_unique<Impl>();
+  impl->channel =
+      grpc::CreateCustomChannel(options.address, grpc::InsecureChannelCredentials(), args);
+  if (options.connect_timeout_s > 0) {
+    const auto deadline =
+        std::chrono::system_clock::now() +
+        std::chrono::duration_cast<std::chrono::system_clock::duration>(
+            std::chrono::duration<double>(options.connect_timeout_s));
+    if (!impl->channel->WaitForConnected(deadline)) {
+      return absl::UnavailableError(absl::StrCat("cannot connect to ", options.address, " within ",
+                                                 options.connect_timeout_s, " s"));
+    }
+  }
+  impl->admin = v1::AdminService::NewStub(impl->channel);
+  impl->interpolation = v1::InterpolationService::NewStub(impl->channel);
+  impl->generic = std::make_unique<grpc::GenericStub>(impl->channel);
+  return std::unique_ptr<Client>(new Client(options, std::move(impl)));
+}
+
+absl::StatusOr<v1::ServerInfo> Client::GetServerInfo(const CallOptions& call) {
+  return Unary<v1::GetServerInfoRequest, v1::ServerInfo>(
+      options_, call, v1::GetServerInfoRequest(),
+      [this](grpc::ClientContext* c, const auto& req, auto* resp) {
+        return impl_->admin->GetServerInfo(c, req, resp);
+      });
+}
+
+absl::StatusOr<v1::ServerStats> Client::GetStats(const CallOptions& call) {
+  return Unary<v1::GetStatsRequest, v1::ServerStats>(
+      options_, call, v1::GetStatsRequest(),
+      [this](grpc::ClientContext* c, const auto& req, auto* resp) {
+        return impl_->admin->GetStats(c, req, resp);
+      });
+}
+
+absl::StatusOr<v1::InterpolationResponse> Client::Upfirdn(const v1::UpfirdnRequest& request,
+                                                          const CallOptions& call) {
+  return Unary<v1::UpfirdnRequest, v1::InterpolationResponse>(
+      options_, call, request, [this](grpc::ClientContext* c, const auto& req, auto* resp) {
+        return impl_->interpolation->Upfirdn(c, req, resp);
+      });
+}
+
+absl::StatusOr<v1::InterpolationResponse> Client::ResamplePoly(
+    const v1::ResamplePolyRequest& request, const CallOptions& call) {
+  return Unary<v1::ResamplePolyRequest, v1::InterpolationResponse>(
+      options_, call, request, [this](grpc::ClientContext* c, const auto& req, auto* resp) {
+        return impl_->interpolation->ResamplePoly(c, req, resp);
+      });
+}
+
+absl::StatusOr<ServingStatus> Client::CheckHealth(const std::string& service,
+                                                  const CallOptions& call) {
+  grpc::ClientContext context;
+  ApplyDeadline(&context, options_, call);
+  const std::string request_bytes = internal::EncodeHealthCheckRequest(service);
+  grpc::Slice slice(request_bytes);
+  grpc::ByteBuffer request(&slice, 1);
+  grpc::ByteBuffer response;
+  std::promise<grpc::Status> done;
+  impl_->generic->UnaryCall(&context, internal::kHealthCheckMethod, grpc::StubOptions(), &request,
+                            &response, [&done](grpc::Status s) { done.set_value(std::move(s)); });
+  const grpc::Status status = done.get_future().get();
+  if (status.error_code() == grpc::StatusCode::NOT_FOUND) {
+    return ServingStatus::kServiceUnknown;  // the standard reply for an unregistered service
+  }
+  if (!status.ok()) return FromGrpc(status);
+  std::vector<grpc::Slice> slices;
+  if (!response.Dump(&slices).ok()) return absl::InternalError("cannot read the health response");
+  std::string bytes;
+  for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  absl::StatusOr<int> value = internal::DecodeHealthCheckResponse(bytes);
+  if (!value.ok()) return value.status();
+  switch (*value) {
+    case 1: return ServingStatus::kServing;
+    case 2: return ServingStatus::kNotServing;
+    case 3: return ServingStatus::kServiceUnknown;
+    default: return ServingStatus::kUnknown;
+  }
+}
+
+absl::StatusOr<HostArray> Client::ResampleStream(
+    const v1::ResampleStreamConfig& config, const HostArray& x, int64_t chunk_samples,
+    const CallOptions& call, const std::function<void(int64_t, int64_t)>& on_progress,
+    v1::ExecutionInfo* info) {
+  if (x.ndim() != 1 && x.ndim() != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("x: expected shape [n] or [channels, n], got ", ShapeString(x.shape())));
+  }
+  if (chunk_samples < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk_samples must be >= 1, got ", chunk_samples));
+  }
+  const int64_t channels = x.ndim() == 2 ? x.dim(0) : 1;
+  const int64_t n = x.dim(x.ndim() - 1);
+
+  // The config describes x as [channels, 0]; every chunk is [channels, k] (even for 1-D x, whose
+  // result is reshaped back to 1-D at the end).
+  v1::ResampleStreamRequest first;
+  *first.mutable_config() = config;
+  v1::NdArray* config_x = nullptr;
+  switch (config.op_case()) {
+    case v1::ResampleStreamConfig::kUpfirdn:
+      config_x = first.mutable_config()->mutable_upfirdn()->mutable_x();
+      break;
+    case v1::ResampleStreamConfig::kResamplePoly:
+      config_x = first.mutable_config()->mutable_resample_poly()->mutable_x();
+      break;
+    default:
+      return absl::InvalidArgumentError("config: set either upfirdn or resample_poly");
+  }
+  config_x->Clear();
+  config_x->set_dtype(ToProto(x.dtype()));
+  config_x->add_shape(channels);
+  config_x->add_shape(0);
+
+  grpc::ClientContext context;
+  ApplyDeadline(&context, options_, call);
+  std::unique_ptr<grpc::ClientReaderWriter<v1::ResampleStreamRequest, v1::ResampleStreamResponse>>
+      stream = impl_->interpolation->ResampleStream(&context);
+
+  // Requests are written from a second thread while this one reads, so the server's responses
+  // never back up behind our writes (gRPC allows one concurrent reader and one writer).
+  const int64_t num_chunks = std::max<int64_t>(1, (n + chunk_samples - 1) / chunk_samples);
+  std::thread writer([&] {
+    if (!stream->Write(first)) return;  // the call is over; Finish() says why
+    for (int64_t i = 0; i < num_chunks; ++i) {
+      const int64_t begin = i * chunk_samples;
+      absl::StatusOr<HostArray> chunk = SliceSamples(x, begin, std::min(chunk_samples, n - begin));
+      v1::ResampleStreamRequest request;
+      ToProto(std::move(*chunk), request.mutable_chunk());  // SliceSamples cannot fail here
+      request.set_end(i + 1 == num_chunks);
+      if (!stream->Write(request)) return;
+    }
+    stream->WritesDone();
+  });
+
+  std::vector<HostArray> pieces;
+  std::vector<std::string> devices;
+  v1::ExecutionInfo sum;
+  absl::Status failure;
+  int64_t samples_out = 0;
+  int64_t last_reported_total = -1;
+  v1::ResampleStreamResponse response;
+  while (stream->Read(&response)) {
+    if (response.status().code() != 0) {
+      failure = FromGrpcStatus(response.status().code(),
+                               absl::StrCat("chunk ", response.chunk_index(), ": ",
+                                            response.status().message()));
+      break;
+    }
+    if (response.has_y()) {
+      absl::StatusOr<HostArray> y = FromProto(std::move(*response.mutable_y()), "y");
+      if (!y.ok()) {
+        failure = y.status();
+        break;
+      }
+      const int64_t rows = y->ndim() == 2 ? y->dim(0) : 1;
+      if ((y->ndim() != 1 && y->ndim() != 2) || rows != channels || y->dtype() != x.dtype()) {
+        failure = absl::InternalError(absl::StrCat(
+            "chunk ", response.chunk_index(), ": the server returned ", DTypeName(y->dtype()),
+            " ", ShapeString(y->shape()), " for ", DTypeName(x.dtype()), " input with ",
+            channels, " channel(s)"));
+        break;
+      }
+      samples_out += y->dim(y->ndim() - 1);
+      pieces.push_back(*std::move(y));
+    }
+    last_reported_total = response.samples_out();
+    Accumulate(response.info(), &devices, &sum);
+    if (on_progress) {
+      const int64_t index = response.chunk_index();
+      const int64_t samples_in =
+          index < 0 ? n : std::min(n, (index + 1) * chunk_samples);
+      on_progress(samples_in, samples_out);
+    }
+  }
+  if (!failure.ok()) {
+    context.TryCancel();
+    while (stream->Read(&response)) {
+    }
+  }
+  writer.join();
+  const grpc::Status status = stream->Finish();
+  if (!failure.ok()) return failure;
+  if (!status.ok()) return FromGrpc(status);
+  if (last_reported_total > 0 && last_reported_total != samples_out) {
+    return absl::DataLossError(absl::StrCat("the server reported ", last_reported_total,
+                                            " output samples but sent ", samples_out));
+  }
+
+  absl::StatusOr<HostArray> y = ConcatSamples(pieces, channels, x.dtype());
+  if (!y.ok()) return y.status();
+  if (x.ndim() == 1) {
+    if (absl::Status s = y->Reshape({samples_out}); !s.ok()) return s;
+  }
+  if (info != nullptr) {
+    sum.set_device(absl::StrJoin(devices, ","));
+    *info = sum;
+  }
+  return y;
+}
+
+}  // namespace fresnel

@@ -1,0 +1,78 @@
+// CUDA device discovery and per-device resources (streams, memory pools), usable without CUDA
+// headers. In a build without CUDA, or on a machine where cudaGetDeviceCount fails, GpuCount()
+// is 0 and everything else returns FailedPrecondition.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace fresnel {
+
+// True when this build contains CUDA code.
+bool CudaCompiled();
+
+// Visible CUDA devices; 0 when none, when the driver is missing, or without CUDA.
+int GpuCount();
+
+struct GpuProperties {
+  int ordinal = 0;
+  std::string name;
+  int64_t total_memory_bytes = 0;
+  int compute_major = 0;
+  int compute_minor = 0;
+  int multiprocessors = 0;
+  int64_t shared_memory_per_block_optin = 0;
+};
+absl::StatusOr<GpuProperties> GetGpuProperties(int ordinal);
+
+// Free device memory in bytes, as cudaMemGetInfo reports it.
+absl::StatusOr<int64_t> GpuFreeMemoryBytes(int ordinal);
+
+// A non-blocking CUDA stream on one device. Destroying it synchronises the stream first.
+class GpuStream {
+ public:
+  static absl::StatusOr<std::unique_ptr<GpuStream>> Create(int ordinal);
+  ~GpuStream();
+  GpuStream(const GpuStream&) = delete;
+  GpuStream& operator=(const GpuStream&) = delete;
+
+  int ordinal() const { return ordinal_; }
+  // cudaStream_t
+  void* handle() const { return stream_; }
+  // Blocks until all work enqueued so far has finished.
+  absl::Status Synchronize();
+
+ private:
+  GpuStream(int ordinal, void* stream) : ordinal_(ordinal), stream_(stream) {}
+  int ordinal_;
+  void* stream_;
+};
+
+// A stream-ordered memory pool (cudaMemPool_t) owned by one device. Freed memory is kept up to
+// `release_threshold_bytes` for reuse instead of being returned to the driver.
+class GpuMemPool {
+ public:
+  static absl::StatusOr<std::unique_ptr<GpuMemPool>> Create(int ordinal,
+                                                            int64_t release_threshold_bytes);
+  ~GpuMemPool();
+  GpuMemPool(const GpuMemPool&) = delete;
+  GpuMemPool& operator=(const GpuMemPool&) = delete;
+
+  int ordinal() const { return ordinal_; }
+  // cudaMemPool_t
+  void* handle() const { return pool_; }
+  // Bytes currently handed out to callers (cudaMemPoolAttrUsedMemCurrent).
+  int64_t UsedBytes() const;
+  // Bytes the pool holds from the driver (cudaMemPoolAttrReservedMemCurrent).
+  int64_t ReservedBytes() const;
+
+ private:
+  GpuMemPool(int ordinal, void* pool) : ordinal_(ordinal), pool_(pool) {}
+  int ordinal_;
+  void* pool_;
+};
+
+}  // namespace fresnel

@@ -1,0 +1,98 @@
+// GPU discovery and per-device resources on the CUDA runtime.
+#include <cuda_runtime.h>
+
+#include "core/cuda_util.cuh"
+#include "fresnel/core/gpu.h"
+
+namespace fresnel {
+
+bool CudaCompiled() { return true; }
+
+int GpuCount() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+absl::StatusOr<GpuProperties> GetGpuProperties(int ordinal) {
+  cudaDeviceProp prop{};
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, ordinal));
+  GpuProperties p;
+  p.ordinal = ordinal;
+  p.name = prop.name;
+  p.total_memory_bytes = static_cast<int64_t>(prop.totalGlobalMem);
+  p.compute_major = prop.major;
+  p.compute_minor = prop.minor;
+  p.multiprocessors = prop.multiProcessorCount;
+  p.shared_memory_per_block_optin = static_cast<int64_t>(prop.sharedMemPerBlockOptin);
+  return p;
+}
+
+absl::StatusOr<int64_t> GpuFreeMemoryBytes(int ordinal) {
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal));
+  size_t free_b = 0, total_b = 0;
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_b, &total_b));
+  return static_cast<int64_t>(free_b);
+}
+
+absl::StatusOr<std::unique_ptr<GpuStream>> GpuStream::Create(int ordinal) {
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal));
+  cudaStream_t s = nullptr;
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  return std::unique_ptr<GpuStream>(new GpuStream(ordinal, s));
+}
+
+GpuStream::~GpuStream() {
+  if (stream_ == nullptr) return;
+  cudaSetDevice(ordinal_);
+  cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
+  cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
+  cudaGetLastError();
+}
+
+absl::Status GpuStream::Synchronize() {
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<GpuMemPool>> GpuMemPool::Create(int ordinal,
+                                                               int64_t release_threshold_bytes) {
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal));
+  cudaMemPoolProps props{};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.handleTypes = cudaMemHandleTypeNone;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = ordinal;
+  cudaMemPool_t pool = nullptr;
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemPoolCreate(&pool, &props));
+  uint64_t threshold = static_cast<uint64_t>(release_threshold_bytes);
+  FRESNEL_CUDA_RETURN_IF_ERROR(
+      cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+  return std::unique_ptr<GpuMemPool>(new GpuMemPool(ordinal, pool));
+}
+
+GpuMemPool::~GpuMemPool() {
+  if (pool_ != nullptr) cudaMemPoolDestroy(static_cast<cudaMemPool_t>(pool_));
+  cudaGetLastError();
+}
+
+namespace {
+int64_t PoolAttr(void* pool, cudaMemPoolAttr attr) {
+  uint64_t v = 0;
+  if (cudaMemPoolGetAttribute(static_cast<cudaMemPool_t>(pool), attr, &v) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return static_cast<int64_t>(v);
+}
+}  // namespace
+
+int64_t GpuMemPool::UsedBytes() const { return PoolAttr(pool_, cudaMemPoolAttrUsedMemCurrent); }
+int64_t GpuMemPool::ReservedBytes() const {
+  return PoolAttr(pool_, cudaMemPoolAttrReservedMemCurrent);
+}
+
+}  // namespace fresnel

@@ -1,0 +1,521 @@
+// The CUDA back end of the window primitive: kernel selection, launch, and the host-level call
+// (H2D, kernel, D2H on the Device's stream, memory from its pool, stages timed with events).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <complex>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "core/cuda_util.cuh"
+#include "fresnel/core/status.h"
+#include "interp/interp_internal.h"
+#include "interp/interp_kernels.cuh"
+
+namespace fresnel::interp::internal {
+namespace {
+
+namespace k = ::fresnel::interp::kernels;
+
+// ---- The kernel selector ----------------------------------------------------------------------
+//
+// It looks only at (up, down, taps per phase P, dtype), never at signal sizes: one filter always
+// runs one kernel, so streamed chunks reproduce the one-shot result bit for bit. The measurements
+// behind each rule are in docs/bench/interp.md (H200, 2026-11-30).
+//
+// 1. kRegisterBlocked when float32, down == 1, up in {1, 2, 3, 4, 8} and P <= 32: the
+//    upsampling (and plain FIR) fast path. Taps are FFMA operands from the constant bank and
+//    inputs slide through registers, so there is no shared-memory load per FMA; kSmemTile needs
+//    two (tap and input) and is bound by shared-memory bandwidth. Measured on float32 with
+//    P = 16: 1.9x, 2.8x, 4.0x, 4.3x and 7.2x faster than kSmemTile for up = 1, 2, 3, 4, 8.
+//    Each (up, P bucket 8/16/32) pair is one instantiation (15 kernels); other up values, down >
+//    1 and float64/complex64 take kSmemTile.
+// 2. kSmemTile when P < kWarpMinTapsPerPhase and the U*P taps fit in shared memory (48 KiB with
+//    the tile's input span, or alone when the span goes to global memory): the general path.
+// 3. kWarpPerOutput otherwise. Measured with up/down = 3/2 on 2^22 float32 samples, one warp
+//    per output lost to kSmemTile by 20x at P = 8, 4.3x at P = 64 and 1.6x at P = 256, tied at
+//    P = 1024 (3.18 vs 3.20 ms) and won by 12% at P = 2048 (5.66 vs 6.42 ms): a thread that
+//    loops over thousands of taps per output leaves too little independent work per SM, while
+//    the warp splits them 32 ways. It also runs filters whose tap table does not fit in shared
+//    memory.
+constexpr int kRbMaxTapsPerPhase = 32;
+constexpr int64_t kWarpMinTapsPerPhase = 1024;
+// kSmemTile's dynamic shared memory stays within the default 48 KiB per block (taps first, then
+// the input span when it fits; otherwise each output reads its inputs from global memory, as for
+// heavy decimation where the span is ~1024*down/up samples).
+constexpr int64_t kMaxSmemBytes = 48 * 1024;
+
+bool RbSupportsUp(int up) { return up == 1 || up == 2 || up == 3 || up == 4 || up == 8; }
+
+int64_t TileSpan(int up, int down, int64_t p) {
+  return (static_cast<int64_t>(up) - 1 + static_cast<int64_t>(k::kTileOutputs - 1) * down) / up +
+         p;
+}
+
+size_t TapSize(DType dtype) { return dtype == DType::kFloat64 ? sizeof(double) : sizeof(float); }
+
+int64_t AlignUp16(int64_t v) { return (v + 15) / 16 * 16; }
+
+template <class T>
+T DeviceValue(double v);
+template <>
+float DeviceValue<float>(double v) { return static_cast<float>(v); }
+template <>
+double DeviceValue<double>(double v) { return v; }
+template <>
+float2 DeviceValue<float2>(double v) { return make_float2(static_cast<float>(v), 0.f); }
+
+// ---- kRegisterBlocked store variants ----------------------------------------------------------
+//
+// The default is kDefaultRbStore (docs/bench/interp.md has the measurements). For diagnosis and
+// the benchmark, FRESNEL_INTERP_RB_STORE=<variant>[:<blocks per SM>] (variant: block, block_cs,
+// warp, warp_cs, bulk, direct) picks another store path and optionally caps the resident blocks
+// per SM; it is read when a plan is created. Every variant computes the same bits.
+constexpr k::RbStore kDefaultRbStore = k::RbStore::kBlock;
+
+constexpr struct {
+  const char* name;
+  k::RbStore store;
+} kRbStoreNames[] = {
+    {"block", k::RbStore::kBlock}, {"block_cs", k::RbStore::kBlockCs},
+    {"warp", k::RbStore::kWarp},   {"warp_cs", k::RbStore::kWarpCs},
+    {"bulk", k::RbStore::kBulk},   {"direct", k::RbStore::kDirect},
+};
+
+struct RbConfig {
+  k::RbStore store = kDefaultRbStore;
+  int max_blocks_per_sm = 0;  // 0: as many as fit
+};
+
+absl::StatusOr<RbConfig> RbConfigFromEnv() {
+  RbConfig cfg;
+  const char* v = std::getenv("FRESNEL_INTERP_RB_STORE");
+  if (v == nullptr || v[0] == '\0') return cfg;
+  const std::string spec(v);
+  const size_t colon = spec.find(':');
+  const std::string name = spec.substr(0, colon);
+  bool found = false;
+  for (const auto& e : kRbStoreNames) {
+    if (name == e.name) {
+      cfg.store = e.store;
+      found = true;
+    }
+  }
+  if (colon != std::string::npos) cfg.max_blocks_per_sm = std::atoi(spec.c_str() + colon + 1);
+  if (!found || cfg.max_blocks_per_sm < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("FRESNEL_INTERP_RB_STORE=", spec,
+                     ": expected block|block_cs|warp|warp_cs|bulk|direct[:blocks per SM]"));
+  }
+  return cfg;
+}
+
+// Calls f(integral_constant<U>, integral_constant<kP>) for the instantiation serving (up, p).
+template <class F>
+absl::Status WithRb(int up, int64_t p, F&& f) {
+  auto with_p = [&](auto u) -> absl::Status {
+    if (p <= 8) return f(u, std::integral_constant<int, 8>{});
+    if (p <= 16) return f(u, std::integral_constant<int, 16>{});
+    return f(u, std::integral_constant<int, 32>{});
+  };
+  switch (up) {
+    case 1: return with_p(std::integral_constant<int, 1>{});
+    case 2: return with_p(std::integral_constant<int, 2>{});
+    case 3: return with_p(std::integral_constant<int, 3>{});
+    case 4: return with_p(std::integral_constant<int, 4>{});
+    case 8: return with_p(std::integral_constant<int, 8>{});
+    default: return absl::InternalError("register_blocked: unsupported up");
+  }
+}
+
+template <int U, int kP>
+using RbKernelFn = void (*)(const float*, int64_t, int64_t, int64_t, float, float*, int64_t,
+                            int64_t, int64_t, int64_t, int64_t, int64_t, const k::RbTaps<U, kP>);
+
+template <int U, int kP>
+RbKernelFn<U, kP> RbKernelFor(k::RbStore m) {
+  switch (k::RbEffective<U, kP>(m)) {
+    case k::RbStore::kBlock: return k::RegisterBlockedKernel<U, kP, k::RbStore::kBlock>;
+    case k::RbStore::kBlockCs: return k::RegisterBlockedKernel<U, kP, k::RbStore::kBlockCs>;
+    case k::RbStore::kWarp: return k::RegisterBlockedKernel<U, kP, k::RbStore::kWarp>;
+    case k::RbStore::kWarpCs: return k::RegisterBlockedKernel<U, kP, k::RbStore::kWarpCs>;
+    case k::RbStore::kBulk:
+      if constexpr (k::RbEffective<U, kP>(k::RbStore::kBulk) == k::RbStore::kBulk) {
+        return k::RegisterBlockedKernel<U, kP, k::RbStore::kBulk>;
+      }
+      break;
+    case k::RbStore::kDirect: return k::RegisterBlockedKernel<U, kP, k::RbStore::kDirect>;
+  }
+  return k::RegisterBlockedKernel<U, kP, k::RbStore::kWarp>;
+}
+
+// ---- Benchmark probes -------------------------------------------------------------------------
+//
+// Plain kernels that only move bytes, for the ceilings fresnel_bench_interp prints next to case
+// (a) (declared again there: the benchmark is the only caller).
+__global__ void __launch_bounds__(256) ProbeWriteKernel(float4* __restrict__ y, float v) {
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * 1024 + threadIdx.x;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) y[base + j * 256] = make_float4(v, v + 1.f, v + 2.f, v + 3.f);
+}
+// Reads one float4 and writes four per thread: case (a)'s 1 : 4 traffic without the arithmetic.
+template <bool kCs>
+__global__ void __launch_bounds__(256)
+    ProbeUpKernel(const float4* __restrict__ x, float4* __restrict__ y) {
+  const float4 a = x[static_cast<int64_t>(blockIdx.x) * 256 + threadIdx.x];
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * 1024 + threadIdx.x;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const float s = static_cast<float>(j + 1);
+    const float4 o = make_float4(a.x * s, a.y * s, a.z * s, a.w * s);
+    if constexpr (kCs) {
+      __stcs(y + base + j * 256, o);
+    } else {
+      y[base + j * 256] = o;
+    }
+  }
+}
+
+
+}  // namespace
+
+const char* CudaKernelName(CudaKernel kernel) {
+  switch (kernel) {
+    case CudaKernel::kAuto: return "auto";
+    case CudaKernel::kRegisterBlocked: return "register_blocked";
+    case CudaKernel::kSmemTile: return "smem_tile";
+    case CudaKernel::kWarpPerOutput: return "warp_per_output";
+  }
+  return "unknown";
+}
+
+bool CudaPolyphase::Supports(CudaKernel kernel, int up, int down, int64_t p, DType dtype) {
+  switch (kernel) {
+    case CudaKernel::kAuto:
+    case CudaKernel::kWarpPerOutput:
+      return true;
+    case CudaKernel::kRegisterBlocked:
+      return dtype == DType::kFloat32 && down == 1 && RbSupportsUp(up) &&
+             p <= kRbMaxTapsPerPhase;
+    case CudaKernel::kSmemTile:
+      return AlignUp16(static_cast<int64_t>(up) * p * static_cast<int64_t>(TapSize(dtype))) <=
+             kMaxSmemBytes;
+  }
+  return false;
+}
+
+CudaKernel CudaPolyphase::Select(int up, int down, int64_t p, DType dtype) {
+  if (Supports(CudaKernel::kRegisterBlocked, up, down, p, dtype)) {
+    return CudaKernel::kRegisterBlocked;
+  }
+  if (p < kWarpMinTapsPerPhase && Supports(CudaKernel::kSmemTile, up, down, p, dtype)) {
+    return CudaKernel::kSmemTile;
+  }
+  return CudaKernel::kWarpPerOutput;
+}
+
+struct CudaPolyphase::Impl {
+  CudaKernel kernel = CudaKernel::kAuto;
+  int up = 1, down = 1;
+  int64_t p = 1;
+  DType dtype = DType::kFloat32;
+  int ordinal = 0;
+  int sm_count = 1;
+  std::vector<float> htf_f;   // phase-major taps as float (float32 and complex64 signals)
+  std::vector<double> htf_d;  // as double (float64 signals)
+  cuda::DeviceBuffer<float> taps_f;
+  cuda::DeviceBuffer<double> taps_d;
+  RbConfig rb;              // kRegisterBlocked: store variant, blocks-per-SM cap
+  int rb_blocks_per_sm = 1;  // resident blocks of the selected instantiation
+
+  template <class T>
+  absl::Status LaunchTyped(cudaStream_t stream, const DeviceSignal& s) const;
+  template <int U, int kP>
+  absl::Status PrepareRb();
+  template <int U, int kP>
+  absl::Status LaunchRb(cudaStream_t stream, const DeviceSignal& s) const;
+};
+
+CudaPolyphase::CudaPolyphase(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CudaPolyphase::CudaPolyphase(CudaPolyphase&&) noexcept = default;
+CudaPolyphase& CudaPolyphase::operator=(CudaPolyphase&&) noexcept = default;
+CudaPolyphase::~CudaPolyphase() = default;
+CudaKernel CudaPolyphase::kernel() const { return impl_->kernel; }
+
+absl::StatusOr<CudaPolyphase> CudaPolyphase::Create(const Device& device, const Polyphase& filter,
+                                                    DType dtype, CudaKernel kernel) {
+  if (device.kind != DeviceKind::kCuda) {
+    return absl::InvalidArgumentError("CudaPolyphase needs a CUDA device");
+  }
+  if (device.stream == nullptr) {
+    return absl::InvalidArgumentError(
+        "device.stream is null: interp never enqueues on the legacy default stream");
+  }
+  FRESNEL_RETURN_IF_ERROR(ValidateDType(dtype));
+  auto impl = std::make_unique<Impl>();
+  impl->up = filter.up;
+  impl->down = filter.down;
+  impl->p = filter.TapsPerPhase();
+  impl->dtype = dtype;
+  impl->ordinal = device.ordinal;
+  if (impl->p > (int64_t{1} << 30) || static_cast<int64_t>(filter.up) * impl->p > (int64_t{1} << 31)) {
+    return absl::InvalidArgumentError("taps: filter too long for the CUDA kernels");
+  }
+  if (kernel == CudaKernel::kAuto) {
+    kernel = Select(filter.up, filter.down, impl->p, dtype);
+  } else if (!Supports(kernel, filter.up, filter.down, impl->p, dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat("kernel ", CudaKernelName(kernel),
+                                                   " cannot run up=", filter.up,
+                                                   " down=", filter.down, " P=", impl->p, " ",
+                                                   DTypeName(dtype)));
+  }
+  impl->kernel = kernel;
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device.ordinal));
+  FRESNEL_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&impl->sm_count, cudaDevAttrMultiProcessorCount, device.ordinal));
+  if (kernel == CudaKernel::kRegisterBlocked) {
+    FRESNEL_ASSIGN_OR_RETURN(impl->rb, RbConfigFromEnv());
+    Impl* im = impl.get();
+    FRESNEL_RETURN_IF_ERROR(WithRb(filter.up, impl->p, [im](auto u, auto kp) {
+      return im->PrepareRb<decltype(u)::value, decltype(kp)::value>();
+    }));
+  }
+  std::vector<double> htf = filter.PhaseMajorTaps();
+  cudaStream_t stream = cuda::StreamOf(device);
+  if (dtype == DType::kFloat64) {
+    impl->htf_d = std::move(htf);
+    if (kernel != CudaKernel::kRegisterBlocked) {
+      FRESNEL_RETURN_IF_ERROR(
+          impl->taps_d.Allocate(device, static_cast<int64_t>(impl->htf_d.size())));
+      FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(impl->taps_d.get(), impl->htf_d.data(),
+                                                   impl->htf_d.size() * sizeof(double),
+                                                   cudaMemcpyHostToDevice, stream));
+    }
+  } else {
+    impl->htf_f.assign(htf.begin(), htf.end());
+    if (kernel != CudaKernel::kRegisterBlocked) {
+      FRESNEL_RETURN_IF_ERROR(
+          impl->taps_f.Allocate(device, static_cast<int64_t>(impl->htf_f.size())));
+      FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(impl->taps_f.get(), impl->htf_f.data(),
+                                                   impl->htf_f.size() * sizeof(float),
+                                                   cudaMemcpyHostToDevice, stream));
+    }
+  }
+  return CudaPolyphase(std::move(impl));
+}
+
+// Shared-memory opt-in and occupancy of the selected instantiation, once per plan.
+template <int U, int kP>
+absl::Status CudaPolyphase::Impl::PrepareRb() {
+  const k::RbStore store = k::RbEffective<U, kP>(rb.store);
+  auto kernel_fn = RbKernelFor<U, kP>(store);
+  const int smem = k::RbSmemBytes<U, kP>(store);
+  if (smem > 48 * 1024) {
+    FRESNEL_CUDA_RETURN_IF_ERROR(
+        cudaFuncSetAttribute(kernel_fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  }
+  int per_sm = 0;
+  FRESNEL_CUDA_RETURN_IF_ERROR(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_fn, k::kRbThreads, smem));
+  if (rb.max_blocks_per_sm > 0) per_sm = std::min(per_sm, rb.max_blocks_per_sm);
+  rb_blocks_per_sm = std::max(per_sm, 1);
+  return absl::OkStatus();
+}
+
+template <int U, int kP>
+absl::Status CudaPolyphase::Impl::LaunchRb(cudaStream_t stream, const DeviceSignal& s) const {
+  using S = k::RbShape<U, kP>;
+  k::RbTaps<U, kP> taps{};
+  for (int t = 0; t < U; ++t) {
+    for (int m = 0; m < p; ++m) taps.h[t * kP + m] = htf_f[t * p + m];
+  }
+  // Tiles are aligned to multiples of kTile in absolute output index.
+  const int64_t tile_first = s.out_first / S::kTile;
+  const int64_t tile_last = (s.out_first + s.out_count - 1) / S::kTile;
+  const int64_t tiles = tile_last - tile_first + 1;
+  // Persistent blocks: as many as are resident at once, each looping over tiles.
+  const k::RbStore store = k::RbEffective<U, kP>(rb.store);
+  auto kernel_fn = RbKernelFor<U, kP>(store);
+  const int smem = k::RbSmemBytes<U, kP>(store);
+  const int64_t blocks = std::max<int64_t>(
+      1, std::min<int64_t>(s.channels * tiles, static_cast<int64_t>(sm_count) * rb_blocks_per_sm));
+  kernel_fn<<<static_cast<unsigned>(blocks), k::kRbThreads, static_cast<size_t>(smem), stream>>>(
+      static_cast<const float*>(s.x), s.x_stride, s.x_first, s.x_len,
+      static_cast<float>(s.cval), static_cast<float*>(s.y), s.y_stride, s.out_first,
+      s.out_count, s.channels, tile_first, tiles, taps);
+  FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(kernel_fn);
+  return absl::OkStatus();
+}
+
+template <class T>
+absl::Status CudaPolyphase::Impl::LaunchTyped(cudaStream_t stream, const DeviceSignal& s) const {
+  using Tap = typename k::Traits<T>::Tap;
+  const Tap* taps;
+  if constexpr (std::is_same_v<Tap, double>) {
+    taps = taps_d.get();
+  } else {
+    taps = taps_f.get();
+  }
+  const T* x = static_cast<const T*>(s.x);
+  T* y = static_cast<T*>(s.y);
+  const T cval = DeviceValue<T>(s.cval);
+  const int ip = static_cast<int>(p);
+
+  if (kernel == CudaKernel::kWarpPerOutput) {
+    const int64_t groups = s.channels * ((s.out_count + 31) / 32);
+    const int64_t warps_per_block = k::kWarpThreads / 32;
+    const int64_t blocks = std::min<int64_t>((groups + warps_per_block - 1) / warps_per_block,
+                                             static_cast<int64_t>(sm_count) * 16);
+    auto kernel_fn = k::WarpPerOutputKernel<T>;
+    kernel_fn<<<static_cast<unsigned>(blocks), k::kWarpThreads, 0, stream>>>(
+        x, s.x_stride, s.x_first, s.x_len, cval, y, s.y_stride, s.out_first, s.out_count,
+        s.channels, taps, up, down, ip);
+    FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(kernel_fn);
+    return absl::OkStatus();
+  }
+
+  // kSmemTile: persistent blocks, as many as fit on the device at once.
+  const int64_t taps_bytes = AlignUp16(static_cast<int64_t>(up) * p * sizeof(Tap));
+  const int64_t span_bytes = TileSpan(up, down, p) * static_cast<int64_t>(sizeof(T));
+  const bool smem_x = taps_bytes + span_bytes <= kMaxSmemBytes;
+  const int64_t smem = taps_bytes + (smem_x ? span_bytes : 0);
+  auto kernel_fn = smem_x ? k::SmemTileKernel<T, true> : k::SmemTileKernel<T, false>;
+  int per_sm = 0;
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &per_sm, kernel_fn, k::kTileThreads, static_cast<size_t>(smem)));
+  const int64_t tiles = s.channels * ((s.out_count + k::kTileOutputs - 1) / k::kTileOutputs);
+  const int64_t blocks =
+      std::max<int64_t>(1, std::min<int64_t>(tiles, static_cast<int64_t>(sm_count) *
+                                                        std::max(per_sm, 1)));
+  kernel_fn<<<static_cast<unsigned>(blocks), k::kTileThreads, static_cast<size_t>(smem),
+              stream>>>(x, s.x_stride, s.x_first, s.x_len, cval, y, s.y_stride, s.out_first,
+                        s.out_count, s.channels, taps, up, down, ip,
+                        static_cast<int>(taps_bytes));
+  FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(kernel_fn);
+  return absl::OkStatus();
+}
+
+absl::Status CudaPolyphase::LaunchAsync(const Device& device, const DeviceSignal& s) const {
+  if (device.kind != DeviceKind::kCuda || device.ordinal != impl_->ordinal) {
+    return absl::InvalidArgumentError("CudaPolyphase launched on another device");
+  }
+  if (device.stream == nullptr) {
+    return absl::InvalidArgumentError(
+        "device.stream is null: interp never enqueues on the legacy default stream");
+  }
+  if (s.out_first < 0 || s.out_count < 0 || s.channels < 0 || s.x_len < 0) {
+    return absl::InvalidArgumentError("DeviceSignal: negative range");
+  }
+  if (s.out_count == 0 || s.channels == 0) return absl::OkStatus();
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device.ordinal));
+  cudaStream_t stream = cuda::StreamOf(device);
+  const Impl& im = *impl_;
+  if (im.kernel == CudaKernel::kRegisterBlocked) {
+    return WithRb(im.up, im.p, [&](auto u, auto kp) {
+      return im.LaunchRb<decltype(u)::value, decltype(kp)::value>(stream, s);
+    });
+  }
+  switch (im.dtype) {
+    case DType::kFloat32: return im.LaunchTyped<float>(stream, s);
+    case DType::kFloat64: return im.LaunchTyped<double>(stream, s);
+    case DType::kComplex64: return im.LaunchTyped<float2>(stream, s);
+    default: return ValidateDType(im.dtype);
+  }
+}
+
+absl::StatusOr<HostArray> UpfirdnWindowCuda(const Device& device, const Polyphase& filter,
+                                            const HostSignalView& x, int64_t x_first,
+                                            double cval, int64_t out_first, int64_t out_count,
+                                            StageTimes* times, const CudaWindowOptions& options) {
+  if (device.stream == nullptr) {
+    return absl::InvalidArgumentError(
+        "device.stream is null: interp never enqueues on the legacy default stream");
+  }
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device.ordinal));
+  HostArray y(x.dtype, {x.channels, out_count});
+  if (y.size() == 0) return y;
+  cudaStream_t stream = cuda::StreamOf(device);
+  const size_t es = DTypeSize(x.dtype);
+
+  cuda::StageClock clock(stream);
+  FRESNEL_RETURN_IF_ERROR(clock.Mark());
+  FRESNEL_ASSIGN_OR_RETURN(CudaPolyphase plan,
+                           CudaPolyphase::Create(device, filter, x.dtype, options.kernel));
+  cuda::DeviceBuffer<unsigned char> xd, yd;
+  FRESNEL_RETURN_IF_ERROR(xd.Allocate(device, x.channels * x.len * static_cast<int64_t>(es)));
+  FRESNEL_RETURN_IF_ERROR(yd.Allocate(device, x.channels * out_count * static_cast<int64_t>(es)));
+  if (x.channels * x.len > 0) {
+    if (x.stride == x.len) {
+      FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(xd.get(), x.data,
+                                                   static_cast<size_t>(x.channels * x.len) * es,
+                                                   cudaMemcpyHostToDevice, stream));
+    } else {
+      for (int64_t c = 0; c < x.channels; ++c) {
+        FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+            xd.get() + c * x.len * static_cast<int64_t>(es),
+            static_cast<const char*>(x.data) + c * x.stride * static_cast<int64_t>(es),
+            static_cast<size_t>(x.len) * es, cudaMemcpyHostToDevice, stream));
+      }
+    }
+  }
+  if (options.poison_output) {
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(yd.get(), 0xff, y.nbytes(), stream));  // NaN
+  }
+  FRESNEL_RETURN_IF_ERROR(clock.Mark());
+  DeviceSignal s;
+  s.channels = x.channels;
+  s.x = xd.get();
+  s.x_stride = x.len;
+  s.x_first = x_first;
+  s.x_len = x.len;
+  s.cval = cval;
+  s.y = yd.get();
+  s.y_stride = out_count;
+  s.out_first = out_first;
+  s.out_count = out_count;
+  FRESNEL_RETURN_IF_ERROR(plan.LaunchAsync(device, s));
+  FRESNEL_RETURN_IF_ERROR(clock.Mark());
+  FRESNEL_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(y.raw(), yd.get(), y.nbytes(), cudaMemcpyDeviceToHost, stream));
+  FRESNEL_RETURN_IF_ERROR(clock.Mark());
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  if (times != nullptr) {
+    times->h2d_s = clock.Seconds(0);
+    times->compute_s = clock.Seconds(1);
+    times->d2h_s = clock.Seconds(2);
+  }
+  return y;
+}
+
+// Benchmark probe (see ProbeWriteKernel): kind 0 writes n_out floats to y; kind 1 reads n_out/4
+// floats of x and writes n_out floats to y; kind 2 is kind 1 with streaming stores. n_out is a
+// multiple of 4096.
+absl::Status LaunchBandwidthProbe(const Device& device, int kind, const float* x, float* y,
+                                  int64_t n_out) {
+  if (n_out % 4096 != 0 || kind < 0 || kind > 2) {
+    return absl::InvalidArgumentError("LaunchBandwidthProbe: bad kind or size");
+  }
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device.ordinal));
+  cudaStream_t stream = cuda::StreamOf(device);
+  const unsigned blocks = static_cast<unsigned>(n_out / 4096);
+  float4* y4 = reinterpret_cast<float4*>(y);
+  const float4* x4 = reinterpret_cast<const float4*>(x);
+  if (kind == 0) {
+    ProbeWriteKernel<<<blocks, 256, 0, stream>>>(y4, 1.5f);
+    FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(ProbeWriteKernel);
+  } else if (kind == 1) {
+    ProbeUpKernel<false><<<blocks, 256, 0, stream>>>(x4, y4);
+    FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(ProbeUpKernel<false>);
+  } else {
+    ProbeUpKernel<true><<<blocks, 256, 0, stream>>>(x4, y4);
+    FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(ProbeUpKernel<true>);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace fresnel::interp::internal

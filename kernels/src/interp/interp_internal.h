@@ -1,0 +1,165 @@
+// Internal to the interp area: the one polyphase primitive that the one-shot calls, the streaming
+// resampler, the CPU and CUDA back ends and the benchmark share. Not installed; no CUDA types.
+//
+// The primitive. For taps h[0..L) (zero beyond L), rates up/down and a signal s defined on all
+// integers, output k >= 0 of the full upfirdn is
+//
+//   y[k] = sum_{m=0}^{P-1} h[t + m*up] * s[q - m],   q = floor(k*down / up),  t = k*down - q*up,
+//
+// with P = ceil(L / up) taps per phase. That is the convolution of h with s upsampled by `up`
+// (s[i] sits at position i*up, zeros between) read at positions k*down: the inserted zeros are
+// never multiplied. scipy.signal.upfirdn returns y[0 .. ((n-1)*up + L - 1) / down] for a signal
+// x[0..n) extended by its `mode`.
+//
+// A "window" gives s as x[c][0..x_len) placed at s[x_first ..], with s = cval everywhere else.
+// Every entry point computes y[out_first, out_first + out_count) for each channel. One-shot calls
+// pass the whole signal (or, for the extension modes, the signal materialised with its extension
+// on the host); the streaming resampler passes its delay line plus the new chunk. Each back end
+// sums the P products of one output in a fixed order (m ascending) that does not depend on the
+// window, so chunked and one-shot results are bit-identical on the same device.
+#pragma once
+
+#include <complex>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "fresnel/core/array.h"
+#include "fresnel/core/device.h"
+#include "fresnel/interp/interp.h"
+
+namespace fresnel::interp::internal {
+
+// The filter of a full upfirdn.
+struct Polyphase {
+  std::vector<double> taps;  // h, length >= 1
+  int up = 1;
+  int down = 1;
+  int64_t TapsPerPhase() const {
+    return (static_cast<int64_t>(taps.size()) + up - 1) / up;
+  }
+  // Taps regrouped by phase: result[t * P + m] = h[t + m*up] (0 past the end), the layout every
+  // back end reads.
+  std::vector<double> PhaseMajorTaps() const;
+};
+
+// A read-only view of `channels` rows of `len` samples, row c starting at data + c * stride
+// elements. dtype is float32, float64 or complex64.
+struct HostSignalView {
+  DType dtype = DType::kFloat32;
+  int64_t channels = 0;
+  int64_t len = 0;
+  int64_t stride = 0;
+  const void* data = nullptr;
+};
+
+// A [channels, n] view of a validated 1-D or 2-D array.
+HostSignalView ViewOf(const HostArray& x);
+
+// y[c][k - out_first] for k in [out_first, out_first + out_count), as a [channels, out_count]
+// array of x.dtype. out_first >= 0. Synchronous on every device.
+absl::StatusOr<HostArray> UpfirdnWindow(const Device& device, const Polyphase& filter,
+                                        const HostSignalView& x, int64_t x_first, double cval,
+                                        int64_t out_first, int64_t out_count,
+                                        StageTimes* times);
+absl::StatusOr<HostArray> UpfirdnWindowCpu(const Polyphase& filter, const HostSignalView& x,
+                                           int64_t x_first, double cval, int64_t out_first,
+                                           int64_t out_count);
+
+// SciPy's signal extension (_upfirdn_apply.pyx _extend_left/_extend_right) of x[0..n), n >= 1:
+// returns s[lo .. hi) for every channel as a [channels, hi - lo] array of x.dtype, computed in
+// double. For n == 1, where SciPy divides by zero (reflect, antireflect: a crash; line: NaN) or
+// reads past the end (smooth), every mode but constant and antisymmetric repeats x[0].
+HostArray ExtendSignal(const HostSignalView& x, PadMode mode, double cval, int64_t lo, int64_t hi);
+
+// scipy.signal.resample_poly's filter after gcd reduction: `filter` is h * up with n_pre_pad
+// leading zeros; outputs [skip, skip + ResamplePolyOutputLength(n)) of its full upfirdn are kept.
+// copy: up == down == 1 after reduction (SciPy returns x.copy()); filter is then {1}.
+struct ResamplePolyDesign {
+  Polyphase filter;
+  int64_t skip = 0;
+  bool copy = false;
+};
+// Options must have passed ValidateResamplePoly's option checks. The default (firwin) filter is
+// rounded to float32 for float32/complex64 signals, as SciPy's `.astype(x.dtype)` does.
+absl::StatusOr<ResamplePolyDesign> DesignResamplePoly(const ResamplePolyOptions& options,
+                                                      DType dtype);
+
+// Checks shared by the one-shot validators and the streaming factories.
+absl::Status ValidateRate(int rate, const char* field, const Limits& limits);
+absl::Status ValidateTaps(const std::vector<double>& taps, const char* field,
+                          const Limits& limits);
+absl::Status ValidateDType(DType dtype);
+const char* PadModeName(PadMode mode);
+
+// ---- CUDA device-pointer entry point (used by the host-level call and the benchmark) ----
+
+// The kernel family that computes a window (see interp_cuda.cu for the selector and the measured
+// reasons behind it).
+enum class CudaKernel {
+  kAuto,             // the selector's choice
+  kRegisterBlocked,  // float32, down == 1, up in {1,2,3,4,8}, P <= 32
+  kSmemTile,         // taps + input span in shared memory, 4 outputs per thread
+  kWarpPerOutput,    // one warp per output, lanes split the taps (long filters)
+};
+const char* CudaKernelName(CudaKernel kernel);
+
+// Test hooks of the host-level CUDA call.
+struct CudaWindowOptions {
+  CudaKernel kernel = CudaKernel::kAuto;  // force a kernel (must support the filter)
+  bool poison_output = false;             // fill y with NaN first: unwritten outputs show
+};
+
+#if defined(FRESNEL_WITH_CUDA)
+absl::StatusOr<HostArray> UpfirdnWindowCuda(const Device& device, const Polyphase& filter,
+                                            const HostSignalView& x, int64_t x_first,
+                                            double cval, int64_t out_first, int64_t out_count,
+                                            StageTimes* times,
+                                            const CudaWindowOptions& options = {});
+#endif
+
+// Device-resident signal: x and y are device pointers of the filter's dtype; rows are x_stride /
+// y_stride elements apart.
+struct DeviceSignal {
+  int64_t channels = 1;
+  const void* x = nullptr;
+  int64_t x_stride = 0;
+  int64_t x_first = 0;
+  int64_t x_len = 0;
+  double cval = 0;
+  void* y = nullptr;
+  int64_t y_stride = 0;
+  int64_t out_first = 0;
+  int64_t out_count = 0;
+};
+
+// A filter prepared for one device: the phase-major taps uploaded on device.stream (from the
+// device's pool) and the kernel chosen for it. The choice depends only on (up, down, P, dtype),
+// never on signal sizes, so every window of one filter runs the same arithmetic.
+class CudaPolyphase {
+ public:
+  // Enqueues the taps upload on device.stream; does not synchronise.
+  static absl::StatusOr<CudaPolyphase> Create(const Device& device, const Polyphase& filter,
+                                              DType dtype, CudaKernel kernel = CudaKernel::kAuto);
+  CudaPolyphase(CudaPolyphase&&) noexcept;
+  CudaPolyphase& operator=(CudaPolyphase&&) noexcept;
+  ~CudaPolyphase();
+
+  // Enqueues the kernel on device.stream (same device as Create); does not synchronise.
+  absl::Status LaunchAsync(const Device& device, const DeviceSignal& signal) const;
+  CudaKernel kernel() const;
+
+  // The selector, exposed for tests and the benchmark. Returns kAuto never.
+  static CudaKernel Select(int up, int down, int64_t taps_per_phase, DType dtype);
+  // Whether `kernel` can run this filter (kRegisterBlocked and kSmemTile have limits).
+  static bool Supports(CudaKernel kernel, int up, int down, int64_t taps_per_phase, DType dtype);
+
+ private:
+  struct Impl;
+  explicit CudaPolyphase(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace fresnel::interp::internal

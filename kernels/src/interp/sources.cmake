@@ -1,0 +1,9 @@
+list(APPEND FRESNEL_KERNEL_SOURCES
+  src/interp/firwin.cc
+  src/interp/interp.cc
+  src/interp/interp_cpu.cc
+  src/interp/streaming.cc
+)
+list(APPEND FRESNEL_KERNEL_CUDA_SOURCES
+  src/interp/interp_cuda.cu
+)

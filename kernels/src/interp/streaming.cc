@@ -1,0 +1,173 @@
+// StreamingResampler: chunked upfirdn / resample_poly on the window primitive.
+//
+// After n input samples per channel, full-upfirdn output k is final when every input it reads is
+// known: it reads s[q - m] for m in [0, P), q = floor(k*down/up), so it is final iff q <= n - 1,
+// i.e. k < ceil(n*up/down). An upfirdn output must also exist in the final result,
+// k < UpfirdnOutputLength(n) (monotone in n); resample_poly keeps [skip, skip + ceil(N*up/down))
+// for the final N >= n, which contains every final k >= skip. The next output to emit reads
+// inputs from index q - (P - 1) >= n_previous - (P - 1) onwards, so the delay line keeps the last
+// P - 1 samples. (When up > L an upfirdn output can be held back although final in the sense
+// above; it then reads the samples it has lost only through zero taps, so the value is the same.)
+#include <algorithm>
+#include <cstring>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "fresnel/core/status.h"
+#include "fresnel/interp/interp.h"
+#include "interp/interp_internal.h"
+
+namespace fresnel::interp {
+namespace {
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Copies columns [from, from + count) of each row of `src` ([channels, len] view) into `dst`
+// ([channels, dst_len]) starting at column dst_col.
+void CopyColumns(const internal::HostSignalView& src, int64_t from, int64_t count, HostArray& dst,
+                 int64_t dst_col) {
+  const size_t es = DTypeSize(src.dtype);
+  const int64_t dst_len = dst.dim(1);
+  for (int64_t c = 0; c < src.channels; ++c) {
+    const char* s = static_cast<const char*>(src.data) + (c * src.stride + from) * es;
+    char* d = static_cast<char*>(dst.raw()) + (c * dst_len + dst_col) * es;
+    if (count > 0) std::memcpy(d, s, static_cast<size_t>(count) * es);
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<StreamingResampler> StreamingResampler::ForUpfirdn(std::vector<double> taps,
+                                                                  const UpfirdnOptions& options,
+                                                                  int64_t channels, DType dtype,
+                                                                  const Limits& limits) {
+  if (channels < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("x.shape: a stream needs at least one channel, got ", channels));
+  }
+  FRESNEL_RETURN_IF_ERROR(ValidateUpfirdn(taps, HostArray(dtype, {channels, 0}), options, limits));
+  if (options.mode != PadMode::kConstant) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "mode '", internal::PadModeName(options.mode),
+        "' needs the whole signal; a stream supports only 'constant'"));
+  }
+  StreamingResampler s;
+  s.taps_ = std::move(taps);
+  s.up_ = options.up;
+  s.down_ = options.down;
+  s.cval_ = options.cval;
+  s.channels_ = channels;
+  s.dtype_ = dtype;
+  s.one_dim_ = channels == 1;
+  s.history_ = HostArray(dtype, {channels, 0});
+  return s;
+}
+
+absl::StatusOr<StreamingResampler> StreamingResampler::ForResamplePoly(
+    const ResamplePolyOptions& options, int64_t channels, DType dtype, const Limits& limits) {
+  if (channels < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("x.shape: a stream needs at least one channel, got ", channels));
+  }
+  FRESNEL_RETURN_IF_ERROR(ValidateResamplePoly(HostArray(dtype, {channels, 0}), options, limits));
+  if (options.padtype != PadMode::kConstant) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "padtype '", internal::PadModeName(options.padtype),
+        "' needs the whole signal; a stream supports only 'constant'"));
+  }
+  FRESNEL_ASSIGN_OR_RETURN(internal::ResamplePolyDesign design,
+                           internal::DesignResamplePoly(options, dtype));
+  StreamingResampler s;
+  s.taps_ = std::move(design.filter.taps);
+  s.up_ = design.filter.up;
+  s.down_ = design.filter.down;
+  s.cval_ = options.cval;
+  s.channels_ = channels;
+  s.dtype_ = dtype;
+  s.one_dim_ = channels == 1;
+  s.resample_poly_ = true;
+  s.skip_ = design.skip;
+  s.history_ = HostArray(dtype, {channels, 0});
+  return s;
+}
+
+absl::StatusOr<HostArray> StreamingResampler::Push(const Device& device, const HostArray& chunk,
+                                                   StageTimes* times) {
+  if (finished_) return absl::FailedPreconditionError("the stream has already finished");
+  if (times != nullptr) *times = StageTimes{};
+  if (chunk.dtype() != dtype_) {
+    return absl::InvalidArgumentError(absl::StrCat("x.dtype ", DTypeName(chunk.dtype()),
+                                                   " differs from the stream's ",
+                                                   DTypeName(dtype_)));
+  }
+  const bool shape_ok = (chunk.ndim() == 2 && chunk.dim(0) == channels_) ||
+                        (chunk.ndim() == 1 && channels_ == 1);
+  if (!shape_ok) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "x.shape ", ShapeString(chunk.shape()), " does not match the stream's ", channels_,
+        channels_ == 1 ? " channel ([k] or [1, k])" : " channels ([channels, k])"));
+  }
+  internal::Polyphase filter{taps_, up_, down_};
+  const internal::HostSignalView in = internal::ViewOf(chunk);
+  const int64_t k = in.len;
+  const int64_t h = history_.dim(1);
+  const int64_t n_new = samples_in_ + k;
+
+  // The window: delay line followed by the chunk, starting at input index samples_in_ - h.
+  HostArray window(dtype_, {channels_, h + k});
+  CopyColumns(internal::ViewOf(history_), 0, h, window, 0);
+  CopyColumns(in, 0, k, window, h);
+  const internal::HostSignalView wv = internal::ViewOf(window);
+
+  int64_t end = CeilDiv(n_new * up_, down_);
+  if (!resample_poly_) {
+    end = std::min(end, UpfirdnOutputLength(n_new, static_cast<int64_t>(taps_.size()), up_,
+                                            down_));
+  }
+  const int64_t start = std::max(full_emitted_, skip_);
+  const int64_t count = std::max<int64_t>(end - start, 0);
+  HostArray y(dtype_, {channels_, count});
+  if (count > 0) {
+    FRESNEL_ASSIGN_OR_RETURN(y, internal::UpfirdnWindow(device, filter, wv, samples_in_ - h,
+                                                        cval_, start, count, times));
+  }
+
+  // Keep the last P - 1 samples as the delay line.
+  const int64_t keep = std::min<int64_t>(filter.TapsPerPhase() - 1, h + k);
+  HostArray history(dtype_, {channels_, keep});
+  CopyColumns(wv, h + k - keep, keep, history, 0);
+  history_ = std::move(history);
+  full_emitted_ = std::max(full_emitted_, end);
+  samples_in_ = n_new;
+  samples_out_ += count;
+  one_dim_ = chunk.ndim() == 1;
+  if (one_dim_) FRESNEL_RETURN_IF_ERROR(y.Reshape({count}));
+  return y;
+}
+
+absl::StatusOr<HostArray> StreamingResampler::Finish(const Device& device, StageTimes* times) {
+  if (finished_) return absl::FailedPreconditionError("the stream has already finished");
+  if (times != nullptr) *times = StageTimes{};
+  internal::Polyphase filter{taps_, up_, down_};
+  const int64_t n = samples_in_;
+  const int64_t end =
+      resample_poly_ ? skip_ + CeilDiv(n * up_, down_)
+                     : UpfirdnOutputLength(n, static_cast<int64_t>(taps_.size()), up_, down_);
+  const int64_t start = std::max(full_emitted_, skip_);
+  const int64_t count = std::max<int64_t>(end - start, 0);
+  HostArray y(dtype_, {channels_, count});
+  if (count > 0) {
+    const int64_t h = history_.dim(1);
+    FRESNEL_ASSIGN_OR_RETURN(y, internal::UpfirdnWindow(device, filter,
+                                                        internal::ViewOf(history_), n - h, cval_,
+                                                        start, count, times));
+  }
+  finished_ = true;
+  full_emitted_ = std::max(full_emitted_, end);
+  samples_out_ += count;
+  history_ = HostArray(dtype_, {channels_, 0});
+  if (one_dim_) FRESNEL_RETURN_IF_ERROR(y.Reshape({count}));
+  return y;
+}
+
+}  // namespace fresnel::interp

@@ -1,0 +1,132 @@
+#include "fresnel/v1/array_convert.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace fresnel {
+
+absl::StatusOr<DType> FromProto(v1::DType dtype, absl::string_view field) {
+  switch (dtype) {
+    case v1::FLOAT32: return DType::kFloat32;
+    case v1::FLOAT64: return DType::kFloat64;
+    case v1::COMPLEX64: return DType::kComplex64;
+    case v1::COMPLEX128: return DType::kComplex128;
+    case v1::UINT8: return DType::kUint8;
+    case v1::UINT16: return DType::kUint16;
+    case v1::INT16: return DType::kInt16;
+    case v1::INT32: return DType::kInt32;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".dtype: unknown or unspecified dtype (", static_cast<int>(dtype), ")"));
+  }
+}
+
+v1::DType ToProto(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return v1::FLOAT32;
+    case DType::kFloat64: return v1::FLOAT64;
+    case DType::kComplex64: return v1::COMPLEX64;
+    case DType::kComplex128: return v1::COMPLEX128;
+    case DType::kUint8: return v1::UINT8;
+    case DType::kUint16: return v1::UINT16;
+    case DType::kInt16: return v1::INT16;
+    case DType::kInt32: return v1::INT32;
+  }
+  return v1::DTYPE_UNSPECIFIED;
+}
+
+namespace {
+absl::StatusOr<HostArray> Convert(const v1::NdArray& a, std::string bytes, absl::string_view field) {
+  auto dtype = FromProto(a.dtype(), field);
+  if (!dtype.ok()) return dtype.status();
+  std::vector<int64_t> shape(a.shape().begin(), a.shape().end());
+  return HostArray::FromBytes(*dtype, std::move(shape), std::move(bytes), field);
+}
+}  // namespace
+
+absl::StatusOr<HostArray> FromProto(const v1::NdArray& array, absl::string_view field) {
+  return Convert(array, array.data(), field);
+}
+
+absl::StatusOr<HostArray> FromProto(v1::NdArray&& array, absl::string_view field) {
+  std::string bytes = std::move(*array.mutable_data());
+  return Convert(array, std::move(bytes), field);
+}
+
+void ToProto(const HostArray& array, v1::NdArray* out) {
+  out->set_dtype(ToProto(array.dtype()));
+  out->mutable_shape()->Assign(array.shape().begin(), array.shape().end());
+  out->set_data(array.bytes());
+}
+
+void ToProto(HostArray&& array, v1::NdArray* out) {
+  out->set_dtype(ToProto(array.dtype()));
+  out->mutable_shape()->Assign(array.shape().begin(), array.shape().end());
+  *out->mutable_data() = std::move(array).TakeBytes();
+}
+
+std::vector<v1::ArrayChunk> SplitIntoChunks(const HostArray& array, int64_t chunk_bytes) {
+  std::vector<v1::ArrayChunk> chunks;
+  const std::string& bytes = array.bytes();
+  int64_t total = static_cast<int64_t>(bytes.size());
+  chunk_bytes = std::max<int64_t>(chunk_bytes, 1);
+  int64_t offset = 0;
+  do {
+    v1::ArrayChunk c;
+    if (offset == 0) {
+      c.set_dtype(ToProto(array.dtype()));
+      c.mutable_shape()->Assign(array.shape().begin(), array.shape().end());
+    }
+    int64_t n = std::min(chunk_bytes, total - offset);
+    c.set_offset_bytes(offset);
+    c.set_total_bytes(total);
+    c.set_data(bytes.data() + offset, static_cast<size_t>(n));
+    offset += n;
+    c.set_last(offset >= total);
+    chunks.push_back(std::move(c));
+  } while (offset < total);
+  return chunks;
+}
+
+absl::StatusOr<bool> ChunkAssembler::Add(v1::ArrayChunk&& chunk, absl::string_view field,
+                                         int64_t max_total_bytes) {
+  if (done_) return absl::InvalidArgumentError(absl::StrCat(field, ": chunk after the last one"));
+  if (!started_) {
+    started_ = true;
+    dtype_ = chunk.dtype();
+    shape_.assign(chunk.shape().begin(), chunk.shape().end());
+    total_ = chunk.total_bytes();
+    if (total_ < 0 || total_ > max_total_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(field, ".total_bytes ", total_,
+                                                       " exceeds the limit of ", max_total_bytes));
+    }
+    bytes_.reserve(static_cast<size_t>(total_));
+  }
+  if (chunk.offset_bytes() != static_cast<int64_t>(bytes_.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ".offset_bytes is ", chunk.offset_bytes(),
+                                                   ", expected ", bytes_.size()));
+  }
+  if (static_cast<int64_t>(bytes_.size() + chunk.data().size()) > total_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".data runs past total_bytes ", total_));
+  }
+  bytes_ += chunk.data();
+  if (chunk.last()) {
+    if (static_cast<int64_t>(bytes_.size()) != total_) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ": last chunk at ", bytes_.size(),
+                                                     " of ", total_, " bytes"));
+    }
+    done_ = true;
+  }
+  return done_;
+}
+
+absl::StatusOr<HostArray> ChunkAssembler::Take(absl::string_view field) {
+  if (!done_) return absl::FailedPreconditionError(absl::StrCat(field, ": array incomplete"));
+  auto dtype = FromProto(dtype_, field);
+  if (!dtype.ok()) return dtype.status();
+  return HostArray::FromBytes(*dtype, shape_, std::move(bytes_), field);
+}
+
+}  // namespace fresnel

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The Fresnel demo: builds fresneld and the fresnel CLI, starts the server on loopback, sends real
+# work through the CLI, writes viewable results to demo-out/, and stops the server with SIGTERM.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/deps.sh
+build=${FRESNEL_BUILD_DIR:-build}
+out=${FRESNEL_DEMO_OUT:-demo-out}
+port=${FRESNEL_DEMO_PORT:-50551}
+metrics_port=${FRESNEL_DEMO_METRICS_PORT:-9551}
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$build" -j "$(nproc)" --target fresneld fresnel
+mkdir -p "$out"
+fresneld=$build/server/fresneld
+fresnel="$build/client/fresnel --server 127.0.0.1:$port"
+
+"$fresneld" --listen "127.0.0.1:$port" --metrics "127.0.0.1:$metrics_port" 2>"$out/fresneld.log" &
+server_pid=$!
+trap 'kill -TERM $server_pid 2>/dev/null || true' EXIT
+for _ in $(seq 100); do grep -q "listening on port" "$out/fresneld.log" && break; sleep 0.1; done
+
+step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+
+step "server info"
+$fresnel info
+
+step "input: a 2 s stereo chirp at 44.1 kHz (generated)"
+python3 scripts/make_demo_signal.py "$out/chirp_44k1.wav" 44100 2.0
+
+step "resample_poly 44.1 kHz -> 48 kHz (160/147), with a plot"
+$fresnel interp "$out/chirp_44k1.wav" "$out/chirp_48k.wav" --up 160 --down 147 \
+  --png "$out/resample_160_147.png"
+
+step "classic interpolation: upfirdn(4 * firwin(12, 1/4, hamming), x, up=4) on NPY"
+$fresnel interp "$out/chirp_44k1.wav" "$out/chirp_up4.npy" --mode upfirdn --up 4 \
+  --taps-design 12,0.25 --window hamming --png "$out/upfirdn_x4.png"
+
+step "the same signal streamed in 4096-sample chunks (ResampleStream)"
+$fresnel interp "$out/chirp_44k1.wav" "$out/chirp_48k_stream.wav" --up 160 --down 147 --chunk 4096
+
+step "load: 3 s of resample_poly requests at concurrency 4"
+$fresnel bench --op resample_poly --samples 65536 --up 160 --down 147 --concurrency 4 --duration 3
+
+step "a few lines of the Prometheus metrics"
+python3 - "$metrics_port" "$out/metrics.txt" <<'PY'
+import sys, urllib.request
+text = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics").read().decode()
+open(sys.argv[2], "w").write(text)
+for line in text.splitlines():
+    if line.startswith("fresnel_request_duration_seconds_count") or line.startswith("fresnel_compute_seconds_count"):
+        print(line)
+PY
+
+step "stopping the server (SIGTERM drains accepted work)"
+kill -TERM $server_pid
+wait $server_pid
+trap - EXIT
+tail -n 2 "$out/fresneld.log"
+echo
+echo "Results in $out/: chirp_48k.wav, chirp_up4.npy, resample_160_147.png, upfirdn_x4.png, metrics.txt"

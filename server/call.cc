@@ -1,0 +1,87 @@
+#include "server/call.h"
+
+#include <random>
+
+#include "absl/strings/str_format.h"
+#include "server/status_util.h"
+
+namespace fresnel::server {
+
+std::optional<Clock::time_point> DeadlineOf(const grpc::CallbackServerContext* context) {
+  auto deadline = context->deadline();
+  if (deadline == std::chrono::system_clock::time_point::max()) return std::nullopt;
+  auto left = deadline - std::chrono::system_clock::now();
+  if (left > std::chrono::hours(24 * 365)) return std::nullopt;
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(left);
+}
+
+DevicePreference PreferenceOf(const v1::DeviceHint& hint) {
+  switch (hint.kind()) {
+    case v1::DEVICE_KIND_GPU: return DevicePreference::kGpu;
+    case v1::DEVICE_KIND_CPU: return DevicePreference::kCpu;
+    default: return DevicePreference::kAny;
+  }
+}
+
+std::string RequestIdOr(const std::string& given) {
+  if (!given.empty()) return given;
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  return absl::StrFormat("%016x", rng());
+}
+
+void FillExecutionInfo(const JobReport& report, double total_s, v1::ExecutionInfo* info) {
+  info->set_device(report.device);
+  info->set_queue_wait_seconds(report.queue_wait_s);
+  info->set_h2d_seconds(report.stages.h2d_s);
+  info->set_compute_seconds(report.stages.compute_s);
+  info->set_d2h_seconds(report.stages.d2h_s);
+  info->set_total_seconds(total_s);
+}
+
+UnaryJobCall::UnaryJobCall(ServiceContext* ctx, grpc::CallbackServerContext* context,
+                           std::string service, std::string method)
+    : ctx_(ctx), context_(context), service_(std::move(service)), method_(std::move(method)),
+      accepted_(Clock::now()) {
+  if (ctx_->metrics) ctx_->metrics->InFlightAdd(service_, method_, 1);
+}
+
+void UnaryJobCall::Reject(const absl::Status& status) { FinishWith(status); }
+
+void UnaryJobCall::Start(std::shared_ptr<Job> job,
+                         std::function<absl::Status(const JobReport&, double)> respond) {
+  job->service = service_;
+  job->method = method_;
+  job->deadline = DeadlineOf(context_);
+  job->done = [this, respond = std::move(respond)](const absl::Status& status,
+                                                   const JobReport& report) {
+    absl::Status final_status = status;
+    if (final_status.ok()) {
+      double total = std::chrono::duration<double>(Clock::now() - accepted_).count();
+      final_status = respond(report, total);
+    }
+    FinishWith(final_status);  // `this` may be deleted after this line
+  };
+  job_ = job;
+  absl::Status submitted = ctx_->pool->Submit(std::move(job));
+  if (!submitted.ok()) {
+    job_.reset();
+    FinishWith(submitted);
+  }
+}
+
+void UnaryJobCall::OnCancel() {
+  if (job_) job_->Cancel();
+}
+
+void UnaryJobCall::OnDone() { delete this; }
+
+void UnaryJobCall::FinishWith(const absl::Status& status) {
+  if (ctx_->metrics) {
+    double total = std::chrono::duration<double>(Clock::now() - accepted_).count();
+    ctx_->metrics->ObserveRequest(service_, method_, CodeName(status.code()), total);
+    ctx_->metrics->InFlightAdd(service_, method_, -1);
+  }
+  Finish(ToGrpcStatus(status));
+}
+
+}  // namespace fresnel::server

@@ -1,0 +1,67 @@
+// Shared plumbing of the services: what every handler needs (ServiceContext) and UnaryJobCall,
+// the reactor that runs one unary RPC as a DevicePool job without blocking a gRPC thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "fresnel/interp/interp.h"
+#include "fresnel/v1/common.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "server/device_pool.h"
+#include "server/metrics.h"
+
+namespace fresnel::server {
+
+struct ServiceContext {
+  DevicePool* pool = nullptr;
+  Metrics* metrics = nullptr;
+  int64_t max_message_bytes = 64 << 20;
+  interp::Limits interp_limits;
+  Clock::time_point started = Clock::now();
+};
+
+// The request's deadline on the steady clock, if the client set one.
+std::optional<Clock::time_point> DeadlineOf(const grpc::CallbackServerContext* context);
+DevicePreference PreferenceOf(const v1::DeviceHint& hint);
+// The request id to echo: the client's, or a fresh random one.
+std::string RequestIdOr(const std::string& given);
+void FillExecutionInfo(const JobReport& report, double total_s, v1::ExecutionInfo* info);
+
+// One unary RPC: Start() either submits the job or finishes at once with the error; the job's
+// completion calls `respond` (on success) and finishes the RPC. Cancellation by the client
+// removes a queued job. Deletes itself when gRPC is done with it.
+class UnaryJobCall : public grpc::ServerUnaryReactor {
+ public:
+  UnaryJobCall(ServiceContext* ctx, grpc::CallbackServerContext* context, std::string service,
+               std::string method);
+
+  // Finishes at once with `status` (validation errors).
+  void Reject(const absl::Status& status);
+  // Submits `job` (its done callback is set here). `respond` runs on success, before Finish;
+  // it may fail, e.g. when the result is too large to send.
+  void Start(std::shared_ptr<Job> job,
+             std::function<absl::Status(const JobReport& report, double total_s)> respond);
+
+  void OnCancel() override;
+  void OnDone() override;
+
+  const std::string& service() const { return service_; }
+  const std::string& method() const { return method_; }
+
+ private:
+  void FinishWith(const absl::Status& status);
+
+  ServiceContext* ctx_;
+  grpc::CallbackServerContext* context_;
+  std::string service_;
+  std::string method_;
+  Clock::time_point accepted_;
+  std::shared_ptr<Job> job_;
+};
+
+}  // namespace fresnel::server

@@ -1,0 +1,84 @@
+#include "server/config.h"
+
+#include <sstream>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+#ifndef FRESNEL_VERSION
+#define FRESNEL_VERSION "dev"
+#endif
+
+namespace fresnel::server {
+
+absl::StatusOr<ServerConfig> ParseConfig(int argc, char** argv) {
+  ServerConfig c;
+  CLI::App app{"fresneld: the Fresnel GPU compute server"};
+  app.set_version_flag("--version", FRESNEL_VERSION);
+  app.add_option("--listen", c.listen, "gRPC address HOST:PORT")->envname("FRESNEL_LISTEN")
+      ->capture_default_str();
+  app.add_option("--metrics", c.metrics, "Prometheus /metrics address HOST:PORT, or 'off'")
+      ->envname("FRESNEL_METRICS")->capture_default_str();
+  app.add_option("--gpus", c.gpus, "GPUs to use: all, none, or ordinals like 0,2")
+      ->envname("FRESNEL_GPUS")->capture_default_str();
+  app.add_option("--streams-per-gpu", c.streams_per_gpu, "worker streams per GPU")
+      ->envname("FRESNEL_STREAMS_PER_GPU")->check(CLI::Range(1, 64))->capture_default_str();
+  app.add_option("--cpu-workers", c.cpu_workers, "CPU pool workers (each job is multi-threaded)")
+      ->envname("FRESNEL_CPU_WORKERS")->check(CLI::Range(1, 1024))->capture_default_str();
+  app.add_option("--queue-length", c.queue_length, "queued jobs per device before RESOURCE_EXHAUSTED")
+      ->envname("FRESNEL_QUEUE_LENGTH")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  app.add_option("--max-message-bytes", c.max_message_bytes, "largest gRPC message in either direction")
+      ->envname("FRESNEL_MAX_MESSAGE_BYTES")->check(CLI::Range(int64_t{1} << 16, int64_t{2047} << 20))
+      ->capture_default_str();
+  app.add_option("--drain-timeout", c.drain_timeout_s, "seconds to finish accepted work on SIGTERM")
+      ->envname("FRESNEL_DRAIN_TIMEOUT")->check(CLI::Range(0.0, 3600.0))->capture_default_str();
+  app.add_option("--max-rate", c.max_rate, "largest interpolation up/down factor")
+      ->envname("FRESNEL_MAX_RATE")->check(CLI::Range(1, 1 << 24))->capture_default_str();
+  app.add_option("--max-taps", c.max_taps, "longest interpolation filter")
+      ->envname("FRESNEL_MAX_TAPS")->check(CLI::Range(int64_t{1}, int64_t{1} << 28))
+      ->capture_default_str();
+  app.add_option("--max-output-samples", c.max_output_samples, "largest interpolation output per call")
+      ->envname("FRESNEL_MAX_OUTPUT_SAMPLES")->check(CLI::Range(int64_t{1}, int64_t{1} << 40))
+      ->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success&) {
+    std::ostringstream out;
+    app.exit(CLI::Success(), out, out);
+    std::string text = out.str();
+    if (text.empty()) text = app.help();
+    return absl::CancelledError(text);
+  } catch (const CLI::CallForVersion&) {
+    return absl::CancelledError(absl::StrCat("fresneld ", FRESNEL_VERSION, "\n"));
+  } catch (const CLI::CallForHelp&) {
+    return absl::CancelledError(app.help());
+  } catch (const CLI::ParseError& e) {
+    return absl::InvalidArgumentError(e.what());
+  }
+  return c;
+}
+
+absl::StatusOr<std::vector<int>> SelectGpus(const std::string& spec, int visible) {
+  std::vector<int> out;
+  if (spec == "none" || spec.empty()) return out;
+  if (spec == "all") {
+    for (int i = 0; i < visible; ++i) out.push_back(i);
+    return out;
+  }
+  for (absl::string_view part : absl::StrSplit(spec, ',', absl::SkipWhitespace())) {
+    int ordinal;
+    if (!absl::SimpleAtoi(part, &ordinal) || ordinal < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("--gpus: '", part, "' is not a GPU ordinal"));
+    }
+    if (ordinal >= visible) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--gpus: GPU ", ordinal, " requested but ", visible, " visible"));
+    }
+    out.push_back(ordinal);
+  }
+  return out;
+}
+
+}  // namespace fresnel::server

@@ -1,0 +1,335 @@
+#include "server/device_pool.h"
+
+#include <algorithm>
+#include <exception>
+#include <iostream>
+#include <new>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "server/metrics.h"
+
+namespace fresnel::server {
+
+// One device: its bounded queue, its workers and, for a GPU, its memory pool.
+class DeviceQueue {
+ public:
+  DeviceQueue(std::string id, std::string name, DeviceKind kind, int ordinal, int capacity,
+              Metrics* metrics)
+      : id_(std::move(id)), name_(std::move(name)), kind_(kind), ordinal_(ordinal),
+        capacity_(capacity), metrics_(metrics) {}
+
+  ~DeviceQueue() { Stop(); }
+
+  // Starts `workers` threads. For a GPU each creates its own stream on the device (which also
+  // makes the device current on that thread).
+  absl::Status Start(int workers, int64_t release_threshold_bytes) {
+    if (kind_ == DeviceKind::kCuda) {
+      auto pool = GpuMemPool::Create(ordinal_, release_threshold_bytes);
+      if (!pool.ok()) return pool.status();
+      mem_pool_ = std::move(*pool);
+      auto props = GetGpuProperties(ordinal_);
+      if (!props.ok()) return props.status();
+      props_ = *props;
+      // Create the streams here so that a failure is reported before the server starts.
+      for (int i = 0; i < workers; ++i) {
+        auto s = GpuStream::Create(ordinal_);
+        if (!s.ok()) return s.status();
+        streams_.push_back(std::move(*s));
+      }
+    }
+    workers_count_ = workers;
+    for (int i = 0; i < workers; ++i) {
+      Device device = Device::Cpu();
+      if (kind_ == DeviceKind::kCuda) {
+        device = Device::Cuda(ordinal_, streams_[i]->handle(), mem_pool_->handle());
+      }
+      threads_.emplace_back([this, device] { WorkerLoop(device); });
+    }
+    return absl::OkStatus();
+  }
+
+  bool TryPush(const std::shared_ptr<Job>& job) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stop_ || static_cast<int>(queue_.size()) >= capacity_) {
+        ++rejected_;
+        return false;
+      }
+      job->enqueued_ = Clock::now();
+      job->queue_ = this;
+      queue_.push_back(job);
+      if (metrics_) metrics_->SetQueueDepth(id_, static_cast<double>(queue_.size()));
+    }
+    cv_.notify_one();
+    return true;
+  }
+
+  // Removes a queued job; false when it is not (or no longer) queued.
+  bool Remove(const Job* job) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = std::find_if(queue_.begin(), queue_.end(),
+                           [job](const std::shared_ptr<Job>& j) { return j.get() == job; });
+    if (it == queue_.end()) return false;
+    queue_.erase(it);
+    if (metrics_) metrics_->SetQueueDepth(id_, static_cast<double>(queue_.size()));
+    idle_cv_.notify_all();
+    return true;
+  }
+
+  int Load() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return static_cast<int>(queue_.size()) + running_;
+  }
+
+  bool Idle() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return queue_.empty() && running_ == 0;
+  }
+
+  // Waits until idle or `until`; returns whether idle.
+  bool WaitIdle(Clock::time_point until) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return idle_cv_.wait_until(lock, until, [this] { return queue_.empty() && running_ == 0; });
+  }
+
+  // Completes queued jobs with `status`, lets running jobs finish and joins the workers.
+  void Stop(const absl::Status& status = absl::UnavailableError("server is shutting down")) {
+    std::deque<std::shared_ptr<Job>> left;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stop_ && threads_.empty()) return;
+      stop_ = true;
+      left.swap(queue_);
+    }
+    cv_.notify_all();
+    for (auto& job : left) {
+      if (job->Claim()) job->Complete(status, JobReport{});
+    }
+    for (auto& t : threads_) t.join();
+    threads_.clear();
+    streams_.clear();
+  }
+
+  bool can_hold(int64_t bytes) const {
+    return kind_ == DeviceKind::kCpu || bytes <= props_.total_memory_bytes;
+  }
+
+  DeviceSnapshot Snapshot() const {
+    DeviceSnapshot s;
+    s.id = id_;
+    s.name = kind_ == DeviceKind::kCuda ? props_.name : name_;
+    s.kind = kind_;
+    s.workers = workers_count_;
+    s.total_memory_bytes = props_.total_memory_bytes;
+    s.compute_major = props_.compute_major;
+    s.compute_minor = props_.compute_minor;
+    s.multiprocessors = kind_ == DeviceKind::kCuda
+                            ? props_.multiprocessors
+                            : static_cast<int>(std::thread::hardware_concurrency());
+    std::lock_guard<std::mutex> lock(mu_);
+    s.queued = static_cast<int>(queue_.size());
+    s.running = running_;
+    s.completed = completed_;
+    s.failed = failed_;
+    s.rejected = rejected_;
+    s.busy_seconds = busy_s_;
+    s.memory_in_use_bytes = mem_pool_ ? mem_pool_->UsedBytes() : 0;
+    return s;
+  }
+
+  DeviceKind kind() const { return kind_; }
+  const std::string& id() const { return id_; }
+
+ private:
+  void WorkerLoop(Device device) {
+    for (;;) {
+      std::shared_ptr<Job> job;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        job = std::move(queue_.front());
+        queue_.pop_front();
+        ++running_;
+        if (metrics_) {
+          metrics_->SetQueueDepth(id_, static_cast<double>(queue_.size()));
+          metrics_->SetRunning(id_, running_);
+        }
+      }
+      Run(*job, device);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        --running_;
+        if (metrics_) metrics_->SetRunning(id_, running_);
+      }
+      idle_cv_.notify_all();
+    }
+  }
+
+  void Run(Job& job, const Device& device) {
+    JobReport report;
+    report.device = id_;
+    Clock::time_point start = Clock::now();
+    report.queue_wait_s = std::chrono::duration<double>(start - job.enqueued_).count();
+    absl::Status status;
+    if (job.cancelled()) {
+      status = absl::CancelledError("cancelled while queued");
+    } else if (job.deadline && start > *job.deadline) {
+      status = absl::DeadlineExceededError(absl::StrCat(
+          "deadline passed after ", report.queue_wait_s, " s in the ", id_, " queue; not run"));
+    } else {
+      try {
+        status = job.run(device, &report.stages);
+      } catch (const std::bad_alloc&) {
+        status = absl::ResourceExhaustedError(absl::StrCat("out of host memory on ", id_));
+      } catch (const std::exception& e) {
+        status = absl::InternalError(absl::StrCat("job failed on ", id_, ": ", e.what()));
+      }
+      report.run_s = std::chrono::duration<double>(Clock::now() - start).count();
+      if (report.stages.compute_s == 0) report.stages.compute_s = report.run_s;
+      if (metrics_) {
+        metrics_->ObserveQueueWait(job.service, job.method, id_, report.queue_wait_s);
+        metrics_->ObserveCompute(job.service, job.method, id_, report.stages.compute_s);
+        if (kind_ == DeviceKind::kCuda) {
+          metrics_->ObserveTransfer(id_, "h2d", report.stages.h2d_s);
+          metrics_->ObserveTransfer(id_, "d2h", report.stages.d2h_s);
+          metrics_->SetDeviceMemory(id_, static_cast<double>(mem_pool_->UsedBytes()));
+        }
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      busy_s_ += report.run_s;
+      if (status.ok()) {
+        ++completed_;
+      } else {
+        ++failed_;
+      }
+    }
+    if (job.Claim()) job.Complete(status, report);
+  }
+
+  const std::string id_;
+  const std::string name_;
+  const DeviceKind kind_;
+  const int ordinal_;
+  const int capacity_;
+  Metrics* const metrics_;
+  GpuProperties props_;
+  std::unique_ptr<GpuMemPool> mem_pool_;
+  std::vector<std::unique_ptr<GpuStream>> streams_;
+  std::vector<std::thread> threads_;
+  int workers_count_ = 0;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::condition_variable idle_cv_;
+  std::deque<std::shared_ptr<Job>> queue_;
+  bool stop_ = false;
+  int running_ = 0;
+  int64_t completed_ = 0, failed_ = 0, rejected_ = 0;
+  double busy_s_ = 0;
+};
+
+void Job::Cancel() {
+  cancelled_.store(true);
+  DeviceQueue* q = queue_;
+  if (q != nullptr && q->Remove(this) && Claim()) {
+    JobReport report;
+    report.queue_wait_s = std::chrono::duration<double>(Clock::now() - enqueued_).count();
+    Complete(absl::CancelledError("cancelled by the client"), report);
+  }
+}
+
+void Job::Complete(const absl::Status& status, const JobReport& report) {
+  if (done) done(status, report);
+}
+
+absl::StatusOr<std::unique_ptr<DevicePool>> DevicePool::Create(const DevicePoolOptions& options,
+                                                               Metrics* metrics) {
+  std::unique_ptr<DevicePool> pool(new DevicePool());
+  for (int ordinal : options.gpus) {
+    auto q = std::make_unique<DeviceQueue>(absl::StrCat("cuda:", ordinal), "", DeviceKind::kCuda,
+                                           ordinal, options.queue_capacity, metrics);
+    absl::Status st = q->Start(std::max(1, options.streams_per_gpu),
+                               options.gpu_pool_release_threshold_bytes);
+    if (!st.ok()) {
+      std::cerr << "fresneld: skipping cuda:" << ordinal << ": " << st << "\n";
+      continue;
+    }
+    pool->devices_.push_back(std::move(q));
+  }
+  auto cpu = std::make_unique<DeviceQueue>("cpu", "host CPU", DeviceKind::kCpu, 0,
+                                           options.queue_capacity, metrics);
+  absl::Status st = cpu->Start(std::max(1, options.cpu_workers), 0);
+  if (!st.ok()) return st;
+  pool->devices_.push_back(std::move(cpu));
+  return pool;
+}
+
+DevicePool::~DevicePool() {
+  for (auto& d : devices_) d->Stop();
+}
+
+int DevicePool::gpu_count() const {
+  return static_cast<int>(std::count_if(devices_.begin(), devices_.end(), [](const auto& d) {
+    return d->kind() == DeviceKind::kCuda;
+  }));
+}
+
+absl::Status DevicePool::Submit(std::shared_ptr<Job> job) {
+  if (draining_.load()) {
+    return absl::UnavailableError("server is shutting down and accepts no new work");
+  }
+  bool want_gpu = job->preference == DevicePreference::kGpu ||
+                  (job->preference == DevicePreference::kAny && gpu_count() > 0);
+  if (job->preference == DevicePreference::kGpu && gpu_count() == 0) {
+    return absl::FailedPreconditionError("device.kind is GPU but this server has no GPU");
+  }
+  DeviceKind kind = want_gpu ? DeviceKind::kCuda : DeviceKind::kCpu;
+  // Least loaded first; ties go to the lower ordinal.
+  std::vector<DeviceQueue*> candidates;
+  for (auto& d : devices_) {
+    if (d->kind() == kind && d->can_hold(job->device_bytes)) candidates.push_back(d.get());
+  }
+  if (candidates.empty()) {
+    if (job->preference == DevicePreference::kAny && kind == DeviceKind::kCuda) {
+      candidates.push_back(devices_.back().get());  // too large for every GPU: use the CPU
+    } else {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the job needs about ", job->device_bytes, " bytes of device memory; no GPU has that"));
+    }
+  }
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [](DeviceQueue* a, DeviceQueue* b) { return a->Load() < b->Load(); });
+  for (DeviceQueue* d : candidates) {
+    if (d->TryPush(job)) return absl::OkStatus();
+  }
+  return absl::ResourceExhaustedError(
+      absl::StrCat("all ", kind == DeviceKind::kCuda ? "GPU" : "CPU",
+                   " queues are full; retry later"));
+}
+
+bool DevicePool::Drain(std::chrono::milliseconds timeout) {
+  draining_.store(true);
+  Clock::time_point until = Clock::now() + timeout;
+  bool all_idle = true;
+  for (auto& d : devices_) all_idle = d->WaitIdle(until) && all_idle;
+  for (auto& d : devices_) d->Stop();
+  return all_idle;
+}
+
+std::vector<DeviceSnapshot> DevicePool::Snapshot() const {
+  std::vector<DeviceSnapshot> out;
+  for (const auto& d : devices_) out.push_back(d->Snapshot());
+  return out;
+}
+
+int DevicePool::InFlight() const {
+  int n = 0;
+  for (const auto& d : devices_) n += d->Load();
+  return n;
+}
+
+}  // namespace fresnel::server

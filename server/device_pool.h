@@ -1,0 +1,128 @@
+// DevicePool: the server's compute resources and the only place where jobs wait.
+//
+// Every visible CUDA device gets K worker threads, each owning one non-blocking stream, and one
+// stream-ordered memory pool shared by them; the CPU gets M worker threads. A job goes to the
+// least-loaded device of the requested kind (queued + running) whose memory can hold it; with no
+// GPU, kind ANY goes to the CPU. Each device has a bounded queue: Submit() answers
+// RESOURCE_EXHAUSTED when it is full and UNAVAILABLE once draining began. Handlers only Submit;
+// compute never runs on a gRPC thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "fresnel/core/device.h"
+#include "fresnel/core/gpu.h"
+
+namespace fresnel::server {
+
+class Metrics;
+
+enum class DevicePreference { kAny, kGpu, kCpu };
+
+using Clock = std::chrono::steady_clock;
+
+// What a finished job reports besides its status.
+struct JobReport {
+  std::string device;           // "cpu" / "cuda:N"; empty when the job never ran
+  double queue_wait_s = 0;
+  StageTimes stages;            // filled by the job's run function
+  double run_s = 0;             // wall time of the run function
+};
+
+// A unit of work. `run` executes on a worker with the chosen Device and fills `stages`; `done`
+// is called exactly once, from a worker thread (or from Cancel/Submit callers), with the final
+// status: OK or run's error, CANCELLED, DEADLINE_EXCEEDED, or UNAVAILABLE after a drain timeout.
+class Job {
+ public:
+  std::string service;
+  std::string method;
+  DevicePreference preference = DevicePreference::kAny;
+  std::optional<Clock::time_point> deadline;
+  int64_t device_bytes = 0;  // estimate of device memory the job needs
+  std::function<absl::Status(const Device&, StageTimes*)> run;
+  std::function<void(const absl::Status&, const JobReport&)> done;
+
+  // Marks the job cancelled. A queued job is removed and completed with CANCELLED at once; a
+  // running one finishes normally (its result is discarded by the caller).
+  void Cancel();
+  bool cancelled() const { return cancelled_.load(); }
+
+ private:
+  friend class DevicePool;
+  friend class DeviceQueue;
+  // Returns true for the one caller that may complete the job.
+  bool Claim() { return !claimed_.exchange(true); }
+  void Complete(const absl::Status& status, const JobReport& report);
+
+  std::atomic<bool> cancelled_{false};
+  std::atomic<bool> claimed_{false};
+  Clock::time_point enqueued_;
+  std::atomic<class DeviceQueue*> queue_{nullptr};  // set when queued
+};
+
+struct DevicePoolOptions {
+  std::vector<int> gpus;          // ordinals to use
+  int streams_per_gpu = 2;
+  int cpu_workers = 2;
+  int queue_capacity = 64;        // per device
+  int64_t gpu_pool_release_threshold_bytes = int64_t{4} << 30;
+};
+
+// Live numbers of one device.
+struct DeviceSnapshot {
+  std::string id;
+  std::string name;
+  DeviceKind kind = DeviceKind::kCpu;
+  int workers = 0;
+  int64_t total_memory_bytes = 0;
+  int compute_major = 0, compute_minor = 0, multiprocessors = 0;
+  int queued = 0;
+  int running = 0;
+  int64_t completed = 0, failed = 0, rejected = 0;
+  int64_t memory_in_use_bytes = 0;
+  double busy_seconds = 0;
+};
+
+class DeviceQueue;
+
+class DevicePool {
+ public:
+  // Creates the devices and starts their workers. GPUs that fail to initialise are skipped with a
+  // log line. `metrics` may be null.
+  static absl::StatusOr<std::unique_ptr<DevicePool>> Create(const DevicePoolOptions& options,
+                                                            Metrics* metrics);
+  ~DevicePool();
+
+  // Queues `job`. RESOURCE_EXHAUSTED when the chosen device's queue is full, UNAVAILABLE while
+  // draining, FAILED_PRECONDITION when the preference names a kind the server lacks. On error
+  // `done` is not called.
+  absl::Status Submit(std::shared_ptr<Job> job);
+
+  // Stops accepting work and waits until every accepted job has finished or `timeout` passed;
+  // jobs still queued then complete with UNAVAILABLE. Returns true when everything finished.
+  bool Drain(std::chrono::milliseconds timeout);
+
+  bool draining() const { return draining_.load(); }
+  int gpu_count() const;
+  std::vector<DeviceSnapshot> Snapshot() const;
+  int InFlight() const;
+
+ private:
+  DevicePool() = default;
+  std::vector<std::unique_ptr<DeviceQueue>> devices_;  // GPUs first, CPU last
+  std::atomic<bool> draining_{false};
+};
+
+}  // namespace fresnel::server

@@ -1,0 +1,68 @@
+// Metrics: the one owner of every Prometheus family the server exports (prometheus-cpp), and of
+// the HTTP exposer that serves them at /metrics.
+//
+// Names follow fresnel_<what>_<unit>; histograms are in seconds; labels are service, method,
+// code, device and direction, never a session or job id.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace prometheus {
+class Exposer;
+}
+
+namespace fresnel::server {
+
+class Metrics {
+ public:
+  Metrics();
+  ~Metrics();
+
+  // Serves /metrics on HOST:PORT. Fails (without throwing) when the port cannot be bound.
+  absl::Status StartExposer(const std::string& address);
+
+  // Accepted request -> response ready, by final gRPC status code name ("OK", "INVALID_ARGUMENT").
+  void ObserveRequest(const std::string& service, const std::string& method,
+                      const std::string& code, double seconds);
+  void ObserveQueueWait(const std::string& service, const std::string& method,
+                        const std::string& device, double seconds);
+  // Device compute time (CUDA events on GPUs, wall time of the kernel call on the CPU).
+  void ObserveCompute(const std::string& service, const std::string& method,
+                      const std::string& device, double seconds);
+  // Host<->device copy time.
+  void ObserveTransfer(const std::string& device, const std::string& direction, double seconds);
+  // Request ("in") and response ("out") payload bytes.
+  void AddPayload(const std::string& service, const std::string& method,
+                  const std::string& direction, double bytes);
+
+  void InFlightAdd(const std::string& service, const std::string& method, double delta);
+  void SetQueueDepth(const std::string& device, double depth);
+  void SetRunning(const std::string& device, double running);
+  void SetDeviceMemory(const std::string& device, double bytes);
+
+  // The text exposition format of everything registered (what /metrics serves).
+  std::string Serialize() const;
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  prometheus::Family<prometheus::Histogram>& request_duration_;
+  prometheus::Family<prometheus::Histogram>& queue_wait_;
+  prometheus::Family<prometheus::Histogram>& compute_;
+  prometheus::Family<prometheus::Histogram>& transfer_;
+  prometheus::Family<prometheus::Counter>& payload_bytes_;
+  prometheus::Family<prometheus::Gauge>& in_flight_;
+  prometheus::Family<prometheus::Gauge>& queue_depth_;
+  prometheus::Family<prometheus::Gauge>& running_;
+  prometheus::Family<prometheus::Gauge>& device_memory_;
+};
+
+}  // namespace fresnel::server

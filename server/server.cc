@@ -1,0 +1,111 @@
+#include "server/server.h"
+
+#include <iostream>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "fresnel/core/gpu.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "server/call.h"
+#include "server/device_pool.h"
+#include "server/metrics.h"
+#include "server/services/admin_service.h"
+#include "server/services/interpolation_service.h"
+
+namespace fresnel::server {
+
+struct FresnelServer::Impl {
+  ServerConfig config;
+  std::unique_ptr<Metrics> metrics;
+  std::unique_ptr<DevicePool> pool;
+  ServiceContext ctx;
+  std::unique_ptr<InterpolationService> interpolation;
+  std::unique_ptr<AdminService> admin;
+  std::unique_ptr<grpc::Server> grpc_server;
+  std::vector<std::string> service_names;
+  int port = 0;
+  std::mutex shutdown_mu;
+  bool shut_down = false;
+  bool drained = true;
+};
+
+FresnelServer::FresnelServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+FresnelServer::~FresnelServer() { Shutdown(); }
+
+absl::StatusOr<std::unique_ptr<FresnelServer>> FresnelServer::Start(const ServerConfig& config) {
+  auto impl = std::make_unique<Impl>();
+  impl->config = config;
+  impl->metrics = std::make_unique<Metrics>();
+  if (!config.metrics.empty() && config.metrics != "off") {
+    absl::Status st = impl->metrics->StartExposer(config.metrics);
+    if (!st.ok()) return st;
+  }
+
+  auto gpus = SelectGpus(config.gpus, GpuCount());
+  if (!gpus.ok()) return gpus.status();
+  DevicePoolOptions pool_options;
+  pool_options.gpus = *gpus;
+  pool_options.streams_per_gpu = config.streams_per_gpu;
+  pool_options.cpu_workers = config.cpu_workers;
+  pool_options.queue_capacity = config.queue_length;
+  auto pool = DevicePool::Create(pool_options, impl->metrics.get());
+  if (!pool.ok()) return pool.status();
+  impl->pool = std::move(*pool);
+
+  impl->ctx.pool = impl->pool.get();
+  impl->ctx.metrics = impl->metrics.get();
+  impl->ctx.max_message_bytes = config.max_message_bytes;
+  impl->ctx.interp_limits.max_rate = config.max_rate;
+  impl->ctx.interp_limits.max_taps = config.max_taps;
+  impl->ctx.interp_limits.max_output_samples = config.max_output_samples;
+  impl->ctx.started = Clock::now();
+
+  impl->service_names = {"fresnel.v1.InterpolationService", "fresnel.v1.AdminService"};
+  std::vector<std::string> listed = impl->service_names;
+  listed.push_back("grpc.health.v1.Health");
+  listed.push_back("grpc.reflection.v1alpha.ServerReflection");
+  impl->interpolation = std::make_unique<InterpolationService>(&impl->ctx);
+  impl->admin = std::make_unique<AdminService>(&impl->ctx, config, listed);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(), &impl->port);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(config.max_message_bytes));
+  builder.RegisterService(impl->interpolation.get());
+  builder.RegisterService(impl->admin.get());
+  impl->grpc_server = builder.BuildAndStart();
+  if (!impl->grpc_server || impl->port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", config.listen));
+  }
+  grpc::HealthCheckServiceInterface* health = impl->grpc_server->GetHealthCheckService();
+  if (health != nullptr) {
+    health->SetServingStatus(true);
+    for (const std::string& name : impl->service_names) health->SetServingStatus(name, true);
+  }
+  return std::unique_ptr<FresnelServer>(new FresnelServer(std::move(impl)));
+}
+
+int FresnelServer::port() const { return impl_->port; }
+
+std::string FresnelServer::MetricsText() const { return impl_->metrics->Serialize(); }
+
+bool FresnelServer::Shutdown() {
+  std::lock_guard<std::mutex> lock(impl_->shutdown_mu);
+  if (impl_->shut_down) return impl_->drained;
+  impl_->shut_down = true;
+  if (grpc::HealthCheckServiceInterface* health = impl_->grpc_server->GetHealthCheckService()) {
+    health->Shutdown();  // every service NOT_SERVING from now on
+  }
+  auto timeout = std::chrono::milliseconds(static_cast<int64_t>(impl_->config.drain_timeout_s * 1000));
+  impl_->drained = impl_->pool->Drain(timeout);
+  impl_->grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  impl_->grpc_server->Wait();
+  return impl_->drained;
+}
+
+}  // namespace fresnel::server

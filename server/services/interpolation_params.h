@@ -1,0 +1,32 @@
+// Proto -> fresnel::interp conversion for the interpolation service: filters, windows, modes,
+// and the whole-request parsing shared by the unary and streaming calls.
+#pragma once
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "fresnel/interp/interp.h"
+#include "fresnel/v1/interpolation.pb.h"
+
+namespace fresnel::server {
+
+absl::StatusOr<interp::PadMode> PadModeFromProto(v1::PadMode mode, absl::string_view field);
+absl::StatusOr<interp::WindowSpec> WindowFromProto(v1::Window window, double kaiser_beta,
+                                                   interp::Window unspecified,
+                                                   absl::string_view field);
+// A 1-D float32/float64 NdArray as double taps.
+absl::StatusOr<std::vector<double>> TapsFromProto(const v1::NdArray& taps, absl::string_view field);
+// gain * firwin(numtaps, cutoff, window).
+absl::StatusOr<std::vector<double>> TapsFromDesign(const v1::FirwinDesign& design,
+                                                   const interp::Limits& limits);
+
+struct UpfirdnCall {
+  std::vector<double> taps;
+  interp::UpfirdnOptions options;
+};
+// Everything but x (validated later together with x).
+absl::StatusOr<UpfirdnCall> ParseUpfirdn(const v1::UpfirdnRequest& request,
+                                         const interp::Limits& limits);
+absl::StatusOr<interp::ResamplePolyOptions> ParseResamplePoly(const v1::ResamplePolyRequest& request);
+
+}  // namespace fresnel::server

@@ -1,0 +1,411 @@
+#include "server/services/interpolation_service.h"
+
+#include <cstring>
+#include <mutex>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "fresnel/core/status.h"
+#include "fresnel/v1/array_convert.h"
+#include "server/services/interpolation_params.h"
+#include "server/status_util.h"
+
+namespace fresnel::server {
+namespace {
+
+constexpr char kService[] = "fresnel.v1.InterpolationService";
+// Room for the response's other fields next to the array bytes.
+constexpr int64_t kEnvelopeBytes = 4096;
+
+int64_t Channels(const HostArray& x) { return x.ndim() == 2 ? x.dim(0) : 1; }
+
+absl::Status CheckResponseFits(int64_t channels, int64_t samples, DType dtype,
+                               int64_t max_message_bytes, absl::string_view hint) {
+  double bytes = static_cast<double>(channels) * static_cast<double>(samples) *
+                 static_cast<double>(DTypeSize(dtype));
+  if (bytes + kEnvelopeBytes > static_cast<double>(max_message_bytes)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "y: the output would be ", static_cast<int64_t>(bytes),
+        " bytes, over the server's max message size of ", max_message_bytes, " bytes; ", hint));
+  }
+  return absl::OkStatus();
+}
+
+// The request's x, moved out of the (gRPC-owned, const) request: the request lives until the RPC
+// finishes and nothing reads x again, so taking its bytes saves a copy of the largest payload.
+absl::StatusOr<HostArray> TakeX(const v1::NdArray& x) {
+  return FromProto(std::move(*const_cast<v1::NdArray*>(&x)), "x");
+}
+
+// Joins two arrays of equal leading dims along the last axis.
+HostArray ConcatLastAxis(const HostArray& a, const HostArray& b) {
+  if (b.size() == 0) return a;
+  if (a.size() == 0) return b;
+  std::vector<int64_t> shape = a.shape();
+  int64_t na = a.shape().back(), nb = b.shape().back();
+  shape.back() = na + nb;
+  HostArray out(a.dtype(), shape);
+  int64_t rows = a.ndim() == 2 ? a.dim(0) : 1;
+  size_t es = DTypeSize(a.dtype());
+  auto* dst = static_cast<char*>(out.raw());
+  auto* pa = static_cast<const char*>(a.raw());
+  auto* pb = static_cast<const char*>(b.raw());
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(dst + r * (na + nb) * es, pa + r * na * es, na * es);
+    std::memcpy(dst + (r * (na + nb) + na) * es, pb + r * nb * es, nb * es);
+  }
+  return out;
+}
+
+// Memory a one-shot call needs on the device: input, output and taps.
+int64_t DeviceBytes(const HostArray& x, int64_t out_samples, size_t taps) {
+  return static_cast<int64_t>(x.nbytes()) +
+         Channels(x) * out_samples * static_cast<int64_t>(DTypeSize(x.dtype())) +
+         static_cast<int64_t>(taps * sizeof(double));
+}
+
+struct OneShot {
+  HostArray x;
+  HostArray y;
+};
+
+}  // namespace
+
+grpc::ServerUnaryReactor* InterpolationService::Upfirdn(grpc::CallbackServerContext* context,
+                                                        const v1::UpfirdnRequest* request,
+                                                        v1::InterpolationResponse* response) {
+  auto* call = new UnaryJobCall(ctx_, context, kService, "Upfirdn");
+  auto parsed = ParseUpfirdn(*request, ctx_->interp_limits);
+  if (!parsed.ok()) {
+    call->Reject(parsed.status());
+    return call;
+  }
+  auto x = TakeX(request->x());
+  if (!x.ok()) {
+    call->Reject(x.status());
+    return call;
+  }
+  auto state = std::make_shared<OneShot>();
+  state->x = std::move(*x);
+  absl::Status valid = interp::ValidateUpfirdn(parsed->taps, state->x, parsed->options,
+                                               ctx_->interp_limits);
+  int64_t n_out = 0;
+  if (valid.ok()) {
+    n_out = interp::UpfirdnOutputLength(state->x.shape().back(),
+                                        static_cast<int64_t>(parsed->taps.size()),
+                                        parsed->options.up, parsed->options.down);
+    valid = CheckResponseFits(Channels(state->x), n_out, state->x.dtype(),
+                              ctx_->max_message_bytes, "use ResampleStream for long signals");
+  }
+  if (!valid.ok()) {
+    call->Reject(valid);
+    return call;
+  }
+  if (ctx_->metrics) {
+    ctx_->metrics->AddPayload(kService, "Upfirdn", "in", static_cast<double>(state->x.nbytes()));
+  }
+  response->set_request_id(RequestIdOr(request->request_id()));
+  auto job = std::make_shared<Job>();
+  job->preference = PreferenceOf(request->device());
+  job->device_bytes = DeviceBytes(state->x, n_out, parsed->taps.size());
+  job->run = [state, call_params = std::move(*parsed)](const Device& device,
+                                                       StageTimes* times) -> absl::Status {
+    FRESNEL_ASSIGN_OR_RETURN(state->y, interp::Upfirdn(device, call_params.taps, state->x,
+                                                       call_params.options, times));
+    return absl::OkStatus();
+  };
+  Metrics* metrics = ctx_->metrics;
+  call->Start(std::move(job), [state, response, metrics](const JobReport& report, double total) {
+    if (metrics) {
+      metrics->AddPayload(kService, "Upfirdn", "out", static_cast<double>(state->y.nbytes()));
+    }
+    ToProto(std::move(state->y), response->mutable_y());
+    FillExecutionInfo(report, total, response->mutable_info());
+    return absl::OkStatus();
+  });
+  return call;
+}
+
+grpc::ServerUnaryReactor* InterpolationService::ResamplePoly(
+    grpc::CallbackServerContext* context, const v1::ResamplePolyRequest* request,
+    v1::InterpolationResponse* response) {
+  auto* call = new UnaryJobCall(ctx_, context, kService, "ResamplePoly");
+  auto options = ParseResamplePoly(*request);
+  if (!options.ok()) {
+    call->Reject(options.status());
+    return call;
+  }
+  auto x = TakeX(request->x());
+  if (!x.ok()) {
+    call->Reject(x.status());
+    return call;
+  }
+  auto state = std::make_shared<OneShot>();
+  state->x = std::move(*x);
+  absl::Status valid = interp::ValidateResamplePoly(state->x, *options, ctx_->interp_limits);
+  int64_t n_out = 0;
+  if (valid.ok()) {
+    n_out = interp::ResamplePolyOutputLength(state->x.shape().back(), options->up, options->down);
+    valid = CheckResponseFits(Channels(state->x), n_out, state->x.dtype(),
+                              ctx_->max_message_bytes, "use ResampleStream for long signals");
+  }
+  if (!valid.ok()) {
+    call->Reject(valid);
+    return call;
+  }
+  if (ctx_->metrics) {
+    ctx_->metrics->AddPayload(kService, "ResamplePoly", "in",
+                              static_cast<double>(state->x.nbytes()));
+  }
+  response->set_request_id(RequestIdOr(request->request_id()));
+  auto job = std::make_shared<Job>();
+  job->preference = PreferenceOf(request->device());
+  job->device_bytes = DeviceBytes(state->x, n_out, options->taps.size());
+  job->run = [state, opts = std::move(*options)](const Device& device,
+                                                 StageTimes* times) -> absl::Status {
+    FRESNEL_ASSIGN_OR_RETURN(state->y, interp::ResamplePoly(device, state->x, opts, times));
+    return absl::OkStatus();
+  };
+  Metrics* metrics = ctx_->metrics;
+  call->Start(std::move(job), [state, response, metrics](const JobReport& report, double total) {
+    if (metrics) {
+      metrics->AddPayload(kService, "ResamplePoly", "out",
+                          static_cast<double>(state->y.nbytes()));
+    }
+    ToProto(std::move(state->y), response->mutable_y());
+    FillExecutionInfo(report, total, response->mutable_info());
+    return absl::OkStatus();
+  });
+  return call;
+}
+
+namespace {
+
+// One ResampleStream call. Reads one message at a time: a chunk is filtered as a pool job, its
+// outputs are written, and only then is the next message read, so the resampler (the delay line)
+// is touched by one job at a time and memory per stream stays bounded.
+class ResampleStreamCall
+    : public grpc::ServerBidiReactor<v1::ResampleStreamRequest, v1::ResampleStreamResponse> {
+ public:
+  ResampleStreamCall(ServiceContext* ctx, grpc::CallbackServerContext* context)
+      : ctx_(ctx), context_(context), accepted_(Clock::now()) {
+    if (ctx_->metrics) ctx_->metrics->InFlightAdd(kService, "ResampleStream", 1);
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      // The client half-closed without `end`: treat it as the end of the signal.
+      if (!resampler_) {
+        FinishWith(absl::InvalidArgumentError("config: the stream ended before a config message"));
+        return;
+      }
+      RunChunk(std::nullopt, /*end=*/true);
+      return;
+    }
+    if (!resampler_) {
+      if (request_.msg_case() != v1::ResampleStreamRequest::kConfig) {
+        FinishWith(absl::InvalidArgumentError("config: the first message must carry config"));
+        return;
+      }
+      absl::Status st = Configure(request_.config());
+      if (!st.ok()) {
+        FinishWith(st);
+        return;
+      }
+      if (request_.end()) {
+        RunChunk(std::nullopt, true);
+      } else {
+        StartRead(&request_);
+      }
+      return;
+    }
+    if (request_.msg_case() == v1::ResampleStreamRequest::kConfig) {
+      FinishWith(absl::InvalidArgumentError("config: only the first message may carry config"));
+      return;
+    }
+    std::optional<HostArray> chunk;
+    if (request_.msg_case() == v1::ResampleStreamRequest::kChunk) {
+      auto a = FromProto(std::move(*request_.mutable_chunk()), "chunk");
+      if (!a.ok()) {
+        FinishWith(a.status());
+        return;
+      }
+      int64_t k = a->ndim() > 0 ? a->shape().back() : 0;
+      int64_t out_estimate = (k * up_ + down_ - 1) / down_ + taps_ / std::max(1, up_) + 1;
+      absl::Status fits = CheckResponseFits(resampler_->channels(), out_estimate, a->dtype(),
+                                            ctx_->max_message_bytes,
+                                            "send smaller chunks");
+      if (!fits.ok()) {
+        FinishWith(fits);
+        return;
+      }
+      if (ctx_->metrics) {
+        ctx_->metrics->AddPayload(kService, "ResampleStream", "in",
+                                  static_cast<double>(a->nbytes()));
+      }
+      chunk = std::move(*a);
+    } else if (!request_.end()) {
+      FinishWith(absl::InvalidArgumentError("chunk: a message needs a chunk or end"));
+      return;
+    }
+    RunChunk(std::move(chunk), request_.end());
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      FinishWith(absl::CancelledError("the client stopped reading"));
+      return;
+    }
+    if (ended_) {
+      FinishWith(absl::OkStatus());
+      return;
+    }
+    StartRead(&request_);
+  }
+
+  void OnCancel() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (job_) job_->Cancel();
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  absl::Status Configure(const v1::ResampleStreamConfig& config) {
+    request_id_ = RequestIdOr(config.request_id());
+    const v1::NdArray* x = nullptr;
+    if (config.op_case() == v1::ResampleStreamConfig::kUpfirdn) {
+      FRESNEL_ASSIGN_OR_RETURN(UpfirdnCall call, ParseUpfirdn(config.upfirdn(), ctx_->interp_limits));
+      x = &config.upfirdn().x();
+      FRESNEL_ASSIGN_OR_RETURN(DType dtype, FromProto(x->dtype(), "config.upfirdn.x"));
+      int64_t channels = x->shape_size() == 2 ? x->shape(0) : 1;
+      up_ = call.options.up;
+      down_ = call.options.down;
+      taps_ = static_cast<int64_t>(call.taps.size());
+      FRESNEL_ASSIGN_OR_RETURN(
+          auto r, interp::StreamingResampler::ForUpfirdn(std::move(call.taps), call.options,
+                                                         channels, dtype, ctx_->interp_limits));
+      resampler_.emplace(std::move(r));
+      preference_ = PreferenceOf(config.upfirdn().device());
+    } else if (config.op_case() == v1::ResampleStreamConfig::kResamplePoly) {
+      FRESNEL_ASSIGN_OR_RETURN(interp::ResamplePolyOptions opts,
+                               ParseResamplePoly(config.resample_poly()));
+      x = &config.resample_poly().x();
+      FRESNEL_ASSIGN_OR_RETURN(DType dtype, FromProto(x->dtype(), "config.resample_poly.x"));
+      int64_t channels = x->shape_size() == 2 ? x->shape(0) : 1;
+      up_ = opts.up;
+      down_ = opts.down;
+      taps_ = opts.taps.empty() ? 20 * std::max(opts.up, opts.down) + 1
+                                : static_cast<int64_t>(opts.taps.size());
+      FRESNEL_ASSIGN_OR_RETURN(auto r, interp::StreamingResampler::ForResamplePoly(
+                                           opts, channels, dtype, ctx_->interp_limits));
+      resampler_.emplace(std::move(r));
+      preference_ = PreferenceOf(config.resample_poly().device());
+    } else {
+      return absl::InvalidArgumentError("config: set upfirdn or resample_poly");
+    }
+    if (up_ <= 0) up_ = 1;
+    if (down_ <= 0) down_ = 1;
+    return absl::OkStatus();
+  }
+
+  void RunChunk(std::optional<HostArray> chunk, bool end) {
+    auto job = std::make_shared<Job>();
+    job->service = kService;
+    job->method = "ResampleStream";
+    job->preference = preference_;
+    job->deadline = DeadlineOf(context_);
+    auto input = std::make_shared<std::optional<HostArray>>(std::move(chunk));
+    auto output = std::make_shared<HostArray>();
+    if (input->has_value()) job->device_bytes = static_cast<int64_t>((*input)->nbytes()) * 8;
+    int64_t index = input->has_value() ? chunk_index_++ : -1;
+    Clock::time_point received = Clock::now();
+    job->run = [this, input, output, end](const Device& device, StageTimes* times) -> absl::Status {
+      HostArray y;
+      if (input->has_value()) {
+        FRESNEL_ASSIGN_OR_RETURN(y, resampler_->Push(device, **input, times));
+      }
+      if (end) {
+        StageTimes tail_times;
+        FRESNEL_ASSIGN_OR_RETURN(HostArray tail, resampler_->Finish(device, &tail_times));
+        y = input->has_value() ? ConcatLastAxis(y, tail) : std::move(tail);
+        times->h2d_s += tail_times.h2d_s;
+        times->compute_s += tail_times.compute_s;
+        times->d2h_s += tail_times.d2h_s;
+      }
+      *output = std::move(y);
+      return absl::OkStatus();
+    };
+    job->done = [this, output, end, index, received](const absl::Status& status,
+                                                     const JobReport& report) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        job_.reset();
+      }
+      if (!status.ok()) {
+        FinishWith(status);
+        return;
+      }
+      response_.Clear();
+      response_.set_request_id(request_id_);
+      response_.set_chunk_index(index);
+      if (ctx_->metrics) {
+        ctx_->metrics->AddPayload(kService, "ResampleStream", "out",
+                                  static_cast<double>(output->nbytes()));
+      }
+      ToProto(std::move(*output), response_.mutable_y());
+      response_.set_samples_out(resampler_->samples_out());
+      double total = std::chrono::duration<double>(Clock::now() - received).count();
+      FillExecutionInfo(report, total, response_.mutable_info());
+      response_.mutable_status()->set_code(0);
+      ended_ = end;
+      StartWrite(&response_);
+    };
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      job_ = job;
+    }
+    absl::Status submitted = ctx_->pool->Submit(job);
+    if (!submitted.ok()) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        job_.reset();
+      }
+      FinishWith(submitted);
+    }
+  }
+
+  void FinishWith(const absl::Status& status) {
+    if (ctx_->metrics) {
+      double total = std::chrono::duration<double>(Clock::now() - accepted_).count();
+      ctx_->metrics->ObserveRequest(kService, "ResampleStream", CodeName(status.code()), total);
+      ctx_->metrics->InFlightAdd(kService, "ResampleStream", -1);
+    }
+    Finish(ToGrpcStatus(status));
+  }
+
+  ServiceContext* ctx_;
+  grpc::CallbackServerContext* context_;
+  Clock::time_point accepted_;
+  v1::ResampleStreamRequest request_;
+  v1::ResampleStreamResponse response_;
+  std::optional<interp::StreamingResampler> resampler_;
+  DevicePreference preference_ = DevicePreference::kAny;
+  std::string request_id_;
+  int up_ = 1, down_ = 1;
+  int64_t taps_ = 1;
+  int64_t chunk_index_ = 0;
+  bool ended_ = false;
+  std::mutex mu_;
+  std::shared_ptr<Job> job_;
+};
+
+}  // namespace
+
+grpc::ServerBidiReactor<v1::ResampleStreamRequest, v1::ResampleStreamResponse>*
+InterpolationService::ResampleStream(grpc::CallbackServerContext* context) {
+  return new ResampleStreamCall(ctx_, context);
+}
+
+}  // namespace fresnel::server

@@ -1,0 +1,27 @@
+// fresnel.v1.InterpolationService: parses and validates requests, then runs them on the
+// DevicePool through fresnel::interp. Never blocks a gRPC thread on compute.
+#pragma once
+
+#include "fresnel/v1/interpolation.grpc.pb.h"
+#include "server/call.h"
+
+namespace fresnel::server {
+
+class InterpolationService final : public v1::InterpolationService::CallbackService {
+ public:
+  explicit InterpolationService(ServiceContext* ctx) : ctx_(ctx) {}
+
+  grpc::ServerUnaryReactor* Upfirdn(grpc::CallbackServerContext* context,
+                                    const v1::UpfirdnRequest* request,
+                                    v1::InterpolationResponse* response) override;
+  grpc::ServerUnaryReactor* ResamplePoly(grpc::CallbackServerContext* context,
+                                         const v1::ResamplePolyRequest* request,
+                                         v1::InterpolationResponse* response) override;
+  grpc::ServerBidiReactor<v1::ResampleStreamRequest, v1::ResampleStreamResponse>* ResampleStream(
+      grpc::CallbackServerContext* context) override;
+
+ private:
+  ServiceContext* ctx_;
+};
+
+}  // namespace fresnel::server

@@ -1,0 +1,166 @@
+#!/usr/bin/python3
+"""Writes SciPy golden files for the interp tests into tests/kernels/interp/golden/.
+
+Run with Debian's python3 (python3-scipy 1.10.1):  /usr/bin/python3 make_golden.py
+
+Each case is one line of golden/manifest.txt:  <kind> <name> key=value ...
+  kind upfirdn:        up down mode cval dtype, files x h y
+  kind resample_poly:  up down padtype cval dtype window (kaiser:<beta>|hamming|...|taps), files
+                       x y [h when window=taps]
+  kind firwin:         numtaps cutoff window, file y
+  kind pad:            npre npost mode cval, files x y   (scipy's _upfirdn_apply._pad_test)
+Inputs are stored in the dtype the test feeds in; outputs in the dtype SciPy returned.
+"""
+import os
+import sys
+
+import numpy as np
+import scipy
+from scipy.signal import firwin, resample_poly, upfirdn
+from scipy.signal._upfirdn_apply import _pad_test
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT = os.path.join(HERE, "golden")
+MODES = ["constant", "symmetric", "reflect", "edge", "wrap", "smooth", "antisymmetric",
+         "antireflect", "line"]
+rng = np.random.default_rng(20261130)
+lines = []
+
+
+def save(name, suffix, arr):
+    fname = f"{name}_{suffix}.npy"
+    np.save(os.path.join(OUT, fname), np.ascontiguousarray(arr))
+    return fname
+
+
+def signal(shape, dtype):
+    x = rng.uniform(-1, 1, shape)
+    if dtype == "complex64":
+        x = x + 1j * rng.uniform(-1, 1, shape)
+    return x.astype(dtype)
+
+
+def add_upfirdn(name, up, down, ntaps, n, dtype="float64", mode="constant", cval=0.0,
+                channels=None, h=None):
+    if h is None:
+        h = rng.uniform(-1, 1, ntaps)
+    shape = (channels, n) if channels else (n,)
+    x = signal(shape, dtype)
+    y = upfirdn(h, x, up, down, axis=-1, mode=mode, cval=cval)
+    lines.append(f"upfirdn {name} up={up} down={down} mode={mode} cval={cval!r} dtype={dtype} "
+                 f"x={save(name, 'x', x)} h={save(name, 'h', np.asarray(h, np.float64))} "
+                 f"y={save(name, 'y', y)}")
+
+
+def add_resample(name, up, down, n, dtype="float64", padtype="constant", cval=None,
+                 window=("kaiser", 5.0), channels=None):
+    shape = (channels, n) if channels else (n,)
+    x = signal(shape, dtype)
+    y = resample_poly(x, up, down, axis=-1, window=window, padtype=padtype, cval=cval)
+    extra = ""
+    if isinstance(window, np.ndarray):
+        wname = "taps"
+        extra = f" h={save(name, 'h', window.astype(np.float64))}"
+    elif isinstance(window, tuple):
+        wname = f"{window[0]}:{window[1]!r}"
+    else:
+        wname = window
+    lines.append(f"resample_poly {name} up={up} down={down} padtype={padtype} "
+                 f"cval={0.0 if cval is None else cval!r} dtype={dtype} window={wname} "
+                 f"x={save(name, 'x', x)} y={save(name, 'y', y)}{extra}")
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    for f in os.listdir(OUT):
+        os.remove(os.path.join(OUT, f))
+
+    # upfirdn: rates, filter lengths (even/odd, shorter than up, longer than the signal), sizes.
+    geometry = [  # up, down, taps, n
+        (1, 1, 1, 5), (1, 1, 7, 20), (2, 1, 8, 17), (3, 1, 12, 10), (4, 1, 64, 100),
+        (8, 1, 33, 9), (1, 3, 9, 31), (2, 3, 5, 3), (3, 2, 40, 12), (5, 7, 21, 50),
+        (7, 5, 3, 4), (4, 4, 10, 23), (1, 5, 1, 23), (3, 1, 2, 6), (6, 1, 5, 7),
+        (2, 1, 1, 10), (1, 1, 30, 4), (4, 1, 128, 40), (3, 8, 50, 64), (1, 2, 64, 1),
+        (5, 1, 6, 1), (1, 1, 2, 2),
+    ]
+    for i, (up, down, ntaps, n) in enumerate(geometry):
+        add_upfirdn(f"ufd_f64_{i}", up, down, ntaps, n, "float64")
+    for i, (up, down, ntaps, n) in enumerate(geometry[::2]):
+        add_upfirdn(f"ufd_f32_{i}", up, down, ntaps, n, "float32")
+    for i, (up, down, ntaps, n) in enumerate(geometry[1::3]):
+        add_upfirdn(f"ufd_c64_{i}", up, down, ntaps, n, "complex64")
+    add_upfirdn("ufd_multi_f64", 3, 2, 11, 20, "float64", channels=3)
+    add_upfirdn("ufd_multi_c64", 4, 1, 16, 9, "complex64", channels=2)
+    add_upfirdn("ufd_cval", 2, 3, 9, 12, "float64", cval=0.75)
+    add_upfirdn("ufd_cval_f32", 4, 1, 24, 7, "float32", cval=-1.5, channels=2)
+    # The classic recipe: interpolate by L with L * firwin(12, 1/L, hamming).
+    for L in (2, 3, 4):
+        h = L * firwin(12, 1.0 / L, window="hamming")
+        add_upfirdn(f"ufd_recipe_{L}", L, 1, 12, 25, "float32", h=h)
+
+    # Every extension mode, including signals shorter than the filter (several reflections).
+    mode_geometry = [(1, 1, 6, 5), (3, 2, 11, 4), (2, 3, 30, 7), (4, 1, 16, 2), (1, 2, 9, 13)]
+    for mode in MODES:
+        for i, (up, down, ntaps, n) in enumerate(mode_geometry):
+            add_upfirdn(f"ufd_mode_{mode}_{i}", up, down, ntaps, n, "float64", mode=mode,
+                        cval=0.5 if mode == "constant" else 0.0)
+        add_upfirdn(f"ufd_mode_{mode}_multi", 2, 1, 7, 6, "complex64", mode=mode, channels=2)
+        add_upfirdn(f"ufd_mode_{mode}_f32", 3, 1, 20, 9, "float32", mode=mode)
+
+    # resample_poly with the default Kaiser filter.
+    rates = [(2, 1), (1, 2), (3, 2), (2, 3), (5, 3), (6, 4), (7, 7), (1, 10), (10, 1), (4, 3),
+             (160, 147)]
+    for up, down in rates:
+        add_resample(f"rp_{up}_{down}", up, down, 57, "float64")
+    add_resample("rp_160_147_long", 160, 147, 300, "float64")
+    add_resample("rp_f32_3_2", 3, 2, 64, "float32")
+    add_resample("rp_f32_160_147", 160, 147, 200, "float32")
+    add_resample("rp_c64_5_3", 5, 3, 40, "complex64")
+    add_resample("rp_multi", 3, 4, 33, "float64", channels=3)
+    add_resample("rp_short_1", 3, 2, 1, "float64")
+    add_resample("rp_short_5", 2, 7, 5, "float64")
+    add_resample("rp_cval", 3, 2, 25, "float64", cval=2.5)
+    # Windows and explicit taps.
+    for win in ["boxcar", "hamming", "hann", "blackman", ("kaiser", 8.6)]:
+        wname = win if isinstance(win, str) else "kaiser"
+        add_resample(f"rp_win_{wname}", 3, 2, 40, "float64", window=win)
+    add_resample("rp_taps_odd", 3, 2, 30, "float64", window=rng.uniform(-1, 1, 15))
+    add_resample("rp_taps_even", 2, 5, 31, "float64", window=rng.uniform(-1, 1, 12))
+    add_resample("rp_taps_short", 4, 3, 20, "float64", window=np.array([0.25, 0.5, 0.25]))
+    # Padtypes (background subtraction and the upfirdn modes).
+    for pad in ["mean", "median", "maximum", "minimum"] + MODES:
+        add_resample(f"rp_pad_{pad}", 3, 2, 40, "float64", padtype=pad)
+        add_resample(f"rp_pad_{pad}_b", 2, 5, 24, "float64", padtype=pad, channels=2)
+    add_resample("rp_pad_median_even_c64", 5, 4, 16, "complex64", padtype="mean")
+    add_resample("rp_pad_line_f32", 4, 3, 30, "float32", padtype="line")
+
+    # firwin.
+    for numtaps in (1, 2, 11, 12, 64, 101):
+        for cutoff in (0.1, 0.25, 0.5, 0.9):
+            for win in ["boxcar", "hamming", "hann", "blackman", ("kaiser", 5.0),
+                        ("kaiser", 0.5)]:
+                wname = win if isinstance(win, str) else f"{win[0]}:{win[1]!r}"
+                name = f"fw_{numtaps}_{cutoff}_{wname.replace(':', '_')}"
+                y = firwin(numtaps, cutoff, window=win)
+                lines.append(f"firwin {name} numtaps={numtaps} cutoff={cutoff!r} "
+                             f"window={wname} y={save(name, 'y', y)}")
+
+    # Signal extension itself.
+    for n in (2, 3, 5):
+        x = rng.uniform(-1, 1, n)
+        for mode in MODES:
+            name = f"pad_{mode}_{n}"
+            y = _pad_test(x, 13, 11, mode, 0.25)
+            lines.append(f"pad {name} npre=13 npost=11 mode={mode} cval=0.25 "
+                         f"x={save(name, 'x', x)} y={save(name, 'y', y)}")
+
+    with open(os.path.join(OUT, "manifest.txt"), "w") as f:
+        f.write(f"# generated by make_golden.py with scipy {scipy.__version__}, "
+                f"numpy {np.__version__}\n")
+        f.write("\n".join(lines) + "\n")
+    total = sum(os.path.getsize(os.path.join(OUT, f)) for f in os.listdir(OUT))
+    print(f"{len(lines)} cases, {len(os.listdir(OUT))} files, {total / 1e6:.2f} MB", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,339 @@
+// [gpu] tests: every CUDA kernel against the CPU oracle on fresh random inputs, SciPy golden
+// files on the GPU, and GPU streaming against the GPU one-shot result. They skip (with a WARN)
+// when no CUDA device is visible.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "fresnel/interp/interp.h"
+#include "interp/interp_internal.h"
+#include "interp_test_util.h"
+#include "support/test_support.h"
+
+namespace fresnel::interp {
+namespace {
+
+using fresnel::testing::RandomArray;
+using fresnel::testing::RelativeError;
+using fresnel::testing::SkipWithoutGpu;
+using fresnel::testing::TestGpu;
+using namespace fresnel::interp::testing;  // NOLINT
+
+const Device kCpu = Device::Cpu();
+
+std::vector<double> RandomTaps(int64_t l) {
+  HostArray h = RandomArray(DType::kFloat64, {l});
+  return std::vector<double>(h.data<double>(), h.data<double>() + l);
+}
+
+// NaN-free and every output written (the poisoned buffer would leave NaN).
+bool AllFinite(const HostArray& a) {
+  for (const auto& v : fresnel::testing::ToComplex(a)) {
+    if (!std::isfinite(v.real()) || !std::isfinite(v.imag())) return false;
+  }
+  return true;
+}
+
+struct Config {
+  int up, down;
+  int64_t taps, n, channels;
+  DType dtype;
+  double cval;
+};
+
+std::string Describe(const Config& c) {
+  return "up " + std::to_string(c.up) + " down " + std::to_string(c.down) + " taps " +
+         std::to_string(c.taps) + " n " + std::to_string(c.n) + " ch " +
+         std::to_string(c.channels) + " " + DTypeName(c.dtype) + " cval " + std::to_string(c.cval);
+}
+
+std::vector<Config> KernelConfigs() {
+  std::vector<Config> cs;
+  // kRegisterBlocked: every up and P bucket, odd sizes, several channels.
+  for (int up : {1, 2, 3, 4, 8}) {
+    for (int64_t p : {1, 3, 8, 9, 16, 17, 32}) {
+      const int64_t taps = up * p - (p > 1 ? up / 2 : 0);
+      cs.push_back({up, 1, taps, 5003 + p, 1 + p % 3, DType::kFloat32, p % 2 ? 0.0 : 0.5});
+    }
+  }
+  cs.push_back({4, 1, 64, 1, 1, DType::kFloat32, 0.0});
+  cs.push_back({4, 1, 64, 3, 2, DType::kFloat32, 0.0});
+  cs.push_back({4, 1, 64, 300007, 1, DType::kFloat32, 0.0});
+  // Enough tiles that every persistent block loops (the prefetch pipeline), across channels.
+  cs.push_back({4, 1, 64, 3000017, 1, DType::kFloat32, 0.0});
+  cs.push_back({1, 1, 7, 3000017, 2, DType::kFloat32, 0.0});
+  cs.push_back({8, 1, 200, 2000003, 1, DType::kFloat32, 0.5});
+  cs.push_back({2, 1, 30, 1000003, 3, DType::kFloat32, 0.0});
+  // kSmemTile: other up, down > 1, double and complex, decimation beyond the staged span.
+  cs.push_back({5, 1, 40, 7001, 2, DType::kFloat32, 0.0});
+  cs.push_back({3, 2, 61, 9001, 3, DType::kFloat32, -1.0});
+  cs.push_back({4, 1, 64, 8191, 2, DType::kFloat64, 0.0});
+  cs.push_back({4, 1, 64, 8191, 2, DType::kComplex64, 0.25});
+  cs.push_back({160, 147, 3218, 20000, 1, DType::kFloat32, 0.0});
+  cs.push_back({147, 160, 3218, 20000, 2, DType::kFloat64, 0.0});
+  cs.push_back({1, 40, 81, 50000, 1, DType::kFloat32, 0.0});
+  cs.push_back({2, 61, 300, 40000, 1, DType::kComplex64, 0.0});
+  cs.push_back({7, 3, 5, 1000, 1, DType::kFloat64, 2.0});
+  // kWarpPerOutput: long filters.
+  cs.push_back({2, 1, 1000, 5000, 1, DType::kFloat32, 0.0});
+  cs.push_back({1, 3, 4000, 7000, 2, DType::kFloat64, 0.0});
+  cs.push_back({3, 5, 2000, 3000, 1, DType::kComplex64, 1.0});
+  return cs;
+}
+
+TEST_CASE("GPU upfirdn matches the CPU oracle", "[gpu][interp]") {
+  if (SkipWithoutGpu()) return;
+  const Device& gpu = *TestGpu();
+  for (const Config& c : KernelConfigs()) {
+    INFO(Describe(c));
+    auto taps = RandomTaps(c.taps);
+    HostArray x = RandomArray(c.dtype, {c.channels, c.n});
+    UpfirdnOptions o;
+    o.up = c.up;
+    o.down = c.down;
+    o.cval = c.cval;
+    StageTimes t;
+    auto y = Upfirdn(gpu, taps, x, o, &t);
+    REQUIRE(y.ok());
+    auto want = Upfirdn(kCpu, taps, x, o);
+    REQUIRE(want.ok());
+    CHECK(AllFinite(*y));
+    CHECK(RelativeError(*y, *want) <= Tolerance(c.dtype));
+    CHECK(t.compute_s > 0);
+  }
+}
+
+#if defined(FRESNEL_WITH_CUDA)
+TEST_CASE("every CUDA kernel agrees with the CPU oracle on windows", "[gpu][interp]") {
+  if (SkipWithoutGpu()) return;
+  const Device& gpu = *TestGpu();
+  using internal::CudaKernel;
+  std::mt19937 rng(std::random_device{}());
+  for (const Config& c : KernelConfigs()) {
+    internal::Polyphase f{RandomTaps(c.taps), c.up, c.down};
+    const int64_t p = f.TapsPerPhase();
+    HostArray x = RandomArray(c.dtype, {c.channels, c.n});
+    // A window placed anywhere, and an output range starting anywhere (alignment, tiles).
+    const int64_t x_first = static_cast<int64_t>(rng() % 50) - 25;
+    const int64_t out_first = static_cast<int64_t>(rng() % 37);
+    const int64_t out_count =
+        UpfirdnOutputLength(c.n, c.taps, c.up, c.down) + static_cast<int64_t>(rng() % 5);
+    auto want = internal::UpfirdnWindowCpu(f, internal::ViewOf(x), x_first, c.cval, out_first,
+                                           out_count);
+    REQUIRE(want.ok());
+    for (CudaKernel kernel : {CudaKernel::kRegisterBlocked, CudaKernel::kSmemTile,
+                              CudaKernel::kWarpPerOutput}) {
+      if (!internal::CudaPolyphase::Supports(kernel, c.up, c.down, p, c.dtype)) continue;
+      INFO(Describe(c) << " kernel " << internal::CudaKernelName(kernel) << " x_first "
+                       << x_first << " out_first " << out_first);
+      internal::CudaWindowOptions opt;
+      opt.kernel = kernel;
+      opt.poison_output = true;
+      auto y = internal::UpfirdnWindowCuda(gpu, f, internal::ViewOf(x), x_first, c.cval,
+                                           out_first, out_count, nullptr, opt);
+      REQUIRE(y.ok());
+      CHECK(AllFinite(*y));
+      CHECK(RelativeError(*y, *want) <= Tolerance(c.dtype));
+    }
+  }
+}
+
+#endif  // FRESNEL_WITH_CUDA
+
+TEST_CASE("GPU extension modes and padtypes match the CPU oracle", "[gpu][interp]") {
+  if (SkipWithoutGpu()) return;
+  const Device& gpu = *TestGpu();
+  const PadMode modes[] = {PadMode::kConstant, PadMode::kSymmetric, PadMode::kReflect,
+                           PadMode::kEdge,     PadMode::kWrap,      PadMode::kSmooth,
+                           PadMode::kAntisymmetric, PadMode::kAntireflect, PadMode::kLine};
+  for (PadMode mode : modes) {
+    for (DType dt : {DType::kFloat32, DType::kComplex64}) {
+      INFO(internal::PadModeName(mode) << " " << DTypeName(dt));
+      HostArray x = RandomArray(dt, {2, 3001});
+      UpfirdnOptions o;
+      o.up = 4;
+      o.down = 1;
+      o.mode = mode;
+      auto taps = RandomTaps(64);
+      auto y = Upfirdn(gpu, taps, x, o);
+      auto want = Upfirdn(kCpu, taps, x, o);
+      REQUIRE(y.ok());
+      REQUIRE(want.ok());
+      CHECK(RelativeError(*y, *want) <= Tolerance(dt));
+    }
+  }
+  const PadMode padtypes[] = {PadMode::kMean,    PadMode::kMedian, PadMode::kMaximum,
+                              PadMode::kMinimum, PadMode::kLine,   PadMode::kReflect};
+  for (PadMode pad : padtypes) {
+    INFO(internal::PadModeName(pad));
+    HostArray x = RandomArray(DType::kFloat64, {3, 4000});
+    ResamplePolyOptions o;
+    o.up = 3;
+    o.down = 2;
+    o.padtype = pad;
+    auto y = ResamplePoly(gpu, x, o);
+    auto want = ResamplePoly(kCpu, x, o);
+    REQUIRE(y.ok());
+    REQUIRE(want.ok());
+    CHECK(RelativeError(*y, *want) <= Tolerance(DType::kFloat64));
+  }
+}
+
+TEST_CASE("GPU resample_poly matches the CPU oracle", "[gpu][interp]") {
+  if (SkipWithoutGpu()) return;
+  const Device& gpu = *TestGpu();
+  const int rates[][2] = {{160, 147}, {147, 160}, {3, 2}, {2, 3}, {4, 1}, {1, 4}, {5, 5}};
+  for (auto& r : rates) {
+    for (DType dt : {DType::kFloat32, DType::kFloat64, DType::kComplex64}) {
+      INFO(r[0] << "/" << r[1] << " " << DTypeName(dt));
+      HostArray x = RandomArray(dt, {2, 30011});
+      ResamplePolyOptions o;
+      o.up = r[0];
+      o.down = r[1];
+      auto y = ResamplePoly(gpu, x, o);
+      auto want = ResamplePoly(kCpu, x, o);
+      REQUIRE(y.ok());
+      REQUIRE(want.ok());
+      CHECK(RelativeError(*y, *want) <= Tolerance(dt));
+    }
+  }
+}
+
+TEST_CASE("SciPy golden outputs on the GPU", "[gpu][interp]") {
+  if (SkipWithoutGpu()) return;
+  const Device& gpu = *TestGpu();
+  const auto cases = LoadManifest();
+  REQUIRE_FALSE(cases.empty());
+  for (const GoldenCase& g : cases) {
+    INFO(g.name);
+    if (g.kind == "upfirdn") {
+      HostArray x = LoadGolden(g.Get("x"));
+      UpfirdnOptions o;
+      o.up = g.Int("up");
+      o.down = g.Int("down");
+      o.mode = ParsePadMode(g.Get("mode"));
+      o.cval = g.Double("cval");
+      auto y = Upfirdn(gpu, ToDoubles(LoadGolden(g.Get("h"))), x, o);
+      REQUIRE(y.ok());
+      CHECK(RelativeError(*y, LoadGolden(g.Get("y"))) <= Tolerance(x.dtype()));
+    } else if (g.kind == "resample_poly") {
+      HostArray x = LoadGolden(g.Get("x"));
+      ResamplePolyOptions o;
+      o.up = g.Int("up");
+      o.down = g.Int("down");
+      o.padtype = ParsePadMode(g.Get("padtype"));
+      o.cval = g.Double("cval");
+      if (g.Get("window") == "taps") {
+        o.taps = ToDoubles(LoadGolden(g.Get("h")));
+      } else {
+        o.window = ParseWindow(g.Get("window"));
+      }
+      auto y = ResamplePoly(gpu, x, o);
+      REQUIRE(y.ok());
+      CHECK(RelativeError(*y, LoadGolden(g.Get("y"))) <= Tolerance(x.dtype()));
+    }
+  }
+}
+
+TEST_CASE("GPU streaming equals the GPU one-shot result exactly", "[gpu][interp]") {
+  if (SkipWithoutGpu()) return;
+  const Device& gpu = *TestGpu();
+  std::mt19937 rng(std::random_device{}());
+  struct StreamCase {
+    int up, down;
+    int64_t taps;  // 0: resample_poly with the default filter
+    DType dtype;
+  };
+  const StreamCase cases[] = {
+      {4, 1, 64, DType::kFloat32},     // kRegisterBlocked
+      {8, 1, 200, DType::kFloat32},    // kRegisterBlocked, P = 25 padded to 32
+      {3, 2, 61, DType::kComplex64},   // kSmemTile
+      {2, 1, 1000, DType::kFloat64},   // kWarpPerOutput
+      {160, 147, 0, DType::kFloat32},  // resample_poly, kSmemTile
+      {2, 3, 0, DType::kFloat64},
+  };
+  for (const StreamCase& c : cases) {
+    INFO("up " << c.up << " down " << c.down << " taps " << c.taps << " "
+               << DTypeName(c.dtype));
+    const int64_t n = 20000 + static_cast<int64_t>(rng() % 5000);
+    HostArray x = RandomArray(c.dtype, {2, n});
+    std::vector<int64_t> chunks;
+    for (int64_t left = n; left > 0;) {
+      int64_t k = rng() % 4 == 0 ? static_cast<int64_t>(rng() % 2)
+                                 : static_cast<int64_t>(rng() % 3000);
+      k = std::min(k, left);
+      chunks.push_back(k);
+      left -= k;
+    }
+    HostArray one, streamed;
+    absl::StatusOr<StreamingResampler> s = absl::UnknownError("unset");
+    if (c.taps > 0) {
+      UpfirdnOptions o;
+      o.up = c.up;
+      o.down = c.down;
+      auto taps = RandomTaps(c.taps);
+      auto y = Upfirdn(gpu, taps, x, o);
+      REQUIRE(y.ok());
+      one = *std::move(y);
+      s = StreamingResampler::ForUpfirdn(taps, o, 2, c.dtype);
+    } else {
+      ResamplePolyOptions o;
+      o.up = c.up;
+      o.down = c.down;
+      auto y = ResamplePoly(gpu, x, o);
+      REQUIRE(y.ok());
+      one = *std::move(y);
+      s = StreamingResampler::ForResamplePoly(o, 2, c.dtype);
+    }
+    REQUIRE(s.ok());
+    const size_t es = DTypeSize(c.dtype);
+    std::vector<std::string> rows(2);
+    int64_t pos = 0;
+    auto append = [&](const HostArray& y) {
+      for (int64_t ch = 0; ch < 2; ++ch) {
+        rows[ch].append(static_cast<const char*>(y.raw()) + ch * y.dim(1) * es, y.dim(1) * es);
+      }
+    };
+    for (int64_t k : chunks) {
+      HostArray chunk(c.dtype, {2, k});
+      for (int64_t ch = 0; ch < 2; ++ch) {
+        std::memcpy(static_cast<char*>(chunk.raw()) + ch * k * es,
+                    static_cast<const char*>(x.raw()) + (ch * n + pos) * es, k * es);
+      }
+      pos += k;
+      auto y = s->Push(gpu, chunk);
+      REQUIRE(y.ok());
+      append(*y);
+    }
+    auto tail = s->Finish(gpu);
+    REQUIRE(tail.ok());
+    append(*tail);
+    auto joined = HostArray::FromBytes(
+        c.dtype, {2, static_cast<int64_t>(rows[0].size() / es)}, rows[0] + rows[1]);
+    REQUIRE(joined.ok());
+    CHECK(SameValues(*joined, one));
+  }
+}
+
+TEST_CASE("GPU calls time their stages and refuse the default stream", "[gpu][interp]") {
+  if (SkipWithoutGpu()) return;
+  const Device& gpu = *TestGpu();
+  HostArray x = RandomArray(DType::kFloat32, {1 << 20});
+  UpfirdnOptions o;
+  o.up = 4;
+  StageTimes t;
+  auto y = Upfirdn(gpu, RandomTaps(64), x, o, &t);
+  REQUIRE(y.ok());
+  CHECK(t.h2d_s > 0);
+  CHECK(t.compute_s > 0);
+  CHECK(t.d2h_s > 0);
+  Device no_stream = Device::Cuda(gpu.ordinal, nullptr);
+  auto z = Upfirdn(no_stream, RandomTaps(64), x, o);
+  CHECK(z.status().code() == absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace fresnel::interp

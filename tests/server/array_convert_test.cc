@@ -1,0 +1,77 @@
+#include <catch2/catch.hpp>
+
+#include "fresnel/v1/array_convert.h"
+#include "support/test_support.h"
+
+namespace fresnel::testing {
+namespace {
+
+TEST_CASE("NdArray round trips every dtype", "[proto]") {
+  for (DType d : {DType::kFloat32, DType::kFloat64, DType::kComplex64, DType::kComplex128,
+                  DType::kUint8, DType::kUint16, DType::kInt16, DType::kInt32}) {
+    HostArray a = RandomArray(d, {3, 5});
+    v1::NdArray wire;
+    ToProto(a, &wire);
+    auto back = FromProto(wire, "x");
+    REQUIRE(back.ok());
+    CHECK(back->dtype() == d);
+    CHECK(back->shape() == a.shape());
+    CHECK(back->bytes() == a.bytes());
+  }
+}
+
+TEST_CASE("FromProto names the field on bad arrays", "[proto]") {
+  v1::NdArray wire;
+  ToProto(RandomArray(DType::kFloat32, {4}), &wire);
+  wire.add_shape(2);
+  auto bad = FromProto(wire, "signal");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(bad.status().message()), Catch::Contains("signal.data"));
+  wire.clear_shape();
+  wire.add_shape(-4);
+  CHECK_THAT(std::string(FromProto(wire, "signal").status().message()),
+             Catch::Contains("signal.shape"));
+  wire.set_dtype(v1::DTYPE_UNSPECIFIED);
+  CHECK_THAT(std::string(FromProto(wire, "signal").status().message()),
+             Catch::Contains("signal.dtype"));
+}
+
+TEST_CASE("chunks reassemble to the original array", "[proto]") {
+  HostArray a = RandomArray(DType::kComplex64, {7, 33});
+  for (int64_t chunk : {1, 7, 100, 1 << 20}) {
+    auto chunks = SplitIntoChunks(a, chunk);
+    ChunkAssembler assembler;
+    bool done = false;
+    for (auto& c : chunks) {
+      auto r = assembler.Add(std::move(c), "field", 1 << 20);
+      REQUIRE(r.ok());
+      done = *r;
+    }
+    REQUIRE(done);
+    auto back = assembler.Take("field");
+    REQUIRE(back.ok());
+    CHECK(back->shape() == a.shape());
+    CHECK(back->bytes() == a.bytes());
+  }
+}
+
+TEST_CASE("chunk assembly rejects gaps and oversize arrays", "[proto]") {
+  HostArray a = RandomArray(DType::kFloat32, {100});
+  auto chunks = SplitIntoChunks(a, 64);
+  {
+    ChunkAssembler assembler;
+    REQUIRE(assembler.Add(std::move(chunks[0]), "f", 1 << 20).ok());
+    auto r = assembler.Add(std::move(chunks[2]), "f", 1 << 20);
+    CHECK(r.status().code() == absl::StatusCode::kInvalidArgument);
+  }
+  {
+    ChunkAssembler assembler;
+    auto again = SplitIntoChunks(a, 64);
+    auto r = assembler.Add(std::move(again[0]), "f", 100);
+    CHECK(r.status().code() == absl::StatusCode::kResourceExhausted);
+  }
+}
+
+}  // namespace
+}  // namespace fresnel::testing

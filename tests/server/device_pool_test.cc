@@ -1,0 +1,186 @@
+// DevicePool: queue bounds, deadlines, cancellation and draining, with jobs that block on a latch
+// so that every outcome is deterministic.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <condition_variable>
+#include <future>
+#include <mutex>
+
+#include "server/device_pool.h"
+
+namespace fresnel::server {
+namespace {
+
+// A gate that jobs wait on until the test opens it.
+class Gate {
+ public:
+  void Open() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+  void Wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return open_; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = false;
+};
+
+struct Outcome {
+  std::promise<absl::Status> status;
+  std::atomic<bool> ran{false};
+};
+
+std::shared_ptr<Job> MakeJob(Gate* gate, Outcome* out, std::atomic<int>* started = nullptr) {
+  auto job = std::make_shared<Job>();
+  job->service = "test";
+  job->method = "Block";
+  job->preference = DevicePreference::kCpu;
+  job->run = [gate, out, started](const Device&, StageTimes*) {
+    out->ran = true;
+    if (started) ++*started;
+    if (gate) gate->Wait();
+    return absl::OkStatus();
+  };
+  job->done = [out](const absl::Status& s, const JobReport&) { out->status.set_value(s); };
+  return job;
+}
+
+std::unique_ptr<DevicePool> CpuPool(int workers, int capacity) {
+  DevicePoolOptions o;
+  o.cpu_workers = workers;
+  o.queue_capacity = capacity;
+  auto pool = DevicePool::Create(o, nullptr);
+  REQUIRE(pool.ok());
+  return std::move(*pool);
+}
+
+void WaitUntil(const std::function<bool()>& cond) {
+  for (int i = 0; i < 2000 && !cond(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  REQUIRE(cond());
+}
+
+TEST_CASE("a full queue rejects with RESOURCE_EXHAUSTED and accepted jobs still finish",
+          "[server][pool]") {
+  auto pool = CpuPool(1, 2);
+  Gate gate;
+  Outcome running, queued1, queued2, rejected;
+  std::atomic<int> started{0};
+  REQUIRE(pool->Submit(MakeJob(&gate, &running, &started)).ok());
+  WaitUntil([&] { return started.load() == 1; });
+  REQUIRE(pool->Submit(MakeJob(&gate, &queued1)).ok());
+  REQUIRE(pool->Submit(MakeJob(&gate, &queued2)).ok());
+  absl::Status st = pool->Submit(MakeJob(&gate, &rejected));
+  CHECK(st.code() == absl::StatusCode::kResourceExhausted);
+  CHECK(pool->Snapshot().back().rejected == 1);
+  gate.Open();
+  CHECK(running.status.get_future().get().ok());
+  CHECK(queued1.status.get_future().get().ok());
+  CHECK(queued2.status.get_future().get().ok());
+  CHECK_FALSE(rejected.ran.load());
+}
+
+TEST_CASE("a job whose deadline passes in the queue is not run", "[server][pool]") {
+  auto pool = CpuPool(1, 4);
+  Gate gate;
+  Outcome blocker, late;
+  std::atomic<int> started{0};
+  REQUIRE(pool->Submit(MakeJob(&gate, &blocker, &started)).ok());
+  WaitUntil([&] { return started.load() == 1; });
+  auto job = MakeJob(nullptr, &late);
+  job->deadline = Clock::now() + std::chrono::milliseconds(5);
+  REQUIRE(pool->Submit(job).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  gate.Open();
+  absl::Status st = late.status.get_future().get();
+  CHECK(st.code() == absl::StatusCode::kDeadlineExceeded);
+  CHECK_FALSE(late.ran.load());
+  CHECK(blocker.status.get_future().get().ok());
+}
+
+TEST_CASE("cancelling a queued job removes it at once", "[server][pool]") {
+  auto pool = CpuPool(1, 4);
+  Gate gate;
+  Outcome blocker, cancelled;
+  std::atomic<int> started{0};
+  REQUIRE(pool->Submit(MakeJob(&gate, &blocker, &started)).ok());
+  WaitUntil([&] { return started.load() == 1; });
+  auto job = MakeJob(nullptr, &cancelled);
+  REQUIRE(pool->Submit(job).ok());
+  CHECK(pool->Snapshot().back().queued == 1);
+  job->Cancel();
+  auto f = cancelled.status.get_future();
+  REQUIRE(f.wait_for(std::chrono::seconds(5)) == std::future_status::ready);
+  CHECK(f.get().code() == absl::StatusCode::kCancelled);
+  CHECK(pool->Snapshot().back().queued == 0);
+  gate.Open();
+  CHECK(blocker.status.get_future().get().ok());
+  CHECK_FALSE(cancelled.ran.load());
+}
+
+TEST_CASE("draining finishes accepted work and refuses new work", "[server][pool]") {
+  auto pool = CpuPool(2, 8);
+  Gate gate;
+  Outcome a, b, c, refused;
+  std::atomic<int> started{0};
+  REQUIRE(pool->Submit(MakeJob(&gate, &a, &started)).ok());
+  REQUIRE(pool->Submit(MakeJob(&gate, &b, &started)).ok());
+  REQUIRE(pool->Submit(MakeJob(&gate, &c, &started)).ok());
+  auto drained = std::async(std::launch::async, [&] {
+    return pool->Drain(std::chrono::seconds(10));
+  });
+  WaitUntil([&] { return pool->draining(); });
+  CHECK(pool->Submit(MakeJob(nullptr, &refused)).code() == absl::StatusCode::kUnavailable);
+  gate.Open();
+  CHECK(drained.get());
+  CHECK(a.status.get_future().get().ok());
+  CHECK(b.status.get_future().get().ok());
+  CHECK(c.status.get_future().get().ok());
+  CHECK(started.load() == 3);
+}
+
+TEST_CASE("a drain that times out fails the jobs still queued with UNAVAILABLE",
+          "[server][pool]") {
+  auto pool = CpuPool(1, 8);
+  Gate gate;
+  Outcome running, queued;
+  std::atomic<int> started{0};
+  REQUIRE(pool->Submit(MakeJob(&gate, &running, &started)).ok());
+  WaitUntil([&] { return started.load() == 1; });
+  REQUIRE(pool->Submit(MakeJob(nullptr, &queued)).ok());
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    gate.Open();
+  });
+  CHECK_FALSE(pool->Drain(std::chrono::milliseconds(20)));
+  opener.join();
+  CHECK(queued.status.get_future().get().code() == absl::StatusCode::kUnavailable);
+  CHECK(running.status.get_future().get().ok());
+}
+
+TEST_CASE("a job that throws becomes an error, not a crash", "[server][pool]") {
+  auto pool = CpuPool(1, 4);
+  Outcome out;
+  auto job = MakeJob(nullptr, &out);
+  job->run = [](const Device&, StageTimes*) -> absl::Status { throw std::runtime_error("boom"); };
+  REQUIRE(pool->Submit(job).ok());
+  absl::Status st = out.status.get_future().get();
+  CHECK(st.code() == absl::StatusCode::kInternal);
+  CHECK_THAT(std::string(st.message()), Catch::Contains("boom"));
+}
+
+TEST_CASE("a GPU-only job on a server without GPUs is refused", "[server][pool]") {
+  auto pool = CpuPool(1, 4);
+  Outcome out;
+  auto job = MakeJob(nullptr, &out);
+  job->preference = DevicePreference::kGpu;
+  CHECK(pool->Submit(job).code() == absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace fresnel::server

@@ -1,0 +1,485 @@
+// fresneld end to end over loopback gRPC: results equal the kernels' own, bad input gets the
+// right status naming the field, streams equal one-shot calls, health, metrics and draining.
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <cstring>
+#include <set>
+#include <future>
+#include <thread>
+
+#include "fresnel/core/gpu.h"
+#include "fresnel/interp/interp.h"
+#include "fresnel/v1/array_convert.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/grpcpp.h"
+#include "server_fixture.h"
+#include "support/test_support.h"
+
+namespace fresnel::testing {
+namespace {
+
+v1::NdArray Wire(const HostArray& a) {
+  v1::NdArray out;
+  ToProto(a, &out);
+  return out;
+}
+
+HostArray FromWire(const v1::NdArray& a) {
+  auto h = FromProto(a, "y");
+  REQUIRE(h.ok());
+  return std::move(*h);
+}
+
+v1::UpfirdnRequest UpfirdnReq(const HostArray& x, const std::vector<double>& taps, int up,
+                              int down) {
+  v1::UpfirdnRequest req;
+  *req.mutable_x() = Wire(x);
+  HostArray h(DType::kFloat64, {static_cast<int64_t>(taps.size())});
+  std::copy(taps.begin(), taps.end(), h.data<double>());
+  *req.mutable_taps() = Wire(h);
+  req.set_up(up);
+  req.set_down(down);
+  return req;
+}
+
+std::unique_ptr<grpc::ClientContext> Ctx(double timeout_s = 60) {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  ctx->set_deadline(std::chrono::system_clock::now() +
+                    std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
+  return ctx;
+}
+
+TEST_CASE("server info lists the CPU pool, limits and services", "[server]") {
+  TestServer ts;
+  v1::ServerInfo info;
+  auto ctx = Ctx();
+  grpc::Status st = ts.admin->GetServerInfo(ctx.get(), v1::GetServerInfoRequest(), &info);
+  REQUIRE(st.ok());
+  CHECK_FALSE(info.version().empty());
+  REQUIRE(info.devices_size() == 1);
+  CHECK(info.devices(0).id() == "cpu");
+  CHECK(info.cpu_workers() == 2);
+  CHECK(info.limits().max_message_bytes() == 64 << 20);
+  CHECK(info.limits().queue_capacity() == 16);
+  CHECK(info.services_size() >= 2);
+}
+
+TEST_CASE("health reports SERVING per service, and NOT_FOUND for unknown ones", "[server]") {
+  TestServer ts;
+  grpc::GenericStub generic(ts.channel);
+  // grpc.health.v1.HealthCheckRequest { string service = 1; } encoded by hand: tag 0x0a, length.
+  auto check = [&](const std::string& service, std::string* reply) {
+    std::string payload = "\x0a" + std::string(1, static_cast<char>(service.size())) + service;
+    grpc::Slice slice(payload);
+    grpc::ByteBuffer request(&slice, 1), response;
+    grpc::ClientContext ctx;
+    std::promise<grpc::Status> done;
+    generic.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request,
+                      &response, [&](grpc::Status s) { done.set_value(s); });
+    grpc::Status st = done.get_future().get();
+    std::vector<grpc::Slice> slices;
+    if (st.ok()) {
+      response.Dump(&slices);
+      reply->clear();
+      for (auto& s : slices) reply->append(reinterpret_cast<const char*>(s.begin()), s.size());
+    }
+    return st;
+  };
+  std::string reply;
+  REQUIRE(check("", &reply).ok());
+  CHECK(reply == std::string("\x08\x01", 2));  // status: SERVING
+  REQUIRE(check("fresnel.v1.InterpolationService", &reply).ok());
+  CHECK(reply == std::string("\x08\x01", 2));
+  CHECK(check("no.such.Service", &reply).error_code() == grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_CASE("Upfirdn over gRPC equals the CPU kernel", "[server][interp]") {
+  TestServer ts;
+  HostArray x = RandomArray(DType::kFloat32, {3, 1000});
+  std::vector<double> taps = {0.1, -0.2, 0.5, 1.0, 0.5, -0.2, 0.1};
+  v1::InterpolationResponse resp;
+  auto ctx = Ctx();
+  grpc::Status st = ts.interp->Upfirdn(ctx.get(), UpfirdnReq(x, taps, 3, 2), &resp);
+  REQUIRE(st.ok());
+  interp::UpfirdnOptions o;
+  o.up = 3;
+  o.down = 2;
+  auto want = interp::Upfirdn(Device::Cpu(), taps, x, o);
+  REQUIRE(want.ok());
+  HostArray got = FromWire(resp.y());
+  CHECK(got.shape() == want->shape());
+  CHECK(MaxAbsError(got, *want) == 0.0);
+  CHECK(resp.info().device() == "cpu");
+  CHECK(resp.info().total_seconds() > 0);
+  CHECK_FALSE(resp.request_id().empty());
+}
+
+TEST_CASE("Upfirdn with a firwin design is the classic interpolation recipe", "[server][interp]") {
+  TestServer ts;
+  HostArray x = RandomArray(DType::kFloat64, {500});
+  v1::UpfirdnRequest req;
+  *req.mutable_x() = Wire(x);
+  req.mutable_design()->set_numtaps(12);
+  req.mutable_design()->set_cutoff(1.0 / 4);
+  req.mutable_design()->set_window(v1::HAMMING);
+  req.mutable_design()->set_gain(4);
+  req.set_up(4);
+  req.set_request_id("abc");
+  v1::InterpolationResponse resp;
+  auto ctx = Ctx();
+  REQUIRE(ts.interp->Upfirdn(ctx.get(), req, &resp).ok());
+  auto taps = interp::Firwin(12, 0.25, {interp::Window::kHamming, 5});
+  REQUIRE(taps.ok());
+  for (double& t : *taps) t *= 4;
+  interp::UpfirdnOptions o;
+  o.up = 4;
+  auto want = interp::Upfirdn(Device::Cpu(), *taps, x, o);
+  REQUIRE(want.ok());
+  CHECK(MaxAbsError(FromWire(resp.y()), *want) == 0.0);
+  CHECK(resp.request_id() == "abc");
+}
+
+TEST_CASE("ResamplePoly over gRPC equals the CPU kernel", "[server][interp]") {
+  TestServer ts;
+  HostArray x = RandomArray(DType::kComplex64, {2, 777});
+  v1::ResamplePolyRequest req;
+  *req.mutable_x() = Wire(x);
+  req.set_up(160);
+  req.set_down(147);
+  v1::InterpolationResponse resp;
+  auto ctx = Ctx();
+  REQUIRE(ts.interp->ResamplePoly(ctx.get(), req, &resp).ok());
+  interp::ResamplePolyOptions o;
+  o.up = 160;
+  o.down = 147;
+  auto want = interp::ResamplePoly(Device::Cpu(), x, o);
+  REQUIRE(want.ok());
+  HostArray got = FromWire(resp.y());
+  REQUIRE(got.shape() == std::vector<int64_t>{2, 846});
+  CHECK(MaxAbsError(got, *want) == 0.0);
+}
+
+struct StreamResult {
+  grpc::Status status;
+  HostArray y;
+  int responses = 0;
+};
+
+StreamResult RunStream(TestServer& ts, const v1::ResampleStreamConfig& config, const HostArray& x,
+                       const std::vector<int64_t>& chunk_sizes) {
+  StreamResult r;
+  auto ctx = Ctx();
+  auto stream = ts.interp->ResampleStream(ctx.get());
+  v1::ResampleStreamRequest first;
+  *first.mutable_config() = config;
+  REQUIRE(stream->Write(first));
+  int64_t channels = x.ndim() == 2 ? x.dim(0) : 1;
+  int64_t n = x.shape().back();
+  size_t es = DTypeSize(x.dtype());
+  int64_t pos = 0;
+  std::vector<HostArray> outs;
+  for (size_t i = 0; pos < n || i < chunk_sizes.size(); ++i) {
+    int64_t k = std::min(chunk_sizes[i % chunk_sizes.size()], n - pos);
+    std::vector<int64_t> shape = x.ndim() == 2 ? std::vector<int64_t>{channels, k}
+                                               : std::vector<int64_t>{k};
+    HostArray chunk(x.dtype(), shape);
+    for (int64_t c = 0; c < channels; ++c) {
+      std::memcpy(static_cast<char*>(chunk.raw()) + c * k * es,
+                  static_cast<const char*>(x.raw()) + (c * n + pos) * es, k * es);
+    }
+    pos += k;
+    v1::ResampleStreamRequest req;
+    *req.mutable_chunk() = Wire(chunk);
+    bool last = pos >= n && i + 1 >= chunk_sizes.size();
+    req.set_end(last);
+    REQUIRE(stream->Write(req));
+    v1::ResampleStreamResponse resp;
+    if (!stream->Read(&resp)) break;
+    ++r.responses;
+    outs.push_back(FromWire(resp.y()));
+    if (last) break;
+  }
+  stream->WritesDone();
+  v1::ResampleStreamResponse extra;
+  while (stream->Read(&extra)) outs.push_back(FromWire(extra.y()));
+  r.status = stream->Finish();
+  if (!r.status.ok()) return r;
+  int64_t total = 0;
+  for (auto& o : outs) total += o.shape().back();
+  std::vector<int64_t> shape = x.ndim() == 2 ? std::vector<int64_t>{channels, total}
+                                             : std::vector<int64_t>{total};
+  r.y = HostArray(x.dtype(), shape);
+  int64_t at = 0;
+  for (auto& o : outs) {
+    int64_t k = o.shape().back();
+    for (int64_t c = 0; c < channels; ++c) {
+      std::memcpy(static_cast<char*>(r.y.raw()) + (c * total + at) * es,
+                  static_cast<const char*>(o.raw()) + c * k * es, k * es);
+    }
+    at += k;
+  }
+  return r;
+}
+
+TEST_CASE("ResampleStream in chunks equals the one-shot result", "[server][interp]") {
+  TestServer ts;
+  HostArray x = RandomArray(DType::kFloat32, {2, 5000});
+  SECTION("resample_poly 3/2 with uneven chunks") {
+    v1::ResampleStreamConfig config;
+    auto* rp = config.mutable_resample_poly();
+    rp->set_up(3);
+    rp->set_down(2);
+    rp->mutable_x()->set_dtype(v1::FLOAT32);
+    rp->mutable_x()->add_shape(2);
+    rp->mutable_x()->add_shape(0);
+    StreamResult r = RunStream(ts, config, x, {1, 700, 13, 0, 1999, 64});
+    REQUIRE(r.status.ok());
+    interp::ResamplePolyOptions o;
+    o.up = 3;
+    o.down = 2;
+    auto want = interp::ResamplePoly(Device::Cpu(), x, o);
+    REQUIRE(want.ok());
+    CHECK(r.y.shape() == want->shape());
+    CHECK(MaxAbsError(r.y, *want) == 0.0);
+  }
+  SECTION("upfirdn up=4 with a design") {
+    v1::ResampleStreamConfig config;
+    auto* u = config.mutable_upfirdn();
+    u->set_up(4);
+    u->mutable_design()->set_numtaps(33);
+    u->mutable_design()->set_cutoff(0.25);
+    u->mutable_x()->set_dtype(v1::FLOAT32);
+    u->mutable_x()->add_shape(2);
+    u->mutable_x()->add_shape(0);
+    StreamResult r = RunStream(ts, config, x, {1024});
+    REQUIRE(r.status.ok());
+    auto taps = interp::Firwin(33, 0.25, {interp::Window::kHamming, 5});
+    REQUIRE(taps.ok());
+    interp::UpfirdnOptions o;
+    o.up = 4;
+    auto want = interp::Upfirdn(Device::Cpu(), *taps, x, o);
+    REQUIRE(want.ok());
+    CHECK(r.y.shape() == want->shape());
+    CHECK(MaxAbsError(r.y, *want) == 0.0);
+  }
+}
+
+TEST_CASE("ResampleStream rejects a stream without config", "[server][interp]") {
+  TestServer ts;
+  auto ctx = Ctx();
+  auto stream = ts.interp->ResampleStream(ctx.get());
+  v1::ResampleStreamRequest req;
+  *req.mutable_chunk() = Wire(RandomArray(DType::kFloat32, {10}));
+  stream->Write(req);
+  stream->WritesDone();
+  v1::ResampleStreamResponse resp;
+  while (stream->Read(&resp)) {
+  }
+  grpc::Status st = stream->Finish();
+  CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK_THAT(st.error_message(), Catch::Contains("config"));
+}
+
+TEST_CASE("bad interpolation input gets INVALID_ARGUMENT naming the field", "[server][interp]") {
+  TestServer ts;
+  HostArray x = RandomArray(DType::kFloat32, {100});
+  auto call = [&](v1::UpfirdnRequest req) {
+    v1::InterpolationResponse resp;
+    auto ctx = Ctx();
+    return ts.interp->Upfirdn(ctx.get(), req, &resp);
+  };
+  SECTION("negative up") {
+    auto req = UpfirdnReq(x, {1, 2, 3}, -2, 1);
+    grpc::Status st = call(req);
+    CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(st.error_message(), Catch::Contains("up"));
+  }
+  SECTION("down over the limit") {
+    auto req = UpfirdnReq(x, {1, 2, 3}, 1, 1 << 20);
+    grpc::Status st = call(req);
+    CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(st.error_message(), Catch::Contains("down"));
+  }
+  SECTION("empty taps") {
+    auto req = UpfirdnReq(x, {}, 2, 1);
+    grpc::Status st = call(req);
+    CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(st.error_message(), Catch::Contains("taps"));
+  }
+  SECTION("no filter at all") {
+    auto req = UpfirdnReq(x, {1}, 2, 1);
+    req.clear_taps();
+    grpc::Status st = call(req);
+    CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(st.error_message(), Catch::Contains("taps"));
+  }
+  SECTION("shape and bytes disagree") {
+    auto req = UpfirdnReq(x, {1, 2}, 2, 1);
+    req.mutable_x()->set_shape(0, 101);
+    grpc::Status st = call(req);
+    CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(st.error_message(), Catch::Contains("x.data"));
+  }
+  SECTION("unknown dtype") {
+    auto req = UpfirdnReq(x, {1, 2}, 2, 1);
+    req.mutable_x()->set_dtype(static_cast<v1::DType>(99));
+    grpc::Status st = call(req);
+    CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(st.error_message(), Catch::Contains("x.dtype"));
+  }
+  SECTION("unsupported dtype") {
+    auto req = UpfirdnReq(x, {1, 2}, 2, 1);
+    *req.mutable_x() = Wire(RandomArray(DType::kInt32, {100}));
+    grpc::Status st = call(req);
+    CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(st.error_message(), Catch::Contains("x.dtype"));
+  }
+  SECTION("three-dimensional x") {
+    auto req = UpfirdnReq(x, {1, 2}, 2, 1);
+    *req.mutable_x() = Wire(RandomArray(DType::kFloat32, {2, 2, 25}));
+    grpc::Status st = call(req);
+    CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(st.error_message(), Catch::Contains("x.shape"));
+  }
+}
+
+TEST_CASE("payloads over the limits get RESOURCE_EXHAUSTED", "[server][interp]") {
+  server::ServerConfig config = TestServer::CpuConfig();
+  config.max_message_bytes = 1 << 20;
+  TestServer ts(config);
+  SECTION("request larger than the message cap") {
+    HostArray x = RandomArray(DType::kFloat32, {300000});
+    v1::InterpolationResponse resp;
+    auto ctx = Ctx();
+    grpc::Status st = ts.interp->Upfirdn(ctx.get(), UpfirdnReq(x, {1, 2}, 1, 1), &resp);
+    CHECK(st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  }
+  SECTION("response that would exceed the cap names y and suggests streaming") {
+    HostArray x = RandomArray(DType::kFloat32, {100000});
+    v1::InterpolationResponse resp;
+    auto ctx = Ctx();
+    grpc::Status st = ts.interp->Upfirdn(ctx.get(), UpfirdnReq(x, {1, 2}, 8, 1), &resp);
+    CHECK(st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+    CHECK_THAT(st.error_message(), Catch::Contains("y:") && Catch::Contains("ResampleStream"));
+  }
+}
+
+TEST_CASE("an expired deadline is honoured", "[server][interp]") {
+  TestServer ts;
+  HostArray x = RandomArray(DType::kFloat32, {1000});
+  v1::InterpolationResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() - std::chrono::milliseconds(1));
+  grpc::Status st = ts.interp->Upfirdn(&ctx, UpfirdnReq(x, {1, 2}, 2, 1), &resp);
+  CHECK(st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED);
+}
+
+TEST_CASE("metrics record requests and pass promtool", "[server][metrics]") {
+  TestServer ts;
+  HostArray x = RandomArray(DType::kFloat32, {1000});
+  for (int i = 0; i < 3; ++i) {
+    v1::InterpolationResponse resp;
+    auto ctx = Ctx();
+    REQUIRE(ts.interp->Upfirdn(ctx.get(), UpfirdnReq(x, {1, 2, 1}, 2, 1), &resp).ok());
+  }
+  {
+    v1::InterpolationResponse resp;
+    auto ctx = Ctx();
+    ts.interp->Upfirdn(ctx.get(), UpfirdnReq(x, {1}, 0 - 1, 1), &resp);
+  }
+  std::string text = ts.server->MetricsText();
+  CHECK_THAT(text, Catch::Contains(
+      "fresnel_request_duration_seconds_count{code=\"OK\",method=\"Upfirdn\","
+      "service=\"fresnel.v1.InterpolationService\"} 3"));
+  CHECK_THAT(text, Catch::Contains("code=\"INVALID_ARGUMENT\""));
+  CHECK_THAT(text, Catch::Contains("fresnel_queue_wait_seconds_bucket"));
+  CHECK_THAT(text, Catch::Contains("fresnel_compute_seconds_sum{device=\"cpu\""));
+  CHECK_THAT(text, Catch::Contains("fresnel_payload_bytes_total{direction=\"in\""));
+  CHECK_THAT(text, Catch::Contains("fresnel_in_flight_requests"));
+  CHECK_THAT(text, Catch::Contains("fresnel_queue_depth{device=\"cpu\"}"));
+
+  if (std::system("command -v promtool >/dev/null 2>&1") != 0) {
+    WARN("promtool not installed: skipping `promtool check metrics`");
+    return;
+  }
+  std::string path = "/tmp/fresnel_metrics_" + std::to_string(::getpid()) + ".txt";
+  FILE* f = std::fopen(path.c_str(), "w");
+  REQUIRE(f != nullptr);
+  std::fwrite(text.data(), 1, text.size(), f);
+  std::fclose(f);
+  std::string cmd = "promtool check metrics < " + path + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string out;
+  char buf[512];
+  while (size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  int rc = pclose(p);
+  std::remove(path.c_str());
+  INFO(out);
+  CHECK(rc == 0);
+}
+
+TEST_CASE("shutdown drains accepted work and refuses new work", "[server]") {
+  TestServer ts;
+  // A request heavy enough to still be running when the shutdown starts.
+  HostArray x = RandomArray(DType::kFloat64, {4, 200000});
+  v1::ResamplePolyRequest req;
+  *req.mutable_x() = Wire(x);
+  req.set_up(97);
+  req.set_down(101);
+  auto inflight = std::async(std::launch::async, [&] {
+    v1::InterpolationResponse resp;
+    auto ctx = Ctx();
+    return ts.interp->ResamplePoly(ctx.get(), req, &resp);
+  });
+  for (int i = 0; i < 500 && ts.server->MetricsText().find("fresnel_running_jobs{device=\"cpu\"} 1") ==
+                                 std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  auto stopping = std::async(std::launch::async, [&] { return ts.server->Shutdown(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  CHECK(inflight.get().ok());
+  CHECK(stopping.get());
+}
+
+TEST_CASE("GPU pool: results over gRPC equal the CPU oracle", "[server][gpu]") {
+  if (SkipWithoutGpu()) return;
+  server::ServerConfig config = TestServer::CpuConfig();
+  config.gpus = "all";
+  TestServer ts(config);
+  v1::ServerInfo info;
+  auto ictx = Ctx();
+  REQUIRE(ts.admin->GetServerInfo(ictx.get(), v1::GetServerInfoRequest(), &info).ok());
+  REQUIRE(info.devices_size() == GpuCount() + 1);
+  HostArray x = RandomArray(DType::kFloat32, {4, 100000});
+  std::vector<double> taps(64);
+  for (size_t i = 0; i < taps.size(); ++i) taps[i] = std::sin(0.3 * i) / (1.0 + i);
+  // Enough concurrent requests to land on every GPU.
+  std::vector<std::future<std::pair<grpc::Status, v1::InterpolationResponse>>> calls;
+  for (int i = 0; i < 4 * GpuCount(); ++i) {
+    calls.push_back(std::async(std::launch::async, [&] {
+      v1::InterpolationResponse resp;
+      auto ctx = Ctx();
+      grpc::Status st = ts.interp->Upfirdn(ctx.get(), UpfirdnReq(x, taps, 4, 1), &resp);
+      return std::make_pair(st, resp);
+    }));
+  }
+  interp::UpfirdnOptions o;
+  o.up = 4;
+  auto want = interp::Upfirdn(Device::Cpu(), taps, x, o);
+  REQUIRE(want.ok());
+  std::set<std::string> devices;
+  for (auto& c : calls) {
+    auto [st, resp] = c.get();
+    REQUIRE(st.ok());
+    devices.insert(resp.info().device());
+    CHECK(RelativeError(FromWire(resp.y()), *want) < 1e-5);
+  }
+  CHECK(devices.count("cpu") == 0);
+  INFO("devices used: " << devices.size());
+  CHECK(static_cast<int>(devices.size()) == GpuCount());
+}
+
+}  // namespace
+}  // namespace fresnel::testing
