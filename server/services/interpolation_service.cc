@@ -64,10 +64,48 @@ int64_t DeviceBytes(const HostArray& x, int64_t out_samples, size_t taps) {
          static_cast<int64_t>(taps * sizeof(double));
 }
 
-struct OneShot {
-  HostArray x;
-  HostArray y;
-};
+using Compute =
+    std::function<absl::StatusOr<HostArray>(const Device&, const HostArray&, StageTimes*)>;
+
+// The common tail of the unary calls once the request is parsed and validated: checks that the
+// answer fits in one message, submits `compute` as a pool job and fills the response from it.
+void SubmitOneShot(ServiceContext* ctx, UnaryJobCall* call, HostArray x, int64_t n_out,
+                   size_t taps, const v1::DeviceHint& hint, const std::string& request_id,
+                   v1::InterpolationResponse* response, Compute compute) {
+  absl::Status fits = CheckResponseFits(Channels(x), n_out, x.dtype(), ctx->max_message_bytes,
+                                        "use ResampleStream for long signals");
+  if (!fits.ok()) {
+    call->Reject(fits);
+    return;
+  }
+  Metrics* metrics = ctx->metrics;
+  if (metrics) metrics->AddPayload(kService, call->method(), "in", static_cast<double>(x.nbytes()));
+  response->set_request_id(RequestIdOr(request_id));
+  struct State {
+    HostArray x, y;
+  };
+  auto state = std::make_shared<State>();
+  auto job = std::make_shared<Job>();
+  job->preference = PreferenceOf(hint);
+  job->device_bytes = DeviceBytes(x, n_out, taps);
+  state->x = std::move(x);
+  job->run = [state, compute = std::move(compute)](const Device& device,
+                                                   StageTimes* times) -> absl::Status {
+    FRESNEL_ASSIGN_OR_RETURN(state->y, compute(device, state->x, times));
+    state->x = HostArray();  // the input is no longer needed: free it before the reply
+    return absl::OkStatus();
+  };
+  std::string method = call->method();
+  call->Start(std::move(job), [state, response, metrics, method](const JobReport& report,
+                                                                 double total) {
+    if (metrics) {
+      metrics->AddPayload(kService, method, "out", static_cast<double>(state->y.nbytes()));
+    }
+    ToProto(std::move(state->y), response->mutable_y());
+    FillExecutionInfo(report, total, response->mutable_info());
+    return absl::OkStatus();
+  });
+}
 
 }  // namespace
 
@@ -76,53 +114,25 @@ grpc::ServerUnaryReactor* InterpolationService::Upfirdn(grpc::CallbackServerCont
                                                         v1::InterpolationResponse* response) {
   auto* call = new UnaryJobCall(ctx_, context, kService, "Upfirdn");
   auto parsed = ParseUpfirdn(*request, ctx_->interp_limits);
-  if (!parsed.ok()) {
-    call->Reject(parsed.status());
-    return call;
-  }
-  auto x = TakeX(request->x());
-  if (!x.ok()) {
-    call->Reject(x.status());
-    return call;
-  }
-  auto state = std::make_shared<OneShot>();
-  state->x = std::move(*x);
-  absl::Status valid = interp::ValidateUpfirdn(parsed->taps, state->x, parsed->options,
-                                               ctx_->interp_limits);
-  int64_t n_out = 0;
+  absl::StatusOr<HostArray> x = parsed.ok() ? TakeX(request->x()) : parsed.status();
+  absl::Status valid = x.status();
   if (valid.ok()) {
-    n_out = interp::UpfirdnOutputLength(state->x.shape().back(),
-                                        static_cast<int64_t>(parsed->taps.size()),
-                                        parsed->options.up, parsed->options.down);
-    valid = CheckResponseFits(Channels(state->x), n_out, state->x.dtype(),
-                              ctx_->max_message_bytes, "use ResampleStream for long signals");
+    valid = interp::ValidateUpfirdn(parsed->taps, *x, parsed->options, ctx_->interp_limits);
   }
   if (!valid.ok()) {
     call->Reject(valid);
     return call;
   }
-  if (ctx_->metrics) {
-    ctx_->metrics->AddPayload(kService, "Upfirdn", "in", static_cast<double>(state->x.nbytes()));
-  }
-  response->set_request_id(RequestIdOr(request->request_id()));
-  auto job = std::make_shared<Job>();
-  job->preference = PreferenceOf(request->device());
-  job->device_bytes = DeviceBytes(state->x, n_out, parsed->taps.size());
-  job->run = [state, call_params = std::move(*parsed)](const Device& device,
-                                                       StageTimes* times) -> absl::Status {
-    FRESNEL_ASSIGN_OR_RETURN(state->y, interp::Upfirdn(device, call_params.taps, state->x,
-                                                       call_params.options, times));
-    return absl::OkStatus();
-  };
-  Metrics* metrics = ctx_->metrics;
-  call->Start(std::move(job), [state, response, metrics](const JobReport& report, double total) {
-    if (metrics) {
-      metrics->AddPayload(kService, "Upfirdn", "out", static_cast<double>(state->y.nbytes()));
-    }
-    ToProto(std::move(state->y), response->mutable_y());
-    FillExecutionInfo(report, total, response->mutable_info());
-    return absl::OkStatus();
-  });
+  int64_t n_out = interp::UpfirdnOutputLength(x->shape().back(),
+                                              static_cast<int64_t>(parsed->taps.size()),
+                                              parsed->options.up, parsed->options.down);
+  size_t taps = parsed->taps.size();
+  SubmitOneShot(ctx_, call, std::move(*x), n_out, taps, request->device(), request->request_id(),
+                response,
+                [p = std::move(*parsed)](const Device& device, const HostArray& in,
+                                         StageTimes* times) {
+                  return interp::Upfirdn(device, p.taps, in, p.options, times);
+                });
   return call;
 }
 
@@ -131,51 +141,22 @@ grpc::ServerUnaryReactor* InterpolationService::ResamplePoly(
     v1::InterpolationResponse* response) {
   auto* call = new UnaryJobCall(ctx_, context, kService, "ResamplePoly");
   auto options = ParseResamplePoly(*request);
-  if (!options.ok()) {
-    call->Reject(options.status());
-    return call;
-  }
-  auto x = TakeX(request->x());
-  if (!x.ok()) {
-    call->Reject(x.status());
-    return call;
-  }
-  auto state = std::make_shared<OneShot>();
-  state->x = std::move(*x);
-  absl::Status valid = interp::ValidateResamplePoly(state->x, *options, ctx_->interp_limits);
-  int64_t n_out = 0;
-  if (valid.ok()) {
-    n_out = interp::ResamplePolyOutputLength(state->x.shape().back(), options->up, options->down);
-    valid = CheckResponseFits(Channels(state->x), n_out, state->x.dtype(),
-                              ctx_->max_message_bytes, "use ResampleStream for long signals");
-  }
+  absl::StatusOr<HostArray> x = options.ok() ? TakeX(request->x()) : options.status();
+  absl::Status valid = x.status();
+  if (valid.ok()) valid = interp::ValidateResamplePoly(*x, *options, ctx_->interp_limits);
   if (!valid.ok()) {
     call->Reject(valid);
     return call;
   }
-  if (ctx_->metrics) {
-    ctx_->metrics->AddPayload(kService, "ResamplePoly", "in",
-                              static_cast<double>(state->x.nbytes()));
-  }
-  response->set_request_id(RequestIdOr(request->request_id()));
-  auto job = std::make_shared<Job>();
-  job->preference = PreferenceOf(request->device());
-  job->device_bytes = DeviceBytes(state->x, n_out, options->taps.size());
-  job->run = [state, opts = std::move(*options)](const Device& device,
-                                                 StageTimes* times) -> absl::Status {
-    FRESNEL_ASSIGN_OR_RETURN(state->y, interp::ResamplePoly(device, state->x, opts, times));
-    return absl::OkStatus();
-  };
-  Metrics* metrics = ctx_->metrics;
-  call->Start(std::move(job), [state, response, metrics](const JobReport& report, double total) {
-    if (metrics) {
-      metrics->AddPayload(kService, "ResamplePoly", "out",
-                          static_cast<double>(state->y.nbytes()));
-    }
-    ToProto(std::move(state->y), response->mutable_y());
-    FillExecutionInfo(report, total, response->mutable_info());
-    return absl::OkStatus();
-  });
+  int64_t n_out = interp::ResamplePolyOutputLength(x->shape().back(), options->up, options->down);
+  size_t taps = options->taps.empty() ? 20 * std::max(options->up, options->down) + 1
+                                      : options->taps.size();
+  SubmitOneShot(ctx_, call, std::move(*x), n_out, taps, request->device(), request->request_id(),
+                response,
+                [o = std::move(*options)](const Device& device, const HostArray& in,
+                                          StageTimes* times) {
+                  return interp::ResamplePoly(device, in, o, times);
+                });
   return call;
 }
 
