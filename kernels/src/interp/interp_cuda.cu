@@ -32,9 +32,11 @@ namespace k = ::fresnel::interp::kernels;
 //    upsampling (and plain FIR) fast path. Taps are FFMA operands from the constant bank and
 //    inputs slide through registers, so there is no shared-memory load per FMA; kSmemTile needs
 //    two (tap and input) and is bound by shared-memory bandwidth. Measured on float32 with
-//    P = 16: 1.9x, 2.8x, 4.0x, 4.3x and 7.2x faster than kSmemTile for up = 1, 2, 3, 4, 8.
-//    Each (up, P bucket 8/16/32) pair is one instantiation (15 kernels); other up values, down >
-//    1 and float64/complex64 take kSmemTile.
+//    P = 16: 1.9x, 3.0x, 4.2x, 5.0x and 8.0x faster than kSmemTile for up = 1, 2, 3, 4, 8.
+//    Each (up, P bucket 8/16/32) pair is one instantiation per store variant; other up values,
+//    down > 1 and float64/complex64 take kSmemTile. The default store variant is kBulk (per-warp
+//    cp.async.bulk stores of the staged outputs): 82% of copy bandwidth on case (a) against 75%
+//    for the block-wide synchronous stores (kBlock) in the same run.
 // 2. kSmemTile when P < kWarpMinTapsPerPhase and the U*P taps fit in shared memory (48 KiB with
 //    the tile's input span, or alone when the span goes to global memory): the general path.
 // 3. kWarpPerOutput otherwise. Measured with up/down = 3/2 on 2^22 float32 samples, one warp
@@ -74,9 +76,10 @@ float2 DeviceValue<float2>(double v) { return make_float2(static_cast<float>(v),
 //
 // The default is kDefaultRbStore (docs/bench/interp.md has the measurements). For diagnosis and
 // the benchmark, FRESNEL_INTERP_RB_STORE=<variant>[:<blocks per SM>] (variant: block, block_cs,
-// warp, warp_cs, bulk, direct) picks another store path and optionally caps the resident blocks
-// per SM; it is read when a plan is created. Every variant computes the same bits.
-constexpr k::RbStore kDefaultRbStore = k::RbStore::kBlock;
+// warp, warp_cs, bulk, bulk_cs, direct) picks another store path and optionally caps the
+// resident blocks per SM; it is read when a plan is created. Every variant computes the same
+// bits (shared compute code; only the store path differs).
+constexpr k::RbStore kDefaultRbStore = k::RbStore::kBulk;
 
 constexpr struct {
   const char* name;
@@ -84,7 +87,8 @@ constexpr struct {
 } kRbStoreNames[] = {
     {"block", k::RbStore::kBlock}, {"block_cs", k::RbStore::kBlockCs},
     {"warp", k::RbStore::kWarp},   {"warp_cs", k::RbStore::kWarpCs},
-    {"bulk", k::RbStore::kBulk},   {"direct", k::RbStore::kDirect},
+    {"bulk", k::RbStore::kBulk},   {"bulk_cs", k::RbStore::kBulkCs},
+    {"direct", k::RbStore::kDirect},
 };
 
 struct RbConfig {
@@ -110,7 +114,8 @@ absl::StatusOr<RbConfig> RbConfigFromEnv() {
   if (!found || cfg.max_blocks_per_sm < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("FRESNEL_INTERP_RB_STORE=", spec,
-                     ": expected block|block_cs|warp|warp_cs|bulk|direct[:blocks per SM]"));
+                     ": expected block|block_cs|warp|warp_cs|bulk|bulk_cs|direct"
+                     "[:blocks per SM]"));
   }
   return cfg;
 }
@@ -147,6 +152,11 @@ RbKernelFn<U, kP> RbKernelFor(k::RbStore m) {
     case k::RbStore::kBulk:
       if constexpr (k::RbEffective<U, kP>(k::RbStore::kBulk) == k::RbStore::kBulk) {
         return k::RegisterBlockedKernel<U, kP, k::RbStore::kBulk>;
+      }
+      break;
+    case k::RbStore::kBulkCs:
+      if constexpr (k::RbEffective<U, kP>(k::RbStore::kBulkCs) == k::RbStore::kBulkCs) {
+        return k::RegisterBlockedKernel<U, kP, k::RbStore::kBulkCs>;
       }
       break;
     case k::RbStore::kDirect: return k::RegisterBlockedKernel<U, kP, k::RbStore::kDirect>;

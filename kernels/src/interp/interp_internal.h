@@ -162,4 +162,12 @@ class CudaPolyphase {
   std::unique_ptr<Impl> impl_;
 };
 
+#if FRESNEL_WITH_CUDA
+// Benchmark ceiling probe (interp_cuda.cu): kind 0 writes n_out floats to y; kind 1 reads
+// n_out/4 floats of x and writes n_out floats (case (a)'s traffic without arithmetic); kind 2 is
+// kind 1 with streaming stores. n_out must be a multiple of 4096. Enqueues on device.stream.
+absl::Status LaunchBandwidthProbe(const Device& device, int kind, const float* x, float* y,
+                                  int64_t n_out);
+#endif
+
 }  // namespace fresnel::interp::internal

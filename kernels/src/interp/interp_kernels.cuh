@@ -97,16 +97,20 @@ __device__ __forceinline__ T Sample(const T* __restrict__ xc, int64_t rel, int64
 //   2. issue the global loads of the next tile's inputs (they land while 3 and 4 run);
 //   3. each thread computes its V*U outputs and writes them to the staging tile (st) as 16-byte
 //      chunks;
-//   4. the block writes st to y with coalesced 16-byte stores (when y's rows keep 16-byte
-//      alignment; otherwise with coalesced 4-byte stores).
+//   4. the staged outputs go to y; RbStore below lists the variants. The default (kBulk): each
+//      warp's 32 thread runs are one contiguous stretch of y, which one lane hands to the copy
+//      engine (cp.async.bulk) so that the stores drain while the warp computes the next tile;
+//      stretches clipped by the requested range, or with y not 16-byte aligned, are written with
+//      coalesced 16-byte (or 4-byte) stores.
 // Without step 2 every tile waits a full DRAM round trip for its inputs while the SM's memory
-// pipe idles: on the benchmark's case (a) (H200) that version reached 49% of the copy bandwidth,
-// this one 71%.
+// pipe idles: on the benchmark's case (a) (H200) that version reached 49% of the copy bandwidth;
+// with it and block-wide synchronous stores (kBlock) 71-75%, with bulk stores (kBulk) 82%.
 //
-// Shared memory is addressed in 16-byte chunks, chunk ch stored at ch ^ ((ch >> 3) & 7): a
-// quarter-warp's 16-byte accesses at a per-thread stride of 2, 4 or 8 chunks (thread-owned runs)
-// and at stride 1 (the block-wide copies) then fall in 8 distinct bank groups; stride 6 (U = 3)
-// is 2-way.
+// Shared memory (the input tile; the staging tile of kBlock* and kWarp*) is addressed in 16-byte
+// chunks, chunk ch stored at ch ^ ((ch >> 3) & 7): a quarter-warp's 16-byte accesses at a
+// per-thread stride of 2, 4 or 8 chunks (thread-owned runs) and at stride 1 (the block-wide
+// copies) then fall in 8 distinct bank groups; stride 6 (U = 3) is 2-way. kBulk's staging must be
+// linear for the copy engine; it rotates each thread's chunks instead (see RbStore).
 // taps.h zero-pads each phase to kP taps; the extra fma(0, s, acc) leave acc unchanged.
 // ================================================================================================
 
@@ -128,9 +132,10 @@ constexpr int kRbWarps = kRbThreads / 32;
 //             computes the next tile. Clipped or misaligned runs take kWarp's store loop. Thread
 //             runs are written conflict-free by rotating each thread's chunks in registers (an
 //             XOR butterfly of selects). Runs of 6 chunks (up = 3) use kWarp.
+//   kBulkCs   kBulk with an L2 evict-first cache policy on the bulk copies.
 //   kDirect   no staging: each thread stores its own V*U outputs from registers (16-byte
 //             stores, 128-byte stride across the warp).
-enum class RbStore : int { kBlock = 0, kBlockCs, kWarp, kWarpCs, kBulk, kDirect };
+enum class RbStore : int { kBlock = 0, kBlockCs, kWarp, kWarpCs, kBulk, kDirect, kBulkCs };
 
 template <int U>
 constexpr int RbInputsPerThread() {
@@ -166,7 +171,8 @@ struct RbShape {
 template <int U, int kP>
 constexpr RbStore RbEffective(RbStore m) {
   constexpr int n = RbShape<U, kP>::kOutChunks;
-  return m == RbStore::kBulk && (n & (n - 1)) != 0 ? RbStore::kWarp : m;
+  return (m == RbStore::kBulk || m == RbStore::kBulkCs) && (n & (n - 1)) != 0 ? RbStore::kWarp
+                                                                                : m;
 }
 
 // Dynamic shared memory of one block: the staging tile (none for kDirect), then one input tile
@@ -221,12 +227,23 @@ __device__ __forceinline__ void StoreSpan(float* yt, const float4* st4, int lo, 
 }
 
 // ---- sm_90 bulk copies (shared -> global) completing on the issuing thread's bulk group ----
+template <bool kEvictFirst>
 __device__ __forceinline__ void BulkStoreCommit(float* gdst, const float4* ssrc, int bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(ssrc));
-  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(gdst), "r"(s),
-               "r"(bytes)
-               : "memory");
+  if constexpr (kEvictFirst) {
+    uint64_t policy;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+    asm volatile(
+        "cp.async.bulk.global.shared::cta.bulk_group.L2::cache_hint [%0], [%1], %2, %3;" ::"l"(
+            gdst),
+        "r"(s), "r"(bytes), "l"(policy)
+        : "memory");
+  } else {
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(gdst),
+                 "r"(s), "r"(bytes)
+                 : "memory");
+  }
   asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 #endif
 }
@@ -259,7 +276,7 @@ __global__ void __launch_bounds__(kRbThreads)
   constexpr int kV = S::kV;
   constexpr bool kBlockStore = kMode == RbStore::kBlock || kMode == RbStore::kBlockCs;
   constexpr bool kWarpStore = kMode == RbStore::kWarp || kMode == RbStore::kWarpCs;
-  constexpr bool kBulk = kMode == RbStore::kBulk;
+  constexpr bool kBulk = kMode == RbStore::kBulk || kMode == RbStore::kBulkCs;
   constexpr bool kCs = kMode == RbStore::kBlockCs || kMode == RbStore::kWarpCs;
   constexpr int kStChunks = kMode == RbStore::kDirect ? 0 : S::kTile / 4;
   static_assert(!kBulk || (S::kOutChunks & (S::kOutChunks - 1)) == 0, "see RbEffective");
@@ -386,7 +403,9 @@ __global__ void __launch_bounds__(kRbThreads)
       __syncwarp();
       const int w0 = warp * S::kWarpWords;
       if (aligned && lo <= w0 && w0 + S::kWarpWords <= hi) {
-        if (lane == 0) BulkStoreCommit(yt + w0, st4 + w0 / 4, S::kWarpWords * 4);
+        if (lane == 0) {
+          BulkStoreCommit<kMode == RbStore::kBulkCs>(yt + w0, st4 + w0 / 4, S::kWarpWords * 4);
+        }
       } else {
         const int wlo = lo > w0 ? lo : w0;
         const int whi = hi < w0 + S::kWarpWords ? hi : w0 + S::kWarpWords;

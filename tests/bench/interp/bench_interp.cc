@@ -28,13 +28,6 @@
 #include "fresnel/interp/interp.h"
 #include "interp/interp_internal.h"
 
-namespace fresnel::interp::internal {
-// Defined in interp_cuda.cu (no header: the benchmark is its only caller). kind 0: write n_out
-// floats; 1: read n_out/4 and write n_out; 2: kind 1 with streaming stores.
-absl::Status LaunchBandwidthProbe(const Device& device, int kind, const float* x, float* y,
-                                  int64_t n_out);
-}  // namespace fresnel::interp::internal
-
 namespace fresnel::interp {
 namespace {
 
@@ -261,12 +254,19 @@ int Main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--json") == 0) json = true;
     else if (std::strcmp(argv[i], "--no-e2e") == 0) e2e = false;
     else if (std::strcmp(argv[i], "--variants") == 0 && i + 1 < argc) {
-      std::string list = argv[++i];
-      if (list == "all") list = "block,block_cs,warp,warp_cs,bulk,direct";
+      const std::string list = argv[++i];
       for (size_t a = 0; a <= list.size();) {
         size_t e = list.find(',', a);
         if (e == std::string::npos) e = list.size();
-        if (e > a) variants.push_back(list.substr(a, e - a));
+        const std::string v = list.substr(a, e - a);
+        if (v == "all") {
+          for (const char* n :
+               {"block", "block_cs", "warp", "warp_cs", "bulk", "bulk_cs", "direct"}) {
+            variants.push_back(n);
+          }
+        } else if (!v.empty()) {
+          variants.push_back(v);
+        }
         a = e + 1;
       }
     } else {
