@@ -1,0 +1,632 @@
+// Tensor-core holograms: H = X · diag(a) · Yᵀ as three real batched GEMMs on cuBLASLt.
+//
+// With e^{iφx} = cx + i·sx (columns) and a·e^{iψ} = a·(cy + i·sy) (rows, ψ including the
+// point phase θ), Gauss's three-multiplication form of the complex product is
+//   S1 = Σ_j (cx + sx) · a·cy,   S2 = Σ_j cx · a·(sy − cy),   S3 = Σ_j sx · a·(cy + sy)
+//   Re H = S1 − S3,              Im H = S1 + S2
+// i.e. 6·M·N·K real multiply-adds instead of 8 for four GEMMs (or a stacked real/imag GEMM).
+// Every operand is a sinusoid of amplitude ≤ 1 after scaling: cx + sx = √2·cos(φx − π/4),
+// (sy − cy) = √2·sin(ψ − π/4), (cy + sy) = √2·cos(ψ − π/4); we store
+//   X1 = qs·cos(φx − π/4), X2 = qs·cx, X3 = qs·sx
+//   Y1 = qs·B·cy, Y2 = qs·B·sin(ψ − π/4), Y3 = qs·B·cos(ψ − π/4)   (B = a / bmax)
+// with qs = 127 for int8 (the paper's 8-bit cos/sin bytes, int32 accumulation) and 1 for
+// fp16 / bf16 / tf32, so H = σ·(S1 − S3, S1 + S2) with σ = √2 · amax · bmax / qs².
+//
+// Merging (tensor_grouping): points with equal (x, z) share the column function, so
+// H = Σ_g X_g · (Σ_{j∈g} a_j Y_j)ᵀ and the inner dimension shrinks from points to groups. The
+// group sums are formed in fp32 (TensorGroupSumKernel), their largest factor bmax measured on
+// the device, and then quantised. Without merging, B = a/amax and bmax = 1.
+//
+// Layouts: X_f is [M][K] and Y_f is [N][K] (K contiguous), i.e. column-major K×M and K×N, so
+// cuBLASLt computes C_f = op(A)·op(B) with A = X_f (transposed) and B = Y_f: the "TN" form that
+// int8 IMMA requires; C_f is column-major M×N = row-major [N][M], pixel (u, v) at u + v·M. The
+// three products are one strided batched call.
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <optional>
+#include <mutex>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "fresnel/core/status.h"
+#include "hologram/hologram_cuda_util.cuh"
+
+namespace fresnel::hologram::cuda {
+namespace {
+
+using internal::AxisOffset;
+using internal::PreparedPoints;
+
+// Inner-dimension chunk: int32 sums of ≤ 127² per term stay exact for K ≤ 131,072
+// (127² · 2^17 < 2^31).
+constexpr int64_t kMaxChunk = int64_t{1} << 17;
+constexpr int64_t kKAlign = 256;
+constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;
+constexpr float kInvSqrt2 = 0.70710678118654752f;
+
+// Phase of one point along one axis in fixed-point turns: T(m) = a·m² + b·m + c (mod 2^64,
+// units of 2^-64 turn), m = i − n/2 the pixel offset from the axis, so that T(m)/2^64 =
+// frac(((m·p − δ)² · inv2lz) + θ/2π) with a = p²·inv2lz, b = −2pδ·inv2lz, c = δ²·inv2lz (+ θ/2π
+// on the row side) reduced mod 1 on the host in long double. Along a run of pixels
+//   T(m + 1) = T(m) + D(m),  D(m) = a(2m + 1) + b,  D(m + 1) = D(m) + 2a
+// (exact modulo 2^64), so the build kernels need two 64-bit adds per element instead of
+// float64 arithmetic.
+struct AxisPoly {
+  uint64_t a, b, c;
+};
+
+struct Members {
+  const double* y;
+  const double* inv2lz;
+  const double* phase_turns;
+  const float* amp;  // a / amax
+  const int32_t* lo;
+  const int32_t* hi;
+  const int64_t* starts;  // group offsets
+};
+
+// sin/cos of 2π·t after reducing t to [−0.5, 0.5) in float64.
+__device__ __forceinline__ void SinCosTurns(double t, float* s, float* c) {
+  t -= floor(t);
+  if (t >= 0.5) t -= 1.0;
+  __sincosf(6.2831853071795865f * static_cast<float>(t), s, c);
+}
+
+// sin/cos of the fixed-point turn count T: its top 23 bits (centred by the xor) become the
+// mantissa of a float in [1, 2), i.e. t ∈ [−0.5, 0.5) after subtracting 1.5 — no conversion
+// instruction.
+__device__ __forceinline__ void SinCosFixed(uint64_t t, float* s, float* c) {
+  const uint32_t hi = static_cast<uint32_t>(t >> 32);
+  const float f = __uint_as_float(0x3F800000u | ((hi ^ 0x80000000u) >> 9)) - 1.5f;
+  __sincosf(6.2831853071795865f * f, s, c);
+}
+
+// round(v · qs) as a byte: adding 1.5·2^23 leaves the rounded integer (two's complement) in the
+// low mantissa bits (|v · qs| ≤ 127.5 here).
+__device__ __forceinline__ uint32_t QuantiseByte(float v, float qs) {
+  return __float_as_uint(fmaf(v, qs, 12582912.0f));
+}
+__device__ __forceinline__ void StoreFour(int8_t* dst, const float (&v)[4], float qs) {
+  const uint32_t lo = __byte_perm(QuantiseByte(v[0], qs), QuantiseByte(v[1], qs), 0x0040);
+  const uint32_t hi = __byte_perm(QuantiseByte(v[2], qs), QuantiseByte(v[3], qs), 0x0040);
+  *reinterpret_cast<uint32_t*>(dst) = __byte_perm(lo, hi, 0x5410);
+}
+__device__ __forceinline__ void StoreFour(__half* dst, const float (&v)[4], float qs) {
+  __half2 h[2] = {__floats2half2_rn(v[0] * qs, v[1] * qs), __floats2half2_rn(v[2] * qs, v[3] * qs)};
+  *reinterpret_cast<uint2*>(dst) = *reinterpret_cast<const uint2*>(h);
+}
+__device__ __forceinline__ void StoreFour(__nv_bfloat16* dst, const float (&v)[4], float qs) {
+  __nv_bfloat162 h[2] = {__floats2bfloat162_rn(v[0] * qs, v[1] * qs),
+                         __floats2bfloat162_rn(v[2] * qs, v[3] * qs)};
+  *reinterpret_cast<uint2*>(dst) = *reinterpret_cast<const uint2*>(h);
+}
+// tf32 operands are rounded to nearest here (cvt.rna) rather than left to the tensor cores,
+// which would drop the low mantissa bits.
+__device__ __forceinline__ float RoundTf32(float x) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+  return __uint_as_float(r);
+}
+__device__ __forceinline__ void StoreFour(float* dst, const float (&v)[4], float qs) {
+  *reinterpret_cast<float4*>(dst) = make_float4(RoundTf32(v[0] * qs), RoundTf32(v[1] * qs),
+                                                RoundTf32(v[2] * qs), RoundTf32(v[3] * qs));
+}
+
+constexpr int kBuildThreads = 128;  // along k: 512 columns per block
+constexpr int kBuildRun = 16;       // pixel rows (u for X, v for Y) per thread
+
+// Operand planes for columns col0 + k of the chunk, [3][rows_pad][kc]. Thread (x, y) owns four
+// consecutive columns k4..k4+3 and kBuildRun consecutive pixel indices i; per i it writes one
+// 4-element vector per plane, so a warp stores 128 consecutive k (coalesced) of each plane.
+//   kRows = false (X): X1 = cos(φ − π/4) = (c + s)/√2, X2 = c, X3 = s
+//   kRows = true  (Y): Y1 = B·c, Y2 = B·(s − c)/√2, Y3 = B·(c + s)/√2, B = amp (a / amax)
+// Pixels outside a column's alias-free range [lo, hi], padding pixels (i ≥ n_pix) and padding
+// columns (k ≥ ncols) are 0.
+template <class T, bool kRows>
+__global__ void __launch_bounds__(kBuildThreads)
+    TensorBuildKernel(const AxisPoly* __restrict__ poly, const int32_t* __restrict__ lo,
+                      const int32_t* __restrict__ hi, const float* __restrict__ amp, int64_t col0,
+                      int64_t ncols, int64_t kc, int64_t n_pix, int64_t rows_pad, float qs,
+                      T* __restrict__ out) {
+  const int64_t k4 = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) * 4;
+  const int64_t i0 = static_cast<int64_t>(blockIdx.y) * kBuildRun;
+  if (k4 >= kc) return;
+  uint64_t t[4], d[4], a2[4];
+  int32_t l[4], h[4];
+  float w[4];
+  const int64_t m0 = AxisOffset(i0, n_pix);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const int64_t k = k4 + e;
+    if (k < ncols) {
+      const AxisPoly q = poly[col0 + k];
+      const uint64_t mm = static_cast<uint64_t>(m0);
+      t[e] = q.a * (mm * mm) + q.b * mm + q.c;
+      d[e] = q.a * (2 * mm + 1) + q.b;
+      a2[e] = 2 * q.a;
+      l[e] = lo[col0 + k];
+      h[e] = hi[col0 + k];
+      w[e] = kRows ? amp[col0 + k] : 1.f;
+    } else {
+      t[e] = d[e] = a2[e] = 0;
+      l[e] = 1;
+      h[e] = 0;
+      w[e] = 0.f;
+    }
+  }
+  const int64_t plane = rows_pad * kc;
+  for (int r = 0; r < kBuildRun; ++r) {
+    const int64_t i = i0 + r;
+    if (i >= rows_pad) break;
+    float v1[4], v2[4], v3[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const bool on = i < n_pix && i >= l[e] && i <= h[e];
+      float s, c;
+      SinCosFixed(t[e], &s, &c);
+      t[e] += d[e];
+      d[e] += a2[e];
+      if (kRows) {
+        const float b = on ? w[e] : 0.f;
+        v1[e] = b * c;
+        v2[e] = b * (s - c) * kInvSqrt2;
+        v3[e] = b * (c + s) * kInvSqrt2;
+      } else {
+        v1[e] = on ? (c + s) * kInvSqrt2 : 0.f;
+        v2[e] = on ? c : 0.f;
+        v3[e] = on ? s : 0.f;
+      }
+    }
+    const int64_t o = i * kc + k4;
+    StoreFour(out + o, v1, qs);
+    StoreFour(out + plane + o, v2, qs);
+    StoreFour(out + 2 * plane + o, v3, qs);
+  }
+}
+
+// Merged mode, step 1: B_g[v] = Σ_{j∈g} (a_j/amax)·e^{iψ_j(v)} in fp32 for groups g0 + k. Block
+// (32, 8): the 32 lanes of a warp take consecutive rows v of one group, so each member's data is
+// one broadcast load. Also the largest |factor| of the chunk (|Re B|, |Im B − Re B|/√2,
+// |Re B + Im B|/√2) into *max_bits.
+__global__ void __launch_bounds__(256)
+    TensorGroupSumKernel(Members m, int64_t g0, int64_t ngroups, int64_t kc, int64_t height,
+                         int64_t npad, double pitch, float* __restrict__ bre,
+                         float* __restrict__ bim, unsigned int* __restrict__ max_bits) {
+  __shared__ float block_max[256];
+  const int64_t v = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const int64_t k = blockIdx.y * static_cast<int64_t>(blockDim.y) + threadIdx.y;
+  float re = 0.f, im = 0.f;
+  if (k < ngroups && v < height) {
+    const double yv = static_cast<double>(AxisOffset(v, height)) * pitch;
+    const int64_t g = g0 + k;
+    for (int64_t j = m.starts[g]; j < m.starts[g + 1]; ++j) {
+      if (v < m.lo[j] || v > m.hi[j]) continue;
+      const double d = yv - m.y[j];
+      float s, c;
+      SinCosTurns(d * d * m.inv2lz[j] + m.phase_turns[j], &s, &c);
+      re = fmaf(m.amp[j], c, re);
+      im = fmaf(m.amp[j], s, im);
+    }
+  }
+  if (k < kc && v < npad) {
+    bre[v * kc + k] = re;
+    bim[v * kc + k] = im;
+  }
+  const int tid = threadIdx.y * blockDim.x + threadIdx.x;
+  block_max[tid] = fmaxf(fabsf(re), fmaxf(fabsf(im - re) * kInvSqrt2, fabsf(re + im) * kInvSqrt2));
+  __syncthreads();
+  for (int s = 128; s > 0; s >>= 1) {
+    if (tid < s) block_max[tid] = fmaxf(block_max[tid], block_max[tid + s]);
+    __syncthreads();
+  }
+  if (tid == 0) atomicMax(max_bits, __float_as_uint(block_max[0]));
+}
+
+// Merged mode, step 2: the three Y factors of B / bmax.
+template <class T>
+__global__ void TensorGroupQuantiseKernel(const float* __restrict__ bre, const float* __restrict__ bim,
+                                          int64_t elements, const unsigned int* __restrict__ max_bits,
+                                          float qs, T* __restrict__ out) {
+  const int64_t i4 = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) * 4;
+  if (i4 >= elements) return;
+  const float bmax = __uint_as_float(*max_bits);
+  const float inv = bmax > 0.f ? 1.f / bmax : 0.f;
+  float v1[4], v2[4], v3[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const float re = bre[i4 + e] * inv, im = bim[i4 + e] * inv;
+    v1[e] = re;
+    v2[e] = (im - re) * kInvSqrt2;
+    v3[e] = (re + im) * kInvSqrt2;
+  }
+  StoreFour(out + i4, v1, qs);
+  StoreFour(out + elements + i4, v2, qs);
+  StoreFour(out + 2 * elements + i4, v3, qs);
+}
+
+// field[v][u] (+)= σ·(S1 − S3, S1 + S2); σ = sigma · bmax (bmax = 1 without max_bits).
+template <class Acc>
+__global__ void TensorEpilogueKernel(const Acc* __restrict__ c, int64_t mpad, int64_t npad,
+                                     int64_t width, int64_t height, double sigma,
+                                     const unsigned int* __restrict__ max_bits, bool accumulate,
+                                     float2* __restrict__ field) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= width * height) return;
+  const int64_t v = i / width, u = i - v * width;
+  const int64_t o = u + v * mpad, plane = mpad * npad;
+  const double s = max_bits != nullptr ? sigma * __uint_as_float(*max_bits) : sigma;
+  double re, im;
+  if constexpr (std::is_same_v<Acc, int32_t>) {
+    const int64_t s1 = c[o], s2 = c[plane + o], s3 = c[2 * plane + o];
+    re = static_cast<double>(s1 - s3) * s;
+    im = static_cast<double>(s1 + s2) * s;
+  } else {
+    const double s1 = c[o], s2 = c[plane + o], s3 = c[2 * plane + o];
+    re = (s1 - s3) * s;
+    im = (s1 + s2) * s;
+  }
+  float2 out = make_float2(static_cast<float>(re), static_cast<float>(im));
+  if (accumulate) {
+    const float2 old = field[i];
+    out.x += old.x;
+    out.y += old.y;
+  }
+  field[i] = out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// cuBLASLt: one handle per device, algorithms chosen once per problem by timing the heuristic's
+// candidates on the first call (cuBLASLt's recommended "autotuning"), then cached.
+// ---------------------------------------------------------------------------------------------
+
+absl::Status LtStatus(cublasStatus_t s, const char* what) {
+  if (s == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  if (s == CUBLAS_STATUS_ALLOC_FAILED) {
+    return absl::ResourceExhaustedError(absl::StrCat(what, ": cuBLASLt allocation failed"));
+  }
+  return absl::InternalError(absl::StrCat(what, ": cuBLASLt status ", static_cast<int>(s)));
+}
+
+std::mutex& LtMutex() {
+  static std::mutex mu;
+  return mu;
+}
+
+absl::StatusOr<cublasLtHandle_t> LtHandle(int ordinal) {
+  static std::map<int, cublasLtHandle_t> handles;
+  std::lock_guard<std::mutex> lock(LtMutex());
+  auto it = handles.find(ordinal);
+  if (it != handles.end()) return it->second;
+  cublasLtHandle_t h;
+  FRESNEL_RETURN_IF_ERROR(LtStatus(cublasLtCreate(&h), "cublasLtCreate"));
+  handles.emplace(ordinal, h);
+  return h;
+}
+
+using AlgoKey = std::tuple<int, int, int64_t, int64_t, int64_t>;
+std::map<AlgoKey, cublasLtMatmulAlgo_t>& AlgoCache() {
+  static std::map<AlgoKey, cublasLtMatmulAlgo_t> cache;
+  return cache;
+}
+
+struct LtTypes {
+  cudaDataType_t ab, c, scale;
+  cublasComputeType_t compute;
+};
+
+LtTypes TypesFor(TensorPrecision p) {
+  switch (p) {
+    case TensorPrecision::kInt8: return {CUDA_R_8I, CUDA_R_32I, CUDA_R_32I, CUBLAS_COMPUTE_32I};
+    case TensorPrecision::kBf16: return {CUDA_R_16BF, CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F};
+    case TensorPrecision::kTf32:
+      return {CUDA_R_32F, CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_TF32};
+    default: return {CUDA_R_16F, CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F};
+  }
+}
+
+// Owns the descriptors of one batched product.
+struct LtProblem {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  ~LtProblem() {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+absl::Status SetBatch(cublasLtMatrixLayout_t layout, int64_t stride) {
+  const int32_t batch = 3;
+  FRESNEL_RETURN_IF_ERROR(LtStatus(cublasLtMatrixLayoutSetAttribute(
+      layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof batch), "batch count"));
+  return LtStatus(cublasLtMatrixLayoutSetAttribute(
+      layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride), "batch stride");
+}
+
+// C_f = X_fᵀ·Y_f for f = 0, 1, 2 (see the file comment): m = M (padded columns), n = N (padded
+// rows), k = the chunk's inner dimension.
+absl::Status BatchedGemm(const Device& device, TensorPrecision precision, const void* x,
+                         const void* y, void* c, int64_t m, int64_t n, int64_t k, void* workspace) {
+  const cudaStream_t stream = StreamOf(device);
+  FRESNEL_ASSIGN_OR_RETURN(cublasLtHandle_t handle, LtHandle(device.ordinal));
+  const LtTypes t = TypesFor(precision);
+  LtProblem p;
+  FRESNEL_RETURN_IF_ERROR(LtStatus(cublasLtMatmulDescCreate(&p.op, t.compute, t.scale), "desc"));
+  const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
+  FRESNEL_RETURN_IF_ERROR(LtStatus(cublasLtMatmulDescSetAttribute(
+      p.op, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof trans_a), "transa"));
+  FRESNEL_RETURN_IF_ERROR(LtStatus(cublasLtMatmulDescSetAttribute(
+      p.op, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof trans_b), "transb"));
+  FRESNEL_RETURN_IF_ERROR(LtStatus(cublasLtMatrixLayoutCreate(&p.a, t.ab, k, m, k), "layout a"));
+  FRESNEL_RETURN_IF_ERROR(LtStatus(cublasLtMatrixLayoutCreate(&p.b, t.ab, k, n, k), "layout b"));
+  FRESNEL_RETURN_IF_ERROR(LtStatus(cublasLtMatrixLayoutCreate(&p.c, t.c, m, n, m), "layout c"));
+  FRESNEL_RETURN_IF_ERROR(SetBatch(p.a, m * k));
+  FRESNEL_RETURN_IF_ERROR(SetBatch(p.b, n * k));
+  FRESNEL_RETURN_IF_ERROR(SetBatch(p.c, m * n));
+
+  const int32_t one_i = 1, zero_i = 0;
+  const float one_f = 1.f, zero_f = 0.f;
+  const void* alpha = precision == TensorPrecision::kInt8 ? static_cast<const void*>(&one_i)
+                                                          : static_cast<const void*>(&one_f);
+  const void* beta = precision == TensorPrecision::kInt8 ? static_cast<const void*>(&zero_i)
+                                                         : static_cast<const void*>(&zero_f);
+  auto run = [&](const cublasLtMatmulAlgo_t* algo) {
+    return cublasLtMatmul(handle, p.op, alpha, x, p.a, y, p.b, beta, c, p.c, c, p.c, algo,
+                          workspace, kGemmWorkspaceBytes, stream);
+  };
+
+  const AlgoKey key{device.ordinal, static_cast<int>(precision), m, n, k};
+  {
+    std::lock_guard<std::mutex> lock(LtMutex());
+    auto it = AlgoCache().find(key);
+    if (it != AlgoCache().end()) {
+      const cublasLtMatmulAlgo_t algo = it->second;
+      return LtStatus(run(&algo), "cublasLtMatmul");
+    }
+  }
+
+  FRESNEL_RETURN_IF_ERROR(LtStatus(cublasLtMatmulPreferenceCreate(&p.pref), "preference"));
+  const uint64_t ws = kGemmWorkspaceBytes;
+  FRESNEL_RETURN_IF_ERROR(LtStatus(cublasLtMatmulPreferenceSetAttribute(
+      p.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws), "workspace"));
+  constexpr int kCandidates = 8;
+  cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
+  int returned = 0;
+  FRESNEL_RETURN_IF_ERROR(LtStatus(
+      cublasLtMatmulAlgoGetHeuristic(handle, p.op, p.a, p.b, p.c, p.c, p.pref, kCandidates,
+                                     results, &returned),
+      "cublasLtMatmulAlgoGetHeuristic"));
+  if (returned == 0) {
+    return absl::InternalError(absl::StrCat("cuBLASLt has no algorithm for the ",
+                                            TensorPrecisionName(precision), " product ", m, "x",
+                                            n, "x", k));
+  }
+  cudaEvent_t start, stop;
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaEventCreate(&start));
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaEventCreate(&stop));
+  int best = -1;
+  float best_ms = 0;
+  for (int i = 0; i < returned; ++i) {
+    if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
+    if (run(&results[i].algo) != CUBLAS_STATUS_SUCCESS) continue;  // warm-up
+    cudaEventRecord(start, stream);
+    bool ok = true;
+    for (int r = 0; r < 2 && ok; ++r) ok = run(&results[i].algo) == CUBLAS_STATUS_SUCCESS;
+    cudaEventRecord(stop, stream);
+    float ms = 0;
+    if (!ok || cudaEventSynchronize(stop) != cudaSuccess ||
+        cudaEventElapsedTime(&ms, start, stop) != cudaSuccess) {
+      cudaGetLastError();
+      continue;
+    }
+    if (best < 0 || ms < best_ms) {
+      best = i;
+      best_ms = ms;
+    }
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  if (best < 0) {
+    return absl::InternalError(absl::StrCat("no cuBLASLt algorithm ran the ",
+                                            TensorPrecisionName(precision), " product"));
+  }
+  {
+    std::lock_guard<std::mutex> lock(LtMutex());
+    AlgoCache().emplace(key, results[best].algo);
+  }
+  return LtStatus(run(&results[best].algo), "cublasLtMatmul");
+}
+
+// ---------------------------------------------------------------------------------------------
+
+// frac(v) · 2^64 as an unsigned fixed-point turn count.
+uint64_t TurnsFixed64(long double v) {
+  const long double f = v - std::floor(v);
+  const long double r = std::ldexp(f, 64);
+  return r >= std::ldexp(1.0L, 64) ? 0 : static_cast<uint64_t>(r);
+}
+
+// The AxisPoly of coordinate `coord` along an axis of pitch p (see AxisPoly).
+AxisPoly MakePoly(double coord, double inv2lz, double pitch, double phase_turns) {
+  const long double inv = inv2lz, p = pitch, d = coord;
+  return AxisPoly{TurnsFixed64(p * p * inv), TurnsFixed64(-2 * p * d * inv),
+                  TurnsFixed64(d * d * inv + static_cast<long double>(phase_turns))};
+}
+
+template <class T, class Acc>
+absl::Status RunTensorTyped(const Device& device, const PreparedPoints& p,
+                            const HologramOptions& options, TensorPrecision precision,
+                            StageClock* clock, EventProfiler* profiler, float2* field,
+                            HologramResult* result) {
+  const cudaStream_t stream = StreamOf(device);
+  const int64_t n = p.size();
+  const float qs = precision == TensorPrecision::kInt8 ? 127.f : 1.f;
+  const double amax = p.amax;
+  auto norm_amp = [&](int64_t j) {
+    return amax > 0 ? static_cast<float>(p.amplitude[j] / amax) : 0.f;
+  };
+
+  // Columns: groups of points sharing (x, z) when that at least halves the inner dimension.
+  std::optional<internal::PointGroups> groups;
+  if (options.tensor_grouping) groups = internal::GroupByColumn(p, n / 2);
+  const bool merged = groups.has_value();
+  const int64_t ncols = merged ? groups->count() : n;
+
+  std::vector<AxisPoly> xpoly(static_cast<size_t>(ncols));
+  std::vector<int32_t> xlo(static_cast<size_t>(ncols)), xhi(static_cast<size_t>(ncols));
+  for (int64_t g = 0; g < ncols; ++g) {
+    const int32_t j = merged ? groups->order[groups->starts[g]] : static_cast<int32_t>(g);
+    xpoly[g] = MakePoly(p.x[j], p.inv2lz[j], p.pitch_m, 0.0);
+    xlo[g] = p.ulo[j];
+    xhi[g] = p.uhi[j];
+  }
+  PackedUpload up;
+  const size_t oxp = up.Add(xpoly), oxl = up.Add(xlo), oxh = up.Add(xhi);
+  size_t oyp = 0, oyl = 0, oyh = 0, oya = 0, omy = 0, ominv = 0, omph = 0, ost = 0;
+  if (merged) {
+    std::vector<double> my(n), minv(n), mphase(n);
+    std::vector<int32_t> mlo(n), mhi(n);
+    std::vector<float> mamp(n);
+    for (int64_t i = 0; i < n; ++i) {
+      const int32_t j = groups->order[i];
+      my[i] = p.y[j];
+      minv[i] = p.inv2lz[j];
+      mphase[i] = p.phase_turns[j];
+      mamp[i] = norm_amp(j);
+      mlo[i] = p.vlo[j];
+      mhi[i] = p.vhi[j];
+    }
+    omy = up.Add(my);
+    ominv = up.Add(minv);
+    omph = up.Add(mphase);
+    oya = up.Add(mamp);
+    oyl = up.Add(mlo);
+    oyh = up.Add(mhi);
+    ost = up.Add(groups->starts);
+  } else {
+    std::vector<AxisPoly> ypoly(static_cast<size_t>(n));
+    std::vector<float> yamp(static_cast<size_t>(n));
+    for (int64_t j = 0; j < n; ++j) {
+      ypoly[j] = MakePoly(p.y[j], p.inv2lz[j], p.pitch_m, p.phase_turns[j]);
+      yamp[j] = norm_amp(j);
+    }
+    oyp = up.Add(ypoly);
+    oya = up.Add(yamp);
+    oyl = up.Add(p.vlo);
+    oyh = up.Add(p.vhi);
+  }
+  FRESNEL_RETURN_IF_ERROR(up.Upload(device));
+  FRESNEL_RETURN_IF_ERROR(clock->Mark());
+  profiler->Mark("upload");
+  const Members mem{up.Ptr<double>(omy),  up.Ptr<double>(ominv), up.Ptr<double>(omph),
+                    up.Ptr<float>(oya),   up.Ptr<int32_t>(oyl),  up.Ptr<int32_t>(oyh),
+                    up.Ptr<int64_t>(ost)};
+
+  const int64_t mpad = RoundUp(p.width, 16), npad = RoundUp(p.height, 16);
+  const int64_t c_bytes = 3 * mpad * npad * static_cast<int64_t>(sizeof(Acc));
+  const int64_t per_col = 3 * (mpad + npad) * static_cast<int64_t>(sizeof(T)) +
+                          (merged ? 2 * npad * static_cast<int64_t>(sizeof(float)) : 0);
+  FRESNEL_ASSIGN_OR_RETURN(const int64_t budget,
+                           WorkspaceBudget(options, c_bytes + static_cast<int64_t>(kGemmWorkspaceBytes)));
+  int64_t chunk = std::min(budget / per_col / kKAlign * kKAlign, kMaxChunk);
+  if (chunk < kKAlign) return TooLarge(per_col * kKAlign, budget);
+  chunk = std::min(chunk, RoundUp(ncols, kKAlign));
+
+  DeviceBuffer<T> xbuf, ybuf;
+  DeviceBuffer<Acc> cbuf;
+  DeviceBuffer<float> bre, bim;
+  DeviceBuffer<unsigned int> max_bits;
+  DeviceBuffer<char> workspace;
+  FRESNEL_RETURN_IF_ERROR(xbuf.Allocate(device, 3 * mpad * chunk));
+  FRESNEL_RETURN_IF_ERROR(ybuf.Allocate(device, 3 * npad * chunk));
+  FRESNEL_RETURN_IF_ERROR(cbuf.Allocate(device, 3 * mpad * npad));
+  FRESNEL_RETURN_IF_ERROR(workspace.Allocate(device, kGemmWorkspaceBytes));
+  if (merged) {
+    FRESNEL_RETURN_IF_ERROR(bre.Allocate(device, npad * chunk));
+    FRESNEL_RETURN_IF_ERROR(bim.Allocate(device, npad * chunk));
+    FRESNEL_RETURN_IF_ERROR(max_bits.Allocate(device, 1));
+  }
+  const double sigma = std::sqrt(2.0) * amax / (static_cast<double>(qs) * qs);
+
+  int64_t chunks = 0;
+  for (int64_t c0 = 0; c0 < ncols; c0 += chunk, ++chunks) {
+    const int64_t nc = std::min(chunk, ncols - c0);
+    const int64_t kc = RoundUp(nc, kKAlign);
+    const unsigned kblocks = static_cast<unsigned>(CeilDiv(kc, 4 * kBuildThreads));
+    TensorBuildKernel<T, false>
+        <<<dim3(kblocks, static_cast<unsigned>(CeilDiv(mpad, kBuildRun))), kBuildThreads, 0,
+           stream>>>(up.Ptr<AxisPoly>(oxp), up.Ptr<int32_t>(oxl), up.Ptr<int32_t>(oxh), nullptr,
+                     c0, nc, kc, p.width, mpad, qs, xbuf.get());
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaGetLastError());  // TensorBuildKernel (X)
+    profiler->Mark("build_x");
+    if (merged) {
+      FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(max_bits.get(), 0, sizeof(unsigned int), stream));
+      TensorGroupSumKernel<<<dim3(static_cast<unsigned>(CeilDiv(npad, 32)), static_cast<unsigned>(kc / 8)),
+                             dim3(32, 8), 0, stream>>>(mem, c0, nc, kc, p.height, npad, p.pitch_m,
+                                                       bre.get(), bim.get(), max_bits.get());
+      FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(TensorGroupSumKernel);
+      const int64_t elements = npad * kc;
+      TensorGroupQuantiseKernel<T><<<::fresnel::cuda::BlocksFor(elements / 4, 256), 256, 0,
+                                     stream>>>(bre.get(), bim.get(), elements, max_bits.get(),
+                                               qs, ybuf.get());
+      FRESNEL_CUDA_RETURN_IF_ERROR(cudaGetLastError());  // TensorGroupQuantiseKernel
+    } else {
+      TensorBuildKernel<T, true>
+          <<<dim3(kblocks, static_cast<unsigned>(CeilDiv(npad, kBuildRun))), kBuildThreads, 0,
+             stream>>>(up.Ptr<AxisPoly>(oyp), up.Ptr<int32_t>(oyl), up.Ptr<int32_t>(oyh),
+                       up.Ptr<float>(oya), c0, nc, kc, p.height, npad, qs, ybuf.get());
+      FRESNEL_CUDA_RETURN_IF_ERROR(cudaGetLastError());  // TensorBuildKernel (Y)
+    }
+    profiler->Mark("build_y");
+    FRESNEL_RETURN_IF_ERROR(BatchedGemm(device, precision, xbuf.get(), ybuf.get(), cbuf.get(),
+                                        mpad, npad, kc, workspace.get()));
+    profiler->Mark("gemm");
+    const int64_t pixels = p.width * p.height;
+    TensorEpilogueKernel<Acc><<<::fresnel::cuda::BlocksFor(pixels, 256), 256, 0, stream>>>(
+        cbuf.get(), mpad, npad, p.width, p.height, sigma, merged ? max_bits.get() : nullptr,
+        c0 > 0, field);
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaGetLastError());  // TensorEpilogueKernel
+    profiler->Mark("epilogue");
+  }
+  result->precision = precision;
+  result->point_batches = chunks;
+  result->gemm_inner_dim = ncols;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status RunTensor(const Device& device, const internal::PreparedPoints& prepared,
+                       const HologramOptions& options, TensorPrecision precision,
+                       StageClock* clock, EventProfiler* profiler, float2* field,
+                       HologramResult* result) {
+  switch (precision) {
+    case TensorPrecision::kInt8:
+      return RunTensorTyped<int8_t, int32_t>(device, prepared, options, precision, clock,
+                                             profiler, field, result);
+    case TensorPrecision::kBf16:
+      return RunTensorTyped<__nv_bfloat16, float>(device, prepared, options, precision, clock,
+                                                  profiler, field, result);
+    case TensorPrecision::kTf32:
+      return RunTensorTyped<float, float>(device, prepared, options, precision, clock, profiler,
+                                          field, result);
+    case TensorPrecision::kFp16:
+    case TensorPrecision::kAuto:
+      return RunTensorTyped<__half, float>(device, prepared, options, TensorPrecision::kFp16,
+                                           clock, profiler, field, result);
+  }
+  return absl::InternalError("unknown tensor precision");
+}
+
+}  // namespace fresnel::hologram::cuda

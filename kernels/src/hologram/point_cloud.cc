@@ -1,0 +1,437 @@
+// PLY parsing (ASCII and binary little-endian), mesh sampling, box fitting and image planes.
+#include "fresnel/hologram/point_cloud.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "fresnel/core/status.h"
+
+namespace fresnel::hologram {
+namespace {
+
+enum class PlyType { kInt8, kUint8, kInt16, kUint16, kInt32, kUint32, kFloat32, kFloat64 };
+
+absl::StatusOr<PlyType> ParseType(absl::string_view name) {
+  if (name == "char" || name == "int8") return PlyType::kInt8;
+  if (name == "uchar" || name == "uint8") return PlyType::kUint8;
+  if (name == "short" || name == "int16") return PlyType::kInt16;
+  if (name == "ushort" || name == "uint16") return PlyType::kUint16;
+  if (name == "int" || name == "int32") return PlyType::kInt32;
+  if (name == "uint" || name == "uint32") return PlyType::kUint32;
+  if (name == "float" || name == "float32") return PlyType::kFloat32;
+  if (name == "double" || name == "float64") return PlyType::kFloat64;
+  return absl::InvalidArgumentError(absl::StrCat("ply: unknown property type \"", name, "\""));
+}
+
+size_t TypeSize(PlyType t) {
+  switch (t) {
+    case PlyType::kInt8:
+    case PlyType::kUint8:
+      return 1;
+    case PlyType::kInt16:
+    case PlyType::kUint16:
+      return 2;
+    case PlyType::kInt32:
+    case PlyType::kUint32:
+    case PlyType::kFloat32:
+      return 4;
+    case PlyType::kFloat64:
+      return 8;
+  }
+  return 0;
+}
+
+struct Property {
+  std::string name;
+  PlyType type = PlyType::kFloat32;
+  bool is_list = false;
+  PlyType count_type = PlyType::kUint8;
+};
+
+struct Element {
+  std::string name;
+  int64_t count = 0;
+  std::vector<Property> properties;
+};
+
+// Reads values from the body: whitespace-separated tokens (ASCII) or little-endian bytes.
+class BodyReader {
+ public:
+  BodyReader(absl::string_view body, bool ascii) : body_(body), ascii_(ascii) {}
+
+  absl::StatusOr<double> Read(PlyType type) {
+    if (ascii_) {
+      while (pos_ < body_.size() && std::isspace(static_cast<unsigned char>(body_[pos_]))) ++pos_;
+      size_t end = pos_;
+      while (end < body_.size() && !std::isspace(static_cast<unsigned char>(body_[end]))) ++end;
+      if (end == pos_) return absl::InvalidArgumentError("ply: the file ends inside the data");
+      double v;
+      if (!absl::SimpleAtod(body_.substr(pos_, end - pos_), &v)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "ply: bad number \"", body_.substr(pos_, std::min<size_t>(end - pos_, 32)), "\""));
+      }
+      pos_ = end;
+      return v;
+    }
+    const size_t n = TypeSize(type);
+    if (pos_ + n > body_.size())
+      return absl::InvalidArgumentError("ply: the file ends inside the data");
+    const char* p = body_.data() + pos_;
+    pos_ += n;
+    switch (type) {
+      case PlyType::kInt8:
+        return static_cast<double>(static_cast<int8_t>(*p));
+      case PlyType::kUint8:
+        return static_cast<double>(static_cast<uint8_t>(*p));
+      case PlyType::kInt16: {
+        int16_t v;
+        std::memcpy(&v, p, 2);
+        return v;
+      }
+      case PlyType::kUint16: {
+        uint16_t v;
+        std::memcpy(&v, p, 2);
+        return v;
+      }
+      case PlyType::kInt32: {
+        int32_t v;
+        std::memcpy(&v, p, 4);
+        return v;
+      }
+      case PlyType::kUint32: {
+        uint32_t v;
+        std::memcpy(&v, p, 4);
+        return v;
+      }
+      case PlyType::kFloat32: {
+        float v;
+        std::memcpy(&v, p, 4);
+        return v;
+      }
+      case PlyType::kFloat64: {
+        double v;
+        std::memcpy(&v, p, 8);
+        return v;
+      }
+    }
+    return 0.0;
+  }
+
+ private:
+  absl::string_view body_;
+  bool ascii_;
+  size_t pos_ = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<PlyMesh> ParsePly(absl::string_view bytes, const PlyOptions& options) {
+  // Header: lines up to "end_header".
+  size_t pos = 0;
+  auto next_line = [&](absl::string_view* line) {
+    if (pos >= bytes.size()) return false;
+    size_t end = bytes.find('\n', pos);
+    if (end == absl::string_view::npos) end = bytes.size();
+    *line = absl::StripTrailingAsciiWhitespace(bytes.substr(pos, end - pos));
+    pos = end + 1;
+    return true;
+  };
+  absl::string_view line;
+  if (!next_line(&line) || line != "ply") {
+    return absl::InvalidArgumentError("ply: the file does not start with \"ply\"");
+  }
+  bool ascii = false;
+  bool have_format = false;
+  std::vector<Element> elements;
+  int line_no = 1;
+  while (true) {
+    if (!next_line(&line)) return absl::InvalidArgumentError("ply: no end_header line");
+    ++line_no;
+    std::vector<absl::string_view> tok = absl::StrSplit(line, ' ', absl::SkipWhitespace());
+    if (tok.empty() || tok[0] == "comment" || tok[0] == "obj_info") continue;
+    if (tok[0] == "end_header") break;
+    if (tok[0] == "format") {
+      if (tok.size() < 2)
+        return absl::InvalidArgumentError(
+            absl::StrCat("ply: header line ", line_no, ": bad format line"));
+      if (tok[1] == "ascii") {
+        ascii = true;
+      } else if (tok[1] == "binary_little_endian") {
+        ascii = false;
+      } else {
+        return absl::InvalidArgumentError(
+            absl::StrCat("ply: header line ", line_no, ": unsupported format \"", tok[1], "\""));
+      }
+      have_format = true;
+    } else if (tok[0] == "element") {
+      Element e;
+      if (tok.size() != 3 || !absl::SimpleAtoi(tok[2], &e.count) || e.count < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("ply: header line ", line_no, ": bad element line"));
+      }
+      e.name = std::string(tok[1]);
+      elements.push_back(std::move(e));
+    } else if (tok[0] == "property") {
+      if (elements.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("ply: header line ", line_no, ": property before any element"));
+      }
+      Property prop;
+      if (tok.size() == 5 && tok[1] == "list") {
+        prop.is_list = true;
+        FRESNEL_ASSIGN_OR_RETURN(prop.count_type, ParseType(tok[2]));
+        FRESNEL_ASSIGN_OR_RETURN(prop.type, ParseType(tok[3]));
+        prop.name = std::string(tok[4]);
+      } else if (tok.size() == 3) {
+        FRESNEL_ASSIGN_OR_RETURN(prop.type, ParseType(tok[1]));
+        prop.name = std::string(tok[2]);
+      } else {
+        return absl::InvalidArgumentError(
+            absl::StrCat("ply: header line ", line_no, ": bad property line"));
+      }
+      elements.back().properties.push_back(std::move(prop));
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ply: header line ", line_no, ": unknown keyword \"", tok[0], "\""));
+    }
+  }
+  if (!have_format) return absl::InvalidArgumentError("ply: no format line");
+
+  PlyMesh mesh;
+  bool have_vertex = false;
+  BodyReader reader(bytes.substr(std::min(pos, bytes.size())), ascii);
+  for (const Element& e : elements) {
+    if (e.name == "vertex") {
+      if (e.count > options.max_vertices) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("ply: ", e.count, " vertices exceed the limit of ", options.max_vertices));
+      }
+      int ix = -1, iy = -1, iz = -1, iv = -1;
+      for (size_t i = 0; i < e.properties.size(); ++i) {
+        const std::string& n = e.properties[i].name;
+        if (n == "x") ix = static_cast<int>(i);
+        if (n == "y") iy = static_cast<int>(i);
+        if (n == "z") iz = static_cast<int>(i);
+        if (!options.amplitude_property.empty() && n == options.amplitude_property)
+          iv = static_cast<int>(i);
+      }
+      if (ix < 0 || iy < 0 || iz < 0) {
+        return absl::InvalidArgumentError("ply: element vertex lacks property x, y or z");
+      }
+      if (!options.amplitude_property.empty() && iv < 0) {
+        return absl::InvalidArgumentError(absl::StrCat("ply: element vertex has no property \"",
+                                                       options.amplitude_property, "\""));
+      }
+      mesh.vertices.resize(static_cast<size_t>(e.count));
+      if (iv >= 0) mesh.vertex_values.resize(static_cast<size_t>(e.count));
+      for (int64_t r = 0; r < e.count; ++r) {
+        for (size_t i = 0; i < e.properties.size(); ++i) {
+          const Property& prop = e.properties[i];
+          if (prop.is_list) {
+            FRESNEL_ASSIGN_OR_RETURN(double count, reader.Read(prop.count_type));
+            for (int64_t k = 0; k < static_cast<int64_t>(count); ++k) {
+              FRESNEL_RETURN_IF_ERROR(reader.Read(prop.type).status());
+            }
+            continue;
+          }
+          FRESNEL_ASSIGN_OR_RETURN(double v, reader.Read(prop.type));
+          if (static_cast<int>(i) == ix) mesh.vertices[r][0] = v;
+          if (static_cast<int>(i) == iy) mesh.vertices[r][1] = v;
+          if (static_cast<int>(i) == iz) mesh.vertices[r][2] = v;
+          if (static_cast<int>(i) == iv) mesh.vertex_values[r] = v;
+        }
+      }
+      have_vertex = true;
+    } else if (e.name == "face") {
+      if (e.count > options.max_faces) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("ply: ", e.count, " faces exceed the limit of ", options.max_faces));
+      }
+      mesh.faces.reserve(static_cast<size_t>(e.count));
+      std::vector<int64_t> poly;
+      for (int64_t r = 0; r < e.count; ++r) {
+        for (const Property& prop : e.properties) {
+          if (!prop.is_list) {
+            FRESNEL_RETURN_IF_ERROR(reader.Read(prop.type).status());
+            continue;
+          }
+          FRESNEL_ASSIGN_OR_RETURN(double count, reader.Read(prop.count_type));
+          if (count < 0 || count > 1024) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("ply: face ", r, " has ", count, " vertices"));
+          }
+          poly.clear();
+          for (int64_t k = 0; k < static_cast<int64_t>(count); ++k) {
+            FRESNEL_ASSIGN_OR_RETURN(double idx, reader.Read(prop.type));
+            poly.push_back(static_cast<int64_t>(idx));
+          }
+          if (prop.name != "vertex_indices" && prop.name != "vertex_index") continue;
+          for (size_t k = 2; k < poly.size(); ++k) {
+            std::array<int32_t, 3> tri = {static_cast<int32_t>(poly[0]),
+                                          static_cast<int32_t>(poly[k - 1]),
+                                          static_cast<int32_t>(poly[k])};
+            mesh.faces.push_back(tri);
+          }
+        }
+      }
+    } else {
+      // Skip any other element.
+      for (int64_t r = 0; r < e.count; ++r) {
+        for (const Property& prop : e.properties) {
+          if (prop.is_list) {
+            FRESNEL_ASSIGN_OR_RETURN(double count, reader.Read(prop.count_type));
+            for (int64_t k = 0; k < static_cast<int64_t>(count); ++k) {
+              FRESNEL_RETURN_IF_ERROR(reader.Read(prop.type).status());
+            }
+          } else {
+            FRESNEL_RETURN_IF_ERROR(reader.Read(prop.type).status());
+          }
+        }
+      }
+    }
+  }
+  if (!have_vertex) return absl::InvalidArgumentError("ply: no vertex element");
+  const int64_t nv = static_cast<int64_t>(mesh.vertices.size());
+  for (size_t f = 0; f < mesh.faces.size(); ++f) {
+    for (int32_t i : mesh.faces[f]) {
+      if (i < 0 || i >= nv) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("ply: face ", f, " refers to vertex ", i, " of ", nv));
+      }
+    }
+  }
+  return mesh;
+}
+
+absl::StatusOr<PlyMesh> ReadPly(const std::string& path, const PlyOptions& options) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ParsePly(ss.str(), options);
+}
+
+absl::StatusOr<PointCloud> SampleMesh(const PlyMesh& mesh, int64_t count, uint64_t seed) {
+  const int64_t nv = static_cast<int64_t>(mesh.vertices.size());
+  const int64_t nf = static_cast<int64_t>(mesh.faces.size());
+  if (count < 1)
+    return absl::InvalidArgumentError(absl::StrCat("count: must be >= 1, got ", count));
+  if (nv == 0) return absl::InvalidArgumentError("mesh: no vertices");
+  if (count > nv && nf == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("count: ", count, " points need faces, the mesh has ", nv, " vertices only"));
+  }
+  const bool values = !mesh.vertex_values.empty();
+  auto vertex_point = [&](int64_t i) {
+    return Point{mesh.vertices[i][0], mesh.vertices[i][1], mesh.vertices[i][2],
+                 values ? mesh.vertex_values[i] : 1.0, 0.0};
+  };
+  auto face_point = [&](int64_t f, double b0, double b1) {
+    const auto& t = mesh.faces[f];
+    const double b2 = 1.0 - b0 - b1;
+    Point p;
+    p.x_m = b0 * mesh.vertices[t[0]][0] + b1 * mesh.vertices[t[1]][0] + b2 * mesh.vertices[t[2]][0];
+    p.y_m = b0 * mesh.vertices[t[0]][1] + b1 * mesh.vertices[t[1]][1] + b2 * mesh.vertices[t[2]][1];
+    p.z_m = b0 * mesh.vertices[t[0]][2] + b1 * mesh.vertices[t[1]][2] + b2 * mesh.vertices[t[2]][2];
+    p.amplitude = values ? b0 * mesh.vertex_values[t[0]] + b1 * mesh.vertex_values[t[1]] +
+                               b2 * mesh.vertex_values[t[2]]
+                         : 1.0;
+    return p;
+  };
+  PointCloud out;
+  out.reserve(static_cast<size_t>(count));
+  if (count <= nv) {
+    for (int64_t i = 0; i < count; ++i) out.push_back(vertex_point(i * nv / count));
+    return out;
+  }
+  for (int64_t i = 0; i < nv; ++i) out.push_back(vertex_point(i));
+  const int64_t centroids = std::min(nf, count - nv);
+  for (int64_t i = 0; i < centroids; ++i)
+    out.push_back(face_point(i * nf / centroids, 1.0 / 3, 1.0 / 3));
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> uni(0.0, 1.0);
+  for (int64_t i = 0; static_cast<int64_t>(out.size()) < count; ++i) {
+    double b0 = uni(rng), b1 = uni(rng);
+    if (b0 + b1 > 1) {
+      b0 = 1 - b0;
+      b1 = 1 - b1;
+    }
+    out.push_back(face_point(i % nf, b0, b1));
+  }
+  return out;
+}
+
+absl::StatusOr<PointCloud> FitToBox(const PointCloud& points, std::array<double, 3> extent_m,
+                                    std::array<double, 3> center_m) {
+  if (points.empty()) return absl::InvalidArgumentError("points: the point cloud is empty");
+  for (int a = 0; a < 3; ++a) {
+    if (!(extent_m[a] >= 0) || !std::isfinite(extent_m[a])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("extent_m[", a, "]: must be finite and >= 0, got ", extent_m[a]));
+    }
+  }
+  std::array<double, 3> lo, hi;
+  lo.fill(std::numeric_limits<double>::infinity());
+  hi.fill(-std::numeric_limits<double>::infinity());
+  for (const Point& p : points) {
+    const double c[3] = {p.x_m, p.y_m, p.z_m};
+    for (int a = 0; a < 3; ++a) {
+      lo[a] = std::min(lo[a], c[a]);
+      hi[a] = std::max(hi[a], c[a]);
+    }
+  }
+  PointCloud out = points;
+  for (Point& p : out) {
+    double* c[3] = {&p.x_m, &p.y_m, &p.z_m};
+    for (int a = 0; a < 3; ++a) {
+      const double span = hi[a] - lo[a];
+      const double rel = span > 0 ? (*c[a] - lo[a]) / span - 0.5 : 0.0;
+      *c[a] = center_m[a] + rel * extent_m[a];
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<PointCloud> ImageToPointCloud(const HostArray& gray8,
+                                             const ImagePlaneOptions& options) {
+  if (gray8.dtype() != DType::kUint8 || gray8.ndim() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat("image: must be uint8 [rows, cols], got ",
+                                                   DTypeName(gray8.dtype()), " ",
+                                                   ShapeString(gray8.shape())));
+  }
+  if (!std::isfinite(options.spacing_m) || options.spacing_m <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spacing_m: must be positive and finite, got ", options.spacing_m));
+  }
+  if (!std::isfinite(options.depth_m) || options.depth_m <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("depth_m: must be positive and finite, got ", options.depth_m));
+  }
+  const int64_t rows = gray8.dim(0), cols = gray8.dim(1);
+  PointCloud out;
+  out.reserve(static_cast<size_t>(rows * cols));
+  const uint8_t* px = gray8.data<uint8_t>();
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t k = 0; k < cols; ++k) {
+      const uint8_t g = px[i * cols + k];
+      if (options.skip_zero && g == 0) continue;
+      out.push_back(Point{static_cast<double>(k - cols / 2) * options.spacing_m,
+                          static_cast<double>(i - rows / 2) * options.spacing_m, options.depth_m,
+                          g / 255.0, 0.0});
+    }
+  }
+  return out;
+}
+
+}  // namespace fresnel::hologram
