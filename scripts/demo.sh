@@ -41,6 +41,21 @@ $fresnel interp "$out/chirp_44k1.wav" "$out/chirp_48k_stream.wav" --up 160 --dow
 step "load: 3 s of resample_poly requests at concurrency 4"
 $fresnel bench --op resample_poly --samples 65536 --up 160 --down 147 --concurrency 4 --duration 3
 
+step "phase unwrapping: a synthetic interferogram (256 x 320, two vortex pairs, a masked dead area)"
+python3 scripts/make_demo_phase.py "$out/phase_wrapped.npy" "$out/phase_mask.npy" 256 320
+$fresnel unwrap "$out/phase_wrapped.npy" --mask "$out/phase_mask.npy" --method goldstein \
+  --out "$out/phase_unwrapped.npy" --png "$out/unwrap_before_after.png"
+$fresnel unwrap "$out/phase_wrapped.npy" --mask "$out/phase_mask.npy" --method lsq --sync \
+  --out "$out/phase_unwrapped_lsq.npy"
+$fresnel jobs list
+ls -l "$out"/phase_*.npy "$out/unwrap_before_after.png"
+
+step "hologram: a 64 x 64 image 10 cm in front of a 512 x 512 hologram (8 um pitch, 532 nm)"
+python3 scripts/make_demo_image.py "$out/hologram_source.png" 64
+$fresnel hologram --image "$out/hologram_source.png" --spacing 32e-6 --depth 0.1 \
+  --size 512x512 --pitch 8e-6 --wavelength 532e-9 --phase-png "$out/hologram_phase.png" \
+  --reconstruct 0.1 --reconstruct-png "$out/hologram_reconstruction.png"
+
 step "a few lines of the Prometheus metrics"
 python3 - "$metrics_port" "$out/metrics.txt" <<'PY'
 import sys, urllib.request
@@ -57,4 +72,6 @@ wait $server_pid
 trap - EXIT
 tail -n 2 "$out/fresneld.log"
 echo
-echo "Results in $out/: chirp_48k.wav, chirp_up4.npy, resample_160_147.png, upfirdn_x4.png, metrics.txt"
+echo "Results in $out/: chirp_48k.wav, chirp_up4.npy, resample_160_147.png, upfirdn_x4.png,"
+echo "  phase_unwrapped.npy, unwrap_before_after.png, hologram_phase.png,"
+echo "  hologram_reconstruction.png, metrics.txt"

@@ -7,7 +7,7 @@ packages=(
   build-essential cmake ninja-build pkg-config python3
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   prometheus-cpp-dev prometheus catch2 libcli11-dev libsndfile1-dev libpng-dev libtbb-dev
-  libkissfft-dev
+  libkissfft-dev libtiff-dev
 )
 missing=()
 for p in "${packages[@]}"; do

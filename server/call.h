@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "fresnel/interp/interp.h"
+#include "fresnel/unwrap/unwrap.h"
 #include "fresnel/v1/common.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "server/device_pool.h"
@@ -17,11 +18,15 @@
 
 namespace fresnel::server {
 
+class JobStore;
+
 struct ServiceContext {
   DevicePool* pool = nullptr;
   Metrics* metrics = nullptr;
   int64_t max_message_bytes = 64 << 20;
   interp::Limits interp_limits;
+  unwrap::Limits unwrap_limits;
+  JobStore* jobs = nullptr;  // asynchronous jobs (server/jobs.h)
   Clock::time_point started = Clock::now();
 };
 

@@ -42,6 +42,30 @@ absl::StatusOr<ServerConfig> ParseConfig(int argc, char** argv) {
   app.add_option("--max-output-samples", c.max_output_samples, "largest interpolation output per call")
       ->envname("FRESNEL_MAX_OUTPUT_SAMPLES")->check(CLI::Range(int64_t{1}, int64_t{1} << 40))
       ->capture_default_str();
+  app.add_option("--unwrap-max-side", c.unwrap_max_side, "largest unwrap image side (rows or cols)")
+      ->envname("FRESNEL_UNWRAP_MAX_SIDE")->check(CLI::Range(int64_t{2}, int64_t{32768}))
+      ->capture_default_str();
+  app.add_option("--unwrap-max-pixels", c.unwrap_max_pixels, "largest unwrap image (rows * cols)")
+      ->envname("FRESNEL_UNWRAP_MAX_PIXELS")->check(CLI::Range(int64_t{4}, int64_t{1} << 31))
+      ->capture_default_str();
+  app.add_option("--job-ttl", c.job_ttl_s, "seconds a finished job and its result are kept")
+      ->envname("FRESNEL_JOB_TTL")->check(CLI::Range(0.0, 30.0 * 86400))->capture_default_str();
+  app.add_option("--job-memory-bytes", c.job_memory_bytes,
+                 "cap on the bytes jobs hold (inputs of unfinished jobs + finished results); "
+                 "the oldest finished results are evicted first")
+      ->envname("FRESNEL_JOB_MEMORY_BYTES")->check(CLI::Range(int64_t{1} << 20, int64_t{1} << 50))
+      ->capture_default_str();
+  app.add_option("--max-jobs", c.max_jobs,
+                 "unfinished (queued + running) jobs before RESOURCE_EXHAUSTED")
+      ->envname("FRESNEL_MAX_JOBS")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  app.add_option("--hologram-max-pixels", c.hologram_max_pixels,
+                 "largest hologram (width * height pixels) per Render/Stream frame/Reconstruct")
+      ->envname("FRESNEL_HOLOGRAM_MAX_PIXELS")->check(CLI::Range(int64_t{1}, int64_t{1} << 28))
+      ->capture_default_str();
+  app.add_option("--hologram-max-points", c.hologram_max_points,
+                 "most points per hologram (an image source counts one point per pixel)")
+      ->envname("FRESNEL_HOLOGRAM_MAX_POINTS")->check(CLI::Range(int64_t{1}, int64_t{1} << 28))
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success&) {

@@ -23,6 +23,16 @@ struct ServerConfig {
   int max_rate = 1 << 16;                 // FRESNEL_MAX_RATE
   int64_t max_taps = 1 << 20;             // FRESNEL_MAX_TAPS
   int64_t max_output_samples = int64_t{1} << 31;  // FRESNEL_MAX_OUTPUT_SAMPLES
+  // Phase unwrapping limits.
+  int64_t unwrap_max_side = 32768;                 // FRESNEL_UNWRAP_MAX_SIDE, rows and cols each
+  int64_t unwrap_max_pixels = int64_t{1} << 30;    // FRESNEL_UNWRAP_MAX_PIXELS, rows * cols
+  // Asynchronous jobs (server/jobs.h).
+  double job_ttl_s = 600;                          // FRESNEL_JOB_TTL: finished jobs kept this long
+  int64_t job_memory_bytes = int64_t{4} << 30;     // FRESNEL_JOB_MEMORY_BYTES: bytes jobs hold
+  int max_jobs = 64;                               // FRESNEL_MAX_JOBS: unfinished jobs accepted
+  // Hologram limits (hologram::Limits; width and height stay <= 16384 each).
+  int64_t hologram_max_pixels = int64_t{1} << 27;  // FRESNEL_HOLOGRAM_MAX_PIXELS, width * height
+  int64_t hologram_max_points = int64_t{1} << 24;  // FRESNEL_HOLOGRAM_MAX_POINTS, per hologram
 };
 
 // Parses flags and environment. Returns the config, or a status whose message is the help text

@@ -54,7 +54,21 @@ Metrics::Metrics()
       device_memory_(prometheus::BuildGauge()
                          .Name("fresnel_device_memory_used_bytes")
                          .Help("Device memory handed out by the device's memory pool.")
-                         .Register(*registry_)) {}
+                         .Register(*registry_)),
+      jobs_(prometheus::BuildGauge()
+                .Name("fresnel_jobs")
+                .Help("Asynchronous jobs the job store holds, by state.")
+                .Register(*registry_)),
+      job_store_bytes_(prometheus::BuildGauge()
+                           .Name("fresnel_job_store_bytes")
+                           .Help("Bytes the job store holds: inputs and reserved outputs of "
+                                 "unfinished jobs plus finished results.")
+                           .Register(*registry_)),
+      jobs_dropped_(prometheus::BuildCounter()
+                        .Name("fresnel_jobs_dropped_total")
+                        .Help("Finished jobs dropped: TTL passed (expired) or memory cap "
+                              "(evicted).")
+                        .Register(*registry_)) {}
 
 Metrics::~Metrics() = default;
 
@@ -114,6 +128,16 @@ void Metrics::SetRunning(const std::string& device, double running) {
 
 void Metrics::SetDeviceMemory(const std::string& device, double bytes) {
   device_memory_.Add({{"device", device}}).Set(bytes);
+}
+
+void Metrics::SetJobs(const std::string& state, double count) {
+  jobs_.Add({{"state", state}}).Set(count);
+}
+
+void Metrics::SetJobStoreBytes(double bytes) { job_store_bytes_.Add({}).Set(bytes); }
+
+void Metrics::AddJobsDropped(const std::string& reason) {
+  jobs_dropped_.Add({{"reason", reason}}).Increment();
 }
 
 std::string Metrics::Serialize() const {

@@ -47,6 +47,12 @@ class Metrics {
   void SetQueueDepth(const std::string& device, double depth);
   void SetRunning(const std::string& device, double running);
   void SetDeviceMemory(const std::string& device, double bytes);
+  // Asynchronous jobs (server/jobs.h): how many are in each state ("queued", "running", "done",
+  // "failed", "cancelled"), the bytes the job store holds, and finished jobs dropped because
+  // their TTL passed ("expired") or to stay under the memory cap ("evicted").
+  void SetJobs(const std::string& state, double count);
+  void SetJobStoreBytes(double bytes);
+  void AddJobsDropped(const std::string& reason);
 
   // The text exposition format of everything registered (what /metrics serves).
   std::string Serialize() const;
@@ -63,6 +69,9 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& queue_depth_;
   prometheus::Family<prometheus::Gauge>& running_;
   prometheus::Family<prometheus::Gauge>& device_memory_;
+  prometheus::Family<prometheus::Gauge>& jobs_;
+  prometheus::Family<prometheus::Gauge>& job_store_bytes_;
+  prometheus::Family<prometheus::Counter>& jobs_dropped_;
 };
 
 }  // namespace fresnel::server

@@ -10,18 +10,26 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "server/call.h"
 #include "server/device_pool.h"
+#include "server/jobs.h"
 #include "server/metrics.h"
 #include "server/services/admin_service.h"
+#include "server/services/hologram_service.h"
 #include "server/services/interpolation_service.h"
+#include "server/services/unwrap_service.h"
 
 namespace fresnel::server {
 
 struct FresnelServer::Impl {
   ServerConfig config;
   std::unique_ptr<Metrics> metrics;
+  // Declared before the pool so that it is destroyed after it: the pool's last jobs complete
+  // into the store.
+  std::unique_ptr<JobStore> jobs;
   std::unique_ptr<DevicePool> pool;
   ServiceContext ctx;
   std::unique_ptr<InterpolationService> interpolation;
+  std::unique_ptr<UnwrapService> unwrap;
+  std::unique_ptr<HologramService> hologram;
   std::unique_ptr<AdminService> admin;
   std::unique_ptr<grpc::Server> grpc_server;
   std::vector<std::string> service_names;
@@ -61,13 +69,28 @@ absl::StatusOr<std::unique_ptr<FresnelServer>> FresnelServer::Start(const Server
   impl->ctx.interp_limits.max_rate = config.max_rate;
   impl->ctx.interp_limits.max_taps = config.max_taps;
   impl->ctx.interp_limits.max_output_samples = config.max_output_samples;
+  impl->ctx.unwrap_limits.max_side = config.unwrap_max_side;
+  impl->ctx.unwrap_limits.max_pixels = config.unwrap_max_pixels;
+  JobStoreOptions job_options;
+  job_options.ttl_s = config.job_ttl_s;
+  job_options.memory_bytes = config.job_memory_bytes;
+  job_options.max_jobs = config.max_jobs;
+  impl->jobs = std::make_unique<JobStore>(job_options, impl->pool.get(), impl->metrics.get());
+  impl->ctx.jobs = impl->jobs.get();
   impl->ctx.started = Clock::now();
 
-  impl->service_names = {"fresnel.v1.InterpolationService", "fresnel.v1.AdminService"};
+  impl->service_names = {"fresnel.v1.InterpolationService", "fresnel.v1.UnwrapService",
+                         "fresnel.v1.AdminService"};
+  impl->service_names.push_back("fresnel.v1.HologramService");
   std::vector<std::string> listed = impl->service_names;
   listed.push_back("grpc.health.v1.Health");
   listed.push_back("grpc.reflection.v1alpha.ServerReflection");
   impl->interpolation = std::make_unique<InterpolationService>(&impl->ctx);
+  impl->unwrap = std::make_unique<UnwrapService>(&impl->ctx);
+  hologram::Limits hologram_limits;
+  hologram_limits.max_pixels = config.hologram_max_pixels;
+  hologram_limits.max_points = config.hologram_max_points;
+  impl->hologram = std::make_unique<HologramService>(&impl->ctx, hologram_limits);
   impl->admin = std::make_unique<AdminService>(&impl->ctx, config, listed);
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -77,6 +100,8 @@ absl::StatusOr<std::unique_ptr<FresnelServer>> FresnelServer::Start(const Server
   builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(config.max_message_bytes));
   builder.RegisterService(impl->interpolation.get());
+  builder.RegisterService(impl->unwrap.get());
+  builder.RegisterService(impl->hologram.get());
   builder.RegisterService(impl->admin.get());
   impl->grpc_server = builder.BuildAndStart();
   if (!impl->grpc_server || impl->port == 0) {

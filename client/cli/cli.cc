@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "commands.h"
+#include "hologram_cmd.h"
 
 #ifndef FRESNEL_VERSION
 #define FRESNEL_VERSION "unknown"
@@ -189,6 +190,92 @@ int Main(int argc, const char* const* argv, std::ostream& out, std::ostream& err
   bench_cmd->add_flag("--json", bench.json, "Print the results as JSON");
   bench_cmd->footer(kExitCodeHelp);
 
+  // fresnel hologram (hologram_cmd.cc)
+  HologramCmdOptions hologram;
+  CLI::App* hologram_cmd = AddHologramCommand(&app, &hologram);
+
+  // fresnel unwrap
+  UnwrapOptions unwrap;
+  CLI::App* unwrap_cmd = app.add_subcommand(
+      "unwrap", "Unwrap a wrapped phase image on the server (Goldstein branch cuts or least "
+                "squares), as a job with a progress bar or as one call (--sync)");
+  unwrap_cmd->add_option("input", unwrap.input,
+                         "Wrapped phase [rows, cols] in radians: .npy or single-channel "
+                         ".tif/.tiff, float32 or float64")
+      ->required();
+  unwrap_cmd->add_option("--out,-o", unwrap.output, "Unwrapped phase (.npy, the input's dtype)")
+      ->required();
+  unwrap_cmd->add_option("--method", unwrap.method,
+                         "goldstein = branch cuts (exact multiples of 2 pi, maps), lsq = "
+                         "unweighted least squares (smooth, for noisy data)")
+      ->check(CLI::IsMember({"goldstein", "lsq"}))
+      ->capture_default_str();
+  unwrap_cmd->add_option("--mask", unwrap.mask,
+                         "Mask image (.npy/.tif): nonzero EXCLUDES the pixel (NaN phase is fine "
+                         "there)");
+  unwrap_cmd->add_option("--quality", unwrap.quality,
+                         "Quality map (.npy/.tif), larger = more trustworthy: picks each "
+                         "region's starting pixel (goldstein)");
+  unwrap_cmd->add_option("--seed", unwrap.seed,
+                         "ROW,COL: the pixel whose region keeps k = 0 (goldstein)");
+  unwrap_cmd->add_option("--iterations", unwrap.iterations,
+                         "Pairing iterations per search radius, 1..64 (goldstein; default 8)")
+      ->check(CLI::Range(1, 64));
+  unwrap_cmd->add_flag("--no-congruent", unwrap.no_congruent,
+                       "lsq: return the least-squares solution itself instead of the input plus "
+                       "whole multiples of 2 pi");
+  unwrap_cmd->add_flag("--save-maps", unwrap.save_maps,
+                       "goldstein: also write OUT_residues.npy, OUT_cuts.npy, OUT_regions.npy "
+                       "and OUT_unreached.npy");
+  unwrap_cmd->add_option("--png", unwrap.png,
+                         "Before/after preview: wrapped and unwrapped side by side (cuts red, "
+                         "masked pixels blue)");
+  unwrap_cmd->add_option("--png-max-side", unwrap.png_max_side,
+                         "Longest side of each preview half in pixels (larger images are "
+                         "reduced)")
+      ->check(CLI::Range(16, 8192))
+      ->capture_default_str();
+  unwrap_cmd->add_option("--device", unwrap.device, "Where the server may run the job")
+      ->check(CLI::IsMember({"any", "gpu", "cpu"}))
+      ->capture_default_str();
+  unwrap_cmd->add_flag("--sync", unwrap.sync,
+                       "One Unwrap call instead of a job (small images: request and result "
+                       "must each fit in one message; no progress)");
+  unwrap_cmd->add_option("--idempotency-key", unwrap.idempotency_key,
+                         "Submitting again with the same key returns the same job");
+  unwrap_cmd->add_flag("--json", unwrap.json, "Print the summary as JSON (and no progress)");
+  unwrap_cmd->footer(kExitCodeHelp);
+
+  // fresnel jobs list|get|cancel
+  JobsOptions jobs;
+  CLI::App* jobs_cmd =
+      app.add_subcommand("jobs", "Asynchronous jobs on the server: list, get (state and result), "
+                                 "cancel");
+  jobs_cmd->require_subcommand(1);
+  jobs_cmd->fallthrough();
+  CLI::App* jobs_list = jobs_cmd->add_subcommand("list", "Jobs the server holds, newest first");
+  jobs_list->add_option("--limit", jobs.limit, "Show at most this many jobs")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
+  jobs_list->add_flag("--json", jobs.json, "Print JSON");
+  CLI::App* jobs_get = jobs_cmd->add_subcommand(
+      "get", "A job's state; with --out also its result (the job must be done)");
+  jobs_get->add_option("id", jobs.job_id, "Job id (from fresnel unwrap or jobs list)")
+      ->required();
+  jobs_get->add_flag("--wait", jobs.wait, "Watch the job with a progress bar until it finishes");
+  jobs_get->add_option("--out,-o", jobs.output, "Write the unwrapped phase here (.npy)");
+  jobs_get->add_flag("--save-maps", jobs.save_maps,
+                     "Also write the Goldstein maps next to --out (when the job returned them)");
+  jobs_get->add_flag("--json", jobs.json, "Print JSON");
+  CLI::App* jobs_cancel = jobs_cmd->add_subcommand(
+      "cancel", "Cancel a job (queued: at once; running: at its next progress report)");
+  jobs_cancel->add_option("id", jobs.job_id, "Job id")->required();
+  jobs_cancel->add_flag("--json", jobs.json, "Print JSON");
+  for (CLI::App* sub : {jobs_cmd, jobs_list, jobs_get, jobs_cancel}) {
+    sub->fallthrough();
+    sub->footer(kExitCodeHelp);
+  }
+
   // CLI11 reports a mistyped command only as "A subcommand is required"; name it instead.
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -197,9 +284,20 @@ int Main(int argc, const char* const* argv, std::ostream& out, std::ostream& err
       continue;
     }
     if (arg.empty() || arg[0] == '-') continue;
-    if (arg != "info" && arg != "interp" && arg != "bench") {
+    if (arg != "info" && arg != "interp" && arg != "bench" && arg != "unwrap" &&
+        arg != "jobs" && arg != "hologram") {
       return ReportUsageError(
-          err, absl::StrCat("unknown command '", arg, "' (commands: info, interp, bench)"), "");
+          err,
+          absl::StrCat("unknown command '", arg,
+                       "' (commands: info, interp, unwrap, jobs, hologram, bench)"),
+          "");
+    }
+    if (arg == "jobs" && i + 1 < argc && argv[i + 1][0] != '-') {
+      const std::string action = argv[i + 1];
+      if (action != "list" && action != "get" && action != "cancel") {
+        return ReportUsageError(
+            err, absl::StrCat("unknown jobs action '", action, "' (list, get, cancel)"), "jobs");
+      }
     }
     break;
   }
@@ -212,7 +310,12 @@ int Main(int argc, const char* const* argv, std::ostream& out, std::ostream& err
       return kExitOk;
     }
     std::string command;
-    for (const CLI::App* sub : app.get_subcommands()) command = sub->get_name();
+    for (const CLI::App* sub : app.get_subcommands()) {
+      command = sub->get_name();
+      for (const CLI::App* subsub : sub->get_subcommands()) {
+        command += " " + subsub->get_name();
+      }
+    }
     return ReportUsageError(err, e.what(), command);
   }
 
@@ -220,6 +323,12 @@ int Main(int argc, const char* const* argv, std::ostream& out, std::ostream& err
     if (info_cmd->parsed()) return RunInfo(global, info, out, err);
     if (interp_cmd->parsed()) return RunInterp(global, interp, out, err);
     if (bench_cmd->parsed()) return RunBench(global, bench, out, err);
+    if (hologram_cmd->parsed()) return RunHologram(global, hologram, out, err);
+    if (unwrap_cmd->parsed()) return RunUnwrap(global, unwrap, out, err);
+    if (jobs_cmd->parsed()) {
+      jobs.action = jobs_list->parsed() ? "list" : jobs_get->parsed() ? "get" : "cancel";
+      return RunJobs(global, jobs, out, err);
+    }
   } catch (const std::exception& e) {
     return ReportError(err, kExitInternal, absl::InternalError(e.what()));
   }

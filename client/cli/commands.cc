@@ -89,6 +89,13 @@ void PrintServerInfo(const std::string& server, const std::string& health,
                                       l.queue_capacity(), " per device, up/down <= ",
                                       l.max_rate(), ", taps <= ", l.max_taps(),
                                       ", output <= ", l.max_output_samples(), " samples")});
+  if (l.max_jobs() > 0) {
+    head.AddRow({"unwrap", absl::StrCat("images <= ", l.unwrap_max_side(), " px a side and ",
+                                        l.unwrap_max_pixels(), " px")});
+    head.AddRow({"jobs", absl::StrCat("<= ", l.max_jobs(), " unfinished, results kept ",
+                                      absl::StrFormat("%g", l.job_ttl_seconds()), " s within ",
+                                      FormatBytes(l.job_memory_bytes()))});
+  }
   head.Print(out);
   out << "\n";
   Table devices;

@@ -97,12 +97,52 @@ struct BenchOptions {
 
 absl::Status ValidateBenchOptions(const BenchOptions& options);
 
+struct UnwrapOptions {
+  std::string input;               // .npy / .tif / .tiff, [rows, cols] float32 or float64
+  std::string output;              // .npy
+  std::string method = "goldstein";  // goldstein | lsq
+  std::string mask;                // optional, nonzero = excluded
+  std::string quality;             // optional (goldstein)
+  std::string seed;                // "ROW,COL" (goldstein)
+  int iterations = 0;              // iterations per radius (goldstein); 0 = the server's default
+  bool no_congruent = false;       // lsq: the least-squares solution itself
+  bool save_maps = false;          // goldstein: also write OUT_residues.npy, _cuts, _regions...
+  std::string png;                 // before/after preview
+  int png_max_side = 1024;
+  std::string device = "any";
+  bool sync = false;               // the Unwrap RPC instead of a job
+  std::string idempotency_key;
+  bool json = false;
+
+  // Filled in by ValidateUnwrapOptions.
+  int64_t seed_row = -1, seed_col = -1;
+};
+
+// Checks the flags and fills the parsed fields; InvalidArgument names the offending flag.
+absl::Status ValidateUnwrapOptions(UnwrapOptions* options);
+
+struct JobsOptions {
+  std::string action;  // list | get | cancel
+  std::string job_id;
+  int limit = 100;     // list: at most this many jobs (newest first)
+  bool wait = false;   // get: watch until the job is finished
+  std::string output;  // get: write the unwrapped phase here (.npy)
+  bool save_maps = false;
+  bool json = false;
+};
+
+absl::Status ValidateJobsOptions(const JobsOptions& options);
+
 int RunInfo(const GlobalOptions& global, const InfoOptions& options, std::ostream& out,
             std::ostream& err);
 int RunInterp(const GlobalOptions& global, InterpOptions options, std::ostream& out,
               std::ostream& err);
 int RunBench(const GlobalOptions& global, const BenchOptions& options, std::ostream& out,
              std::ostream& err);
+int RunUnwrap(const GlobalOptions& global, UnwrapOptions options, std::ostream& out,
+              std::ostream& err);
+int RunJobs(const GlobalOptions& global, const JobsOptions& options, std::ostream& out,
+            std::ostream& err);
 
 // Parses the command line and runs the command: the whole of `main`.
 int Main(int argc, const char* const* argv, std::ostream& out, std::ostream& err);

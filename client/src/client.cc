@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <climits>
 #include <future>
+#include <map>
+#include <mutex>
 #include <thread>
 #include <utility>
 
@@ -21,7 +23,10 @@ struct Client::Impl {
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::AdminService::Stub> admin;
   std::unique_ptr<v1::InterpolationService::Stub> interpolation;
+  std::unique_ptr<v1::UnwrapService::Stub> unwrap;
   std::unique_ptr<grpc::GenericStub> generic;
+  std::mutex cap_mu;
+  int64_t server_cap = 0;  // the server's message cap; 0 = not asked yet
 };
 
 absl::Status FromGrpcStatus(int code, const std::string& message) {
@@ -40,6 +45,7 @@ absl::Status FromGrpc(const grpc::Status& status) {
 
 void ApplyDeadline(grpc::ClientContext* context, const ClientOptions& options,
                    const CallOptions& call) {
+  if (call.timeout.count() < 0) return;  // no deadline
   const std::chrono::milliseconds timeout =
       call.timeout.count() > 0 ? call.timeout : options.default_timeout;
   if (timeout.count() > 0) context->set_deadline(std::chrono::system_clock::now() + timeout);
@@ -104,6 +110,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
   }
   impl->admin = v1::AdminService::NewStub(impl->channel);
   impl->interpolation = v1::InterpolationService::NewStub(impl->channel);
+  impl->unwrap = v1::UnwrapService::NewStub(impl->channel);
   impl->generic = std::make_unique<grpc::GenericStub>(impl->channel);
   return std::unique_ptr<Client>(new Client(options, std::move(impl)));
 }
@@ -290,6 +297,291 @@ absl::StatusOr<HostArray> Client::ResampleStream(
     *info = sum;
   }
   return y;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Phase unwrapping
+
+namespace {
+
+// Room for a message's other fields next to its array bytes.
+constexpr int64_t kEnvelopeBytes = 16 << 10;
+
+bool IsTerminal(v1::JobState state) {
+  return state == v1::JOB_STATE_DONE || state == v1::JOB_STATE_FAILED ||
+         state == v1::JOB_STATE_CANCELLED;
+}
+
+const char* ArrayName(v1::UnwrapArray array) {
+  switch (array) {
+    case v1::UNWRAP_ARRAY_PHASE: return "phase";
+    case v1::UNWRAP_ARRAY_MASK: return "mask";
+    case v1::UNWRAP_ARRAY_QUALITY: return "quality";
+    case v1::UNWRAP_ARRAY_UNWRAPPED: return "unwrapped";
+    case v1::UNWRAP_ARRAY_RESIDUES: return "residues";
+    case v1::UNWRAP_ARRAY_CUTS: return "cuts";
+    case v1::UNWRAP_ARRAY_REGIONS: return "regions";
+    case v1::UNWRAP_ARRAY_UNREACHED: return "unreached";
+    default: return "array";
+  }
+}
+
+HostArray* OutputSlot(UnwrapResult* r, v1::UnwrapArray array) {
+  switch (array) {
+    case v1::UNWRAP_ARRAY_UNWRAPPED: return &r->unwrapped;
+    case v1::UNWRAP_ARRAY_RESIDUES: return &r->residues;
+    case v1::UNWRAP_ARRAY_CUTS: return &r->cuts;
+    case v1::UNWRAP_ARRAY_REGIONS: return &r->regions;
+    case v1::UNWRAP_ARRAY_UNREACHED: return &r->unreached;
+    default: return nullptr;
+  }
+}
+
+// Everything but the arrays.
+void TakeHeader(v1::UnwrapResponse* response, UnwrapResult* r) {
+  r->request_id = response->request_id();
+  r->method = response->method();
+  r->stats = response->stats();
+  r->stage_seconds = response->stage_seconds();
+  r->info = response->info();
+}
+
+absl::Status TakeInlineArray(v1::NdArray* array, const char* name, HostArray* out) {
+  if (array->shape_size() == 0 && array->data().empty()) return absl::OkStatus();  // not sent
+  absl::StatusOr<HostArray> a = FromProto(std::move(*array), name);
+  if (!a.ok()) return a.status();
+  *out = *std::move(a);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::shared_ptr<grpc::Channel> Client::channel() const { return impl_->channel; }
+
+int64_t Client::MessageCap(const CallOptions& call) {
+  const int64_t own = options_.max_message_bytes > 0 ? options_.max_message_bytes : INT_MAX;
+  {
+    std::lock_guard<std::mutex> lock(impl_->cap_mu);
+    if (impl_->server_cap > 0) return std::min(own, impl_->server_cap);
+  }
+  absl::StatusOr<v1::ServerInfo> info = GetServerInfo(call);
+  if (!info.ok() || info->limits().max_message_bytes() <= 0) return own;
+  std::lock_guard<std::mutex> lock(impl_->cap_mu);
+  impl_->server_cap = info->limits().max_message_bytes();
+  return std::min(own, impl_->server_cap);
+}
+
+absl::StatusOr<UnwrapResult> Client::Unwrap(const v1::UnwrapRequest& request,
+                                            const CallOptions& call) {
+  absl::StatusOr<v1::UnwrapResponse> response = Unary<v1::UnwrapRequest, v1::UnwrapResponse>(
+      options_, call, request, [this](grpc::ClientContext* c, const auto& req, auto* resp) {
+        return impl_->unwrap->Unwrap(c, req, resp);
+      });
+  if (!response.ok()) return response.status();
+  UnwrapResult r;
+  TakeHeader(&*response, &r);
+  const std::pair<v1::NdArray*, v1::UnwrapArray> arrays[] = {
+      {response->mutable_unwrapped(), v1::UNWRAP_ARRAY_UNWRAPPED},
+      {response->mutable_residues(), v1::UNWRAP_ARRAY_RESIDUES},
+      {response->mutable_cuts(), v1::UNWRAP_ARRAY_CUTS},
+      {response->mutable_regions(), v1::UNWRAP_ARRAY_REGIONS},
+      {response->mutable_unreached(), v1::UNWRAP_ARRAY_UNREACHED}};
+  for (const auto& [array, which] : arrays) {
+    if (absl::Status s = TakeInlineArray(array, ArrayName(which), OutputSlot(&r, which)); !s.ok()) {
+      return s;
+    }
+  }
+  return r;
+}
+
+absl::StatusOr<v1::SubmitResponse> Client::SubmitUnwrap(v1::UnwrapRequest request,
+                                                        const SubmitOptions& options,
+                                                        const CallOptions& call) {
+  const int64_t cap = options.max_message_bytes > 0 ? options.max_message_bytes : MessageCap(call);
+  v1::SubmitRequest first;
+  v1::SubmitHeader* header = first.mutable_header();
+  header->set_idempotency_key(options.idempotency_key);
+  // Arrays that do not fit in the header next to everything else travel as chunks, largest
+  // first, until the header fits.
+  std::vector<std::pair<v1::UnwrapArray, HostArray>> chunked;
+  std::vector<std::pair<v1::NdArray*, v1::UnwrapArray>> order;
+  if (request.has_phase()) order.emplace_back(request.mutable_phase(), v1::UNWRAP_ARRAY_PHASE);
+  if (request.has_mask()) order.emplace_back(request.mutable_mask(), v1::UNWRAP_ARRAY_MASK);
+  if (request.has_quality()) {
+    order.emplace_back(request.mutable_quality(), v1::UNWRAP_ARRAY_QUALITY);
+  }
+  std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+    return a.first->data().size() > b.first->data().size();
+  });
+  for (const auto& [array, which] : order) {
+    if (static_cast<int64_t>(request.ByteSizeLong()) + kEnvelopeBytes <= cap) break;
+    absl::StatusOr<HostArray> a = FromProto(std::move(*array), ArrayName(which));
+    if (!a.ok()) return a.status();
+    chunked.emplace_back(which, *std::move(a));
+    switch (which) {
+      case v1::UNWRAP_ARRAY_PHASE: request.clear_phase(); break;
+      case v1::UNWRAP_ARRAY_MASK: request.clear_mask(); break;
+      default: request.clear_quality(); break;
+    }
+  }
+  *header->mutable_request() = std::move(request);
+
+  grpc::ClientContext context;
+  ApplyDeadline(&context, options_, call);
+  v1::SubmitResponse response;
+  std::unique_ptr<grpc::ClientWriter<v1::SubmitRequest>> writer =
+      impl_->unwrap->Submit(&context, &response);
+  bool ok = writer->Write(first);
+  const int64_t chunk_bytes = std::max<int64_t>(1024, cap - kEnvelopeBytes);
+  for (const auto& [which, array] : chunked) {
+    const int64_t total = static_cast<int64_t>(array.nbytes());
+    for (int64_t offset = 0; ok && (offset < total || offset == 0); offset += chunk_bytes) {
+      v1::SubmitRequest message;
+      v1::UnwrapArrayChunk* c = message.mutable_chunk();
+      c->set_array(which);
+      *c->mutable_chunk() = ArrayChunkAt(array, offset, chunk_bytes);
+      ok = writer->Write(message);
+      if (c->chunk().last()) break;
+    }
+  }
+  if (ok) writer->WritesDone();
+  const grpc::Status status = writer->Finish();  // says why when a Write failed
+  if (!status.ok()) return FromGrpc(status);
+  return response;
+}
+
+absl::StatusOr<v1::UnwrapJob> Client::WatchUnwrap(
+    const std::string& job_id, const std::function<void(const v1::UnwrapJob&)>& on_state,
+    const CallOptions& call) {
+  grpc::ClientContext context;
+  ApplyDeadline(&context, options_, call);
+  v1::WatchRequest request;
+  request.set_job_id(job_id);
+  std::unique_ptr<grpc::ClientReader<v1::UnwrapJob>> reader =
+      impl_->unwrap->Watch(&context, request);
+  v1::UnwrapJob job, last;
+  bool any = false;
+  while (reader->Read(&job)) {
+    any = true;
+    if (on_state) on_state(job);
+    last = job;
+  }
+  const grpc::Status status = reader->Finish();
+  if (!status.ok()) return FromGrpc(status);
+  if (!any || !IsTerminal(last.state())) {
+    return absl::UnavailableError(
+        absl::StrCat("the Watch stream of job ", job_id, " ended before the job finished"));
+  }
+  return last;
+}
+
+absl::StatusOr<v1::UnwrapJob> Client::GetUnwrapJob(const std::string& job_id,
+                                                   const CallOptions& call) {
+  grpc::ClientContext context;
+  ApplyDeadline(&context, options_, call);
+  v1::WatchRequest request;
+  request.set_job_id(job_id);
+  request.set_once(true);
+  std::unique_ptr<grpc::ClientReader<v1::UnwrapJob>> reader =
+      impl_->unwrap->Watch(&context, request);
+  v1::UnwrapJob job, last;
+  bool any = false;
+  while (reader->Read(&job)) {
+    any = true;
+    last = job;
+  }
+  const grpc::Status status = reader->Finish();
+  if (!status.ok()) return FromGrpc(status);
+  if (!any) return absl::DataLossError(absl::StrCat("no state of job ", job_id, " was sent"));
+  return last;
+}
+
+absl::StatusOr<UnwrapResult> Client::GetUnwrapResult(const std::string& job_id,
+                                                     int64_t max_chunk_bytes,
+                                                     const CallOptions& call) {
+  grpc::ClientContext context;
+  ApplyDeadline(&context, options_, call);
+  v1::GetUnwrapResultRequest request;
+  request.set_job_id(job_id);
+  request.set_max_chunk_bytes(max_chunk_bytes);
+  std::unique_ptr<grpc::ClientReader<v1::GetUnwrapResultResponse>> reader =
+      impl_->unwrap->Get(&context, request);
+  UnwrapResult result;
+  std::vector<v1::UnwrapArray> expected;
+  std::map<int, ChunkAssembler> assemblers;
+  std::map<int, bool> complete;
+  absl::Status failure;
+  bool have_header = false;
+  v1::GetUnwrapResultResponse message;
+  while (failure.ok() && reader->Read(&message)) {
+    if (!have_header) {
+      if (message.msg_case() != v1::GetUnwrapResultResponse::kResult) {
+        failure = absl::DataLossError("the first Get message carries no result header");
+        break;
+      }
+      have_header = true;
+      TakeHeader(message.mutable_result(), &result);
+      for (int a : message.result().chunked_arrays()) {
+        expected.push_back(static_cast<v1::UnwrapArray>(a));
+      }
+      continue;
+    }
+    if (message.msg_case() != v1::GetUnwrapResultResponse::kChunk) {
+      failure = absl::DataLossError("a Get message after the header carries no chunk");
+      break;
+    }
+    v1::UnwrapArrayChunk* c = message.mutable_chunk();
+    if (OutputSlot(&result, c->array()) == nullptr ||
+        std::find(expected.begin(), expected.end(), c->array()) == expected.end()) {
+      failure = absl::DataLossError(absl::StrCat("unexpected chunk of array ",
+                                                 static_cast<int>(c->array())));
+      break;
+    }
+    absl::StatusOr<bool> done = assemblers[c->array()].Add(
+        std::move(*c->mutable_chunk()), ArrayName(c->array()), int64_t{1} << 50);
+    if (!done.ok()) {
+      failure = done.status();
+    } else if (*done) {
+      complete[c->array()] = true;
+    }
+  }
+  if (!failure.ok()) {
+    context.TryCancel();
+    while (reader->Read(&message)) {
+    }
+  }
+  const grpc::Status status = reader->Finish();
+  if (!failure.ok()) return failure;
+  if (!status.ok()) return FromGrpc(status);
+  if (!have_header) return absl::DataLossError("the Get stream ended without a result");
+  for (v1::UnwrapArray a : expected) {
+    if (!complete[a]) {
+      return absl::DataLossError(
+          absl::StrCat("the Get stream ended before array ", ArrayName(a), " was complete"));
+    }
+    absl::StatusOr<HostArray> array = assemblers[a].Take(ArrayName(a));
+    if (!array.ok()) return array.status();
+    *OutputSlot(&result, a) = *std::move(array);
+  }
+  return result;
+}
+
+absl::StatusOr<v1::UnwrapJob> Client::CancelUnwrap(const std::string& job_id,
+                                                   const CallOptions& call) {
+  v1::CancelUnwrapRequest request;
+  request.set_job_id(job_id);
+  return Unary<v1::CancelUnwrapRequest, v1::UnwrapJob>(
+      options_, call, request, [this](grpc::ClientContext* c, const auto& req, auto* resp) {
+        return impl_->unwrap->Cancel(c, req, resp);
+      });
+}
+
+absl::StatusOr<v1::ListUnwrapJobsResponse> Client::ListUnwrapJobs(
+    const v1::ListUnwrapJobsRequest& request, const CallOptions& call) {
+  return Unary<v1::ListUnwrapJobsRequest, v1::ListUnwrapJobsResponse>(
+      options_, call, request, [this](grpc::ClientContext* c, const auto& req, auto* resp) {
+        return impl_->unwrap->List(c, req, resp);
+      });
 }
 
 }  // namespace fresnel

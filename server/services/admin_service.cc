@@ -31,6 +31,11 @@ grpc::ServerUnaryReactor* AdminService::GetServerInfo(grpc::CallbackServerContex
   limits->set_max_rate(ctx_->interp_limits.max_rate);
   limits->set_max_taps(ctx_->interp_limits.max_taps);
   limits->set_max_output_samples(ctx_->interp_limits.max_output_samples);
+  limits->set_unwrap_max_side(ctx_->unwrap_limits.max_side);
+  limits->set_unwrap_max_pixels(ctx_->unwrap_limits.max_pixels);
+  limits->set_max_jobs(config_.max_jobs);
+  limits->set_job_ttl_seconds(config_.job_ttl_s);
+  limits->set_job_memory_bytes(config_.job_memory_bytes);
   for (const std::string& s : services_) response->add_services(s);
   auto* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);

@@ -246,8 +246,14 @@ class ResampleStreamCall
   }
 
   void OnCancel() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (job_) job_->Cancel();
+    // Cancel outside the lock: cancelling a queued job completes it on this thread, and the
+    // completion takes mu_ again.
+    std::shared_ptr<Job> job;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      job = job_;
+    }
+    if (job) job->Cancel();
   }
 
   void OnDone() override { delete this; }

@@ -28,6 +28,7 @@ TestServer::TestServer(server::ServerConfig config) {
   args.SetMaxSendMessageSize(256 << 20);
   channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
   interp = v1::InterpolationService::NewStub(channel);
+  unwrap = v1::UnwrapService::NewStub(channel);
   admin = v1::AdminService::NewStub(channel);
 }
 

@@ -6,6 +6,7 @@
 
 #include "fresnel/v1/admin.grpc.pb.h"
 #include "fresnel/v1/interpolation.grpc.pb.h"
+#include "fresnel/v1/unwrap.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "server/config.h"
 #include "server/server.h"
@@ -22,6 +23,7 @@ struct TestServer {
   std::unique_ptr<server::FresnelServer> server;
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::InterpolationService::Stub> interp;
+  std::unique_ptr<v1::UnwrapService::Stub> unwrap;
   std::unique_ptr<v1::AdminService::Stub> admin;
   std::string address;
 };

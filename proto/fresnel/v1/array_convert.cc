@@ -66,25 +66,32 @@ void ToProto(HostArray&& array, v1::NdArray* out) {
   *out->mutable_data() = std::move(array).TakeBytes();
 }
 
+v1::ArrayChunk ArrayChunkAt(const HostArray& array, int64_t offset, int64_t chunk_bytes) {
+  const std::string& bytes = array.bytes();
+  const int64_t total = static_cast<int64_t>(bytes.size());
+  chunk_bytes = std::max<int64_t>(chunk_bytes, 1);
+  offset = std::clamp<int64_t>(offset, 0, total);
+  v1::ArrayChunk c;
+  if (offset == 0) {
+    c.set_dtype(ToProto(array.dtype()));
+    c.mutable_shape()->Assign(array.shape().begin(), array.shape().end());
+  }
+  const int64_t n = std::min(chunk_bytes, total - offset);
+  c.set_offset_bytes(offset);
+  c.set_total_bytes(total);
+  c.set_data(bytes.data() + offset, static_cast<size_t>(n));
+  c.set_last(offset + n >= total);
+  return c;
+}
+
 std::vector<v1::ArrayChunk> SplitIntoChunks(const HostArray& array, int64_t chunk_bytes) {
   std::vector<v1::ArrayChunk> chunks;
-  const std::string& bytes = array.bytes();
-  int64_t total = static_cast<int64_t>(bytes.size());
+  const int64_t total = static_cast<int64_t>(array.nbytes());
   chunk_bytes = std::max<int64_t>(chunk_bytes, 1);
   int64_t offset = 0;
   do {
-    v1::ArrayChunk c;
-    if (offset == 0) {
-      c.set_dtype(ToProto(array.dtype()));
-      c.mutable_shape()->Assign(array.shape().begin(), array.shape().end());
-    }
-    int64_t n = std::min(chunk_bytes, total - offset);
-    c.set_offset_bytes(offset);
-    c.set_total_bytes(total);
-    c.set_data(bytes.data() + offset, static_cast<size_t>(n));
-    offset += n;
-    c.set_last(offset >= total);
-    chunks.push_back(std::move(c));
+    chunks.push_back(ArrayChunkAt(array, offset, chunk_bytes));
+    offset += chunk_bytes;
   } while (offset < total);
   return chunks;
 }

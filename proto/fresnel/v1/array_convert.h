@@ -27,6 +27,9 @@ void ToProto(HostArray&& array, v1::NdArray* out);
 // Splits an array into chunks of at most `chunk_bytes` data bytes (at least one chunk, even for
 // an empty array). The first chunk carries dtype and shape.
 std::vector<v1::ArrayChunk> SplitIntoChunks(const HostArray& array, int64_t chunk_bytes);
+// The one chunk of SplitIntoChunks(array, chunk_bytes) that starts at byte `offset`, for senders
+// that make one chunk at a time instead of copying the whole array up front.
+v1::ArrayChunk ArrayChunkAt(const HostArray& array, int64_t offset, int64_t chunk_bytes);
 
 // Reassembles chunks in order. Validates offsets, sizes and the `last` flag.
 class ChunkAssembler {

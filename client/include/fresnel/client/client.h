@@ -17,6 +17,8 @@
 #include "fresnel/core/array.h"
 #include "fresnel/v1/admin.grpc.pb.h"
 #include "fresnel/v1/interpolation.grpc.pb.h"
+#include "fresnel/v1/unwrap.grpc.pb.h"
+#include "fresnel/v1/hologram.grpc.pb.h"
 
 namespace fresnel {
 
@@ -31,8 +33,53 @@ struct ClientOptions {
 };
 
 struct CallOptions {
-  // Overrides ClientOptions::default_timeout when non-zero.
+  // Overrides ClientOptions::default_timeout when positive; negative = no deadline at all.
   std::chrono::milliseconds timeout{0};
+};
+
+// An unwrapped image with everything the server said about it (Unwrap, or GetUnwrapResult for a
+// job).
+struct UnwrapResult {
+  std::string request_id;
+  v1::UnwrapMethod method = v1::UNWRAP_METHOD_GOLDSTEIN;
+  HostArray unwrapped;  // [rows, cols], the phase's dtype
+  // GOLDSTEIN with options.return_maps (the default); empty (ndim() == 0) otherwise.
+  HostArray residues;   // int16
+  HostArray cuts;       // uint8
+  HostArray regions;    // int32
+  HostArray unreached;  // uint8
+  v1::UnwrapStats stats;
+  v1::UnwrapStageSeconds stage_seconds;
+  v1::ExecutionInfo info;
+};
+
+struct SubmitOptions {
+  // Same key, same job: a retried Submit returns the job the first one created.
+  std::string idempotency_key;
+  // Requests larger than this travel as a header plus array chunks. 0 = the smaller of
+  // ClientOptions::max_message_bytes and the server's cap (asked once with GetServerInfo).
+  int64_t max_message_bytes = 0;
+};
+
+// A rendered hologram (HologramService.Render, or one frame of RenderStream), its chunks
+// reassembled. Outputs that were not requested are empty (ndim() == 0).
+struct HologramRender {
+  int64_t frame_index = 0;  // RenderStream: the frame's 0-based index
+  // What ran: algorithm, precision, gemm_inner_dim, point_batches, points, width, height,
+  // reconstruction_scale, info (ExecutionInfo), request_id. Its array fields are left empty.
+  v1::HologramResultHeader header;
+  HostArray field;           // complex64 [height, width]
+  HostArray phase;           // uint8 [height, width]
+  HostArray amplitude;       // float32 [height, width]
+  HostArray reconstruction;  // uint8 [height, width]
+};
+
+// An ASM reconstruction (HologramService.Reconstruct).
+struct HologramReconstruction {
+  std::string request_id;
+  HostArray image;  // uint8 [height, width]
+  double scale = 0;  // max |U|: the amplitude shown as 255
+  v1::ExecutionInfo info;
 };
 
 // Health of one service (grpc.health.v1); "" is the whole server.
@@ -69,11 +116,64 @@ class Client {
       const std::function<void(int64_t, int64_t)>& on_progress = nullptr,
       v1::ExecutionInfo* info = nullptr);
 
+  // Phase unwrapping (UnwrapService). Unwrap is synchronous: the request and the result must
+  // each fit in one message. Larger images go through jobs: SubmitUnwrap (arrays that do not fit
+  // next to the rest of the request are sent in chunks), WatchUnwrap, GetUnwrapResult.
+  absl::StatusOr<UnwrapResult> Unwrap(const v1::UnwrapRequest& request,
+                                      const CallOptions& call = {});
+  // Takes the request by value: pass it with std::move to avoid copying the arrays.
+  absl::StatusOr<v1::SubmitResponse> SubmitUnwrap(v1::UnwrapRequest request,
+                                                  const SubmitOptions& options = {},
+                                                  const CallOptions& call = {});
+  // Blocks until the job is terminal, calling `on_state` for every state the server sends (the
+  // current one first). Returns the terminal state; a job that FAILED or was CANCELLED is still
+  // an OK return (its status is in the UnwrapJob).
+  absl::StatusOr<v1::UnwrapJob> WatchUnwrap(
+      const std::string& job_id,
+      const std::function<void(const v1::UnwrapJob&)>& on_state = nullptr,
+      const CallOptions& call = {});
+  // The job's current state (a Watch that ends after one message).
+  absl::StatusOr<v1::UnwrapJob> GetUnwrapJob(const std::string& job_id,
+                                             const CallOptions& call = {});
+  // The result of a DONE job, reassembled from its chunks. `max_chunk_bytes` 0 = the server's
+  // choice (just under its message cap; the client's cap must be at least that large).
+  absl::StatusOr<UnwrapResult> GetUnwrapResult(const std::string& job_id,
+                                               int64_t max_chunk_bytes = 0,
+                                               const CallOptions& call = {});
+  absl::StatusOr<v1::UnwrapJob> CancelUnwrap(const std::string& job_id,
+                                             const CallOptions& call = {});
+  absl::StatusOr<v1::ListUnwrapJobsResponse> ListUnwrapJobs(
+      const v1::ListUnwrapJobsRequest& request = {}, const CallOptions& call = {});
+
+  // Holograms (HologramService). Render sends one request (pass it with std::move to avoid
+  // copying the points) and reassembles the outputs, however many chunks they came in. When
+  // config.max_chunk_bytes is 0 it is set to fit this client's max_message_bytes.
+  absl::StatusOr<HologramRender> Render(v1::RenderRequest request, const CallOptions& call = {});
+  // Holographic video over one Stream call. `next_frame` fills the next frame and returns false
+  // after the last; the first frame must carry the config. It is called from a second thread
+  // while this one reads. `on_frame` is called on this thread, in frame order, with each frame's
+  // status (a bad frame is a non-OK status with a null result, and the stream goes on) and
+  // result. Returns the call's status once every frame was answered.
+  absl::Status RenderStream(
+      const std::function<bool(v1::HologramFrameRequest*)>& next_frame,
+      const std::function<void(int64_t frame_index, const absl::Status& status,
+                               HologramRender* result)>& on_frame,
+      const CallOptions& call = {});
+  // ASM reconstruction of a complex64/complex128 [height, width] field; `config.field` is
+  // ignored (the field goes inline when it fits in one message, else as chunks).
+  absl::StatusOr<HologramReconstruction> Reconstruct(const v1::ReconstructConfig& config,
+                                                     const HostArray& field,
+                                                     const CallOptions& call = {});
+
   const ClientOptions& options() const { return options_; }
 
  private:
   struct Impl;
   Client(ClientOptions options, std::unique_ptr<Impl> impl);
+  // min(options_.max_message_bytes, the server's cap); asks the server once.
+  int64_t MessageCap(const CallOptions& call);
+  // The channel, for services whose calls live in their own source file (hologram_client.cc).
+  std::shared_ptr<grpc::Channel> channel() const;
   ClientOptions options_;
   std::unique_ptr<Impl> impl_;
 };

@@ -111,7 +111,7 @@ struct HologramOptions {
   AliasPolicy alias = AliasPolicy::kClip;
   // Requested quality for kAuto / kTensor with TensorPrecision::kAuto: the minimum hologram SNR
   // in dB against the exact field.
-  double min_snr_db = 40;
+  double min_snr_db = 35;
   TensorPrecision tensor_precision = TensorPrecision::kAuto;
   // kTensor: merge points that share (x, z) into one matrix column (exact, not an
   // approximation); used only when it shrinks the product by at least half.

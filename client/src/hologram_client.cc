@@ -1,0 +1,281 @@
+// fresnel::Client's HologramService calls: Render (header + chunks reassembled), RenderStream
+// (frames in, frame results out through a callback) and Reconstruct (field inline or chunked).
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <climits>
+#include <map>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "fresnel/client/client.h"
+#include "fresnel/v1/array_convert.h"
+
+namespace fresnel {
+namespace {
+
+// Room for a message's other fields next to its array bytes.
+constexpr int64_t kEnvelopeBytes = 16 << 10;
+
+absl::Status FromGrpc(const grpc::Status& status) {
+  return FromGrpcStatus(static_cast<int>(status.error_code()), status.error_message());
+}
+
+void ApplyDeadline(grpc::ClientContext* context, const ClientOptions& options,
+                   const CallOptions& call) {
+  if (call.timeout.count() < 0) return;
+  const std::chrono::milliseconds timeout =
+      call.timeout.count() > 0 ? call.timeout : options.default_timeout;
+  if (timeout.count() > 0) context->set_deadline(std::chrono::system_clock::now() + timeout);
+}
+
+const char* OutputName(v1::HologramOutput which) {
+  switch (which) {
+    case v1::HOLOGRAM_OUTPUT_FIELD: return "field";
+    case v1::HOLOGRAM_OUTPUT_PHASE: return "phase";
+    case v1::HOLOGRAM_OUTPUT_AMPLITUDE: return "amplitude";
+    case v1::HOLOGRAM_OUTPUT_RECONSTRUCTION: return "reconstruction";
+    default: return "output";
+  }
+}
+
+HostArray* Slot(HologramRender* r, v1::HologramOutput which) {
+  switch (which) {
+    case v1::HOLOGRAM_OUTPUT_FIELD: return &r->field;
+    case v1::HOLOGRAM_OUTPUT_PHASE: return &r->phase;
+    case v1::HOLOGRAM_OUTPUT_AMPLITUDE: return &r->amplitude;
+    case v1::HOLOGRAM_OUTPUT_RECONSTRUCTION: return &r->reconstruction;
+    default: return nullptr;
+  }
+}
+
+// One result's messages back into a HologramRender: the header's inline arrays, then the
+// chunks of header.chunked_outputs in that order.
+class RenderAssembler {
+ public:
+  absl::Status Header(v1::HologramResultHeader* header, HologramRender* out) {
+    const std::pair<v1::NdArray*, v1::HologramOutput> inline_arrays[] = {
+        {header->mutable_field(), v1::HOLOGRAM_OUTPUT_FIELD},
+        {header->mutable_phase(), v1::HOLOGRAM_OUTPUT_PHASE},
+        {header->mutable_amplitude(), v1::HOLOGRAM_OUTPUT_AMPLITUDE},
+        {header->mutable_reconstruction(), v1::HOLOGRAM_OUTPUT_RECONSTRUCTION}};
+    for (const auto& [array, which] : inline_arrays) {
+      if (array->shape_size() == 0 && array->data().empty()) continue;
+      absl::StatusOr<HostArray> a = FromProto(std::move(*array), OutputName(which));
+      if (!a.ok()) return a.status();
+      *Slot(out, which) = *std::move(a);
+    }
+    header->clear_field();
+    header->clear_phase();
+    header->clear_amplitude();
+    header->clear_reconstruction();
+    expected_.clear();
+    for (int w : header->chunked_outputs()) {
+      const auto which = static_cast<v1::HologramOutput>(w);
+      if (Slot(out, which) == nullptr) {
+        return absl::DataLossError(absl::StrCat("the server announced unknown output ", w));
+      }
+      expected_.push_back(which);
+    }
+    next_ = 0;
+    assembler_ = ChunkAssembler();
+    out->header = std::move(*header);
+    return absl::OkStatus();
+  }
+
+  absl::Status Chunk(v1::HologramChunk* chunk, HologramRender* out) {
+    if (next_ >= expected_.size() || chunk->output() != expected_[next_]) {
+      return absl::DataLossError(absl::StrCat("unexpected chunk of output ",
+                                              OutputName(chunk->output())));
+    }
+    const char* name = OutputName(chunk->output());
+    absl::StatusOr<bool> done =
+        assembler_.Add(std::move(*chunk->mutable_chunk()), name, int64_t{1} << 50);
+    if (!done.ok()) return done.status();
+    if (*done) {
+      absl::StatusOr<HostArray> a = assembler_.Take(name);
+      if (!a.ok()) return a.status();
+      *Slot(out, chunk->output()) = *std::move(a);
+      assembler_ = ChunkAssembler();
+      ++next_;
+    }
+    return absl::OkStatus();
+  }
+
+  bool complete() const { return next_ >= expected_.size(); }
+
+ private:
+  std::vector<v1::HologramOutput> expected_;
+  size_t next_ = 0;
+  ChunkAssembler assembler_;
+};
+
+// Chunks no larger than this client can receive.
+int64_t ClientChunkBytes(const ClientOptions& options) {
+  if (options.max_message_bytes <= 0 || options.max_message_bytes >= INT_MAX) return 0;
+  return std::max<int64_t>(4096, options.max_message_bytes - kEnvelopeBytes);
+}
+
+}  // namespace
+
+absl::StatusOr<HologramRender> Client::Render(v1::RenderRequest request, const CallOptions& call) {
+  if (request.config().max_chunk_bytes() == 0) {
+    request.mutable_config()->set_max_chunk_bytes(ClientChunkBytes(options_));
+  }
+  std::unique_ptr<v1::HologramService::Stub> stub = v1::HologramService::NewStub(channel());
+  grpc::ClientContext context;
+  ApplyDeadline(&context, options_, call);
+  std::unique_ptr<grpc::ClientReader<v1::RenderResponse>> reader = stub->Render(&context, request);
+  HologramRender result;
+  RenderAssembler assembler;
+  absl::Status failure;
+  bool have_header = false;
+  v1::RenderResponse message;
+  while (failure.ok() && reader->Read(&message)) {
+    if (!have_header) {
+      if (message.msg_case() != v1::RenderResponse::kHeader) {
+        failure = absl::DataLossError("the first Render message carries no header");
+        break;
+      }
+      have_header = true;
+      failure = assembler.Header(message.mutable_header(), &result);
+    } else if (message.msg_case() != v1::RenderResponse::kChunk) {
+      failure = absl::DataLossError("a Render message after the header carries no chunk");
+    } else {
+      failure = assembler.Chunk(message.mutable_chunk(), &result);
+    }
+  }
+  if (!failure.ok()) {
+    context.TryCancel();
+    while (reader->Read(&message)) {
+    }
+  }
+  const grpc::Status status = reader->Finish();
+  if (!failure.ok()) return failure;
+  if (!status.ok()) return FromGrpc(status);
+  if (!have_header) return absl::DataLossError("the Render stream ended without a header");
+  if (!assembler.complete()) {
+    return absl::DataLossError("the Render stream ended before every output was complete");
+  }
+  return result;
+}
+
+absl::Status Client::RenderStream(
+    const std::function<bool(v1::HologramFrameRequest*)>& next_frame,
+    const std::function<void(int64_t, const absl::Status&, HologramRender*)>& on_frame,
+    const CallOptions& call) {
+  std::unique_ptr<v1::HologramService::Stub> stub = v1::HologramService::NewStub(channel());
+  grpc::ClientContext context;
+  ApplyDeadline(&context, options_, call);
+  std::unique_ptr<grpc::ClientReaderWriter<v1::HologramFrameRequest, v1::HologramFrameResponse>>
+      stream = stub->Stream(&context);
+  const int64_t chunk_bytes = ClientChunkBytes(options_);
+
+  // Frames are written from a second thread while this one reads, so that the server's answers
+  // never wait behind our writes (gRPC allows one reader and one writer at a time).
+  std::thread writer([&] {
+    bool first = true;
+    v1::HologramFrameRequest frame;
+    while (true) {
+      frame.Clear();
+      if (!next_frame(&frame)) break;
+      if (first && frame.has_config() && frame.config().max_chunk_bytes() == 0) {
+        frame.mutable_config()->set_max_chunk_bytes(chunk_bytes);
+      }
+      first = false;
+      if (!stream->Write(frame)) return;  // the call is over; Finish() says why
+    }
+    stream->WritesDone();
+  });
+
+  absl::Status failure;
+  RenderAssembler assembler;
+  HologramRender current;
+  bool in_frame = false;  // a header arrived and chunks are pending
+  v1::HologramFrameResponse message;
+  while (failure.ok() && stream->Read(&message)) {
+    if (message.msg_case() == v1::HologramFrameResponse::kHeader) {
+      if (in_frame) {
+        failure = absl::DataLossError(absl::StrCat("frame ", current.frame_index,
+                                                   ": a new header before its outputs ended"));
+        break;
+      }
+      const int64_t index = message.frame_index();
+      if (message.status().code() != 0) {
+        on_frame(index, FromGrpcStatus(message.status().code(), message.status().message()),
+                 nullptr);
+        continue;
+      }
+      current = HologramRender();
+      current.frame_index = index;
+      failure = assembler.Header(message.mutable_header(), &current);
+      in_frame = failure.ok() && !assembler.complete();
+    } else if (message.msg_case() == v1::HologramFrameResponse::kChunk && in_frame &&
+               message.frame_index() == current.frame_index) {
+      failure = assembler.Chunk(message.mutable_chunk(), &current);
+      in_frame = failure.ok() && !assembler.complete();
+    } else {
+      failure = absl::DataLossError(
+          absl::StrCat("frame ", message.frame_index(), ": a chunk without its header"));
+      break;
+    }
+    if (failure.ok() && !in_frame) on_frame(current.frame_index, absl::OkStatus(), &current);
+  }
+  if (!failure.ok()) {
+    context.TryCancel();
+    while (stream->Read(&message)) {
+    }
+  }
+  writer.join();
+  const grpc::Status status = stream->Finish();
+  if (!failure.ok()) return failure;
+  if (!status.ok()) return FromGrpc(status);
+  if (in_frame) {
+    return absl::DataLossError(absl::StrCat("frame ", current.frame_index,
+                                            ": the stream ended before its outputs were complete"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<HologramReconstruction> Client::Reconstruct(const v1::ReconstructConfig& config,
+                                                           const HostArray& field,
+                                                           const CallOptions& call) {
+  const int64_t cap = MessageCap(call);
+  std::unique_ptr<v1::HologramService::Stub> stub = v1::HologramService::NewStub(channel());
+  grpc::ClientContext context;
+  ApplyDeadline(&context, options_, call);
+  v1::ReconstructResponse response;
+  std::unique_ptr<grpc::ClientWriter<v1::ReconstructRequest>> writer =
+      stub->Reconstruct(&context, &response);
+  v1::ReconstructRequest first;
+  *first.mutable_config() = config;
+  first.mutable_config()->clear_field();
+  const bool inline_field =
+      static_cast<int64_t>(field.nbytes() + first.ByteSizeLong()) + kEnvelopeBytes <= cap;
+  if (inline_field) ToProto(field, first.mutable_config()->mutable_field());
+  bool ok = writer->Write(first);
+  if (!inline_field) {
+    const int64_t chunk_bytes = std::max<int64_t>(4096, cap - kEnvelopeBytes);
+    const int64_t total = static_cast<int64_t>(field.nbytes());
+    for (int64_t offset = 0; ok; offset += chunk_bytes) {
+      v1::ReconstructRequest message;
+      *message.mutable_field_chunk() = ArrayChunkAt(field, offset, chunk_bytes);
+      ok = writer->Write(message);
+      if (message.field_chunk().last() || offset + chunk_bytes >= total) break;
+    }
+  }
+  if (ok) writer->WritesDone();
+  const grpc::Status status = writer->Finish();
+  if (!status.ok()) return FromGrpc(status);
+  HologramReconstruction r;
+  r.request_id = response.request_id();
+  r.scale = response.scale();
+  r.info = response.info();
+  absl::StatusOr<HostArray> image = FromProto(std::move(*response.mutable_image()), "image");
+  if (!image.ok()) return image.status();
+  r.image = *std::move(image);
+  return r;
+}
+
+}  // namespace fresnel

@@ -1,0 +1,152 @@
+// 2-D phase unwrapping: Goldstein branch cuts (bit-exact between the CPU reference and the GPU)
+// and Ghiglia-Romero least squares (DCT Poisson solve, for noisy data).
+//
+// Inputs are row-major HostArrays of shape [rows, cols] (rows, cols >= 2):
+//   phase    float32 or float64, radians, wrapped to [-pi, pi] (values up to kPhaseLimit in
+//            magnitude are accepted so that float32 pi and atan2 outputs pass).
+//   mask     optional uint8, nonzero = pixel EXCLUDED (NumPy/scikit-image masked-array
+//            convention). Masked pixels may hold any value (NaN too) and are output as 0.
+//   quality  optional float32/float64, larger = more trustworthy; Goldstein uses it to choose each
+//            region's seed (the highest-quality pixel).
+// Outputs have the input's shape; unwrapped phase has the input's dtype and every unmasked,
+// unwrapped pixel equals `phase + 2*pi*k` for an integer k, computed as
+// `phase + T(k) * T(2*pi)` with round-to-nearest and no fused multiply-add.
+//
+// Devices: DeviceKind::kCpu runs the serial reference implementation (the test oracle);
+// kCuda enqueues on device.stream, allocates temporaries from device.mem_pool and synchronises
+// that stream before returning. Without a progress hook a CUDA call makes no host round trip
+// between its stages. Goldstein's CUDA path implements the CPU reference's rules so that the output
+// is identical bit for bit (values, maps and statistics); this holds in every test without a mask,
+// while dense residues next to masks currently diverge on the GPU (docs/unwrap.md, "Status").
+// Least squares agrees with the CPU to float32 rounding. docs/unwrap.md gives the exact rules.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "fresnel/core/array.h"
+#include "fresnel/core/device.h"
+
+namespace fresnel::unwrap {
+
+// Largest accepted |phase| (radians): pi plus float32 rounding slack.
+inline constexpr double kPhaseLimit = 3.1416;
+
+// Limits applied by validation; the server overrides them from its configuration.
+struct Limits {
+  int64_t max_side = 32768;                  // rows and cols each
+  int64_t max_pixels = int64_t{1} << 30;     // rows * cols (keys need (rows+2)*(cols+2) < 2^31)
+};
+
+// The stages a call reports to its progress hook, in this order (least squares: kValidate,
+// kLeastSquares, kDone).
+enum class Stage { kValidate, kResidues, kBranchCuts, kIntegrate, kLeastSquares, kDone };
+const char* StageName(Stage stage);
+
+// Progress and cancellation hook, called on the calling thread between (and on the CPU also
+// within) stages with the fraction of that stage done, in [0, 1]. Returning false cancels the
+// call, which then returns CancelledError. On CUDA a hook makes the call synchronise its stream at
+// every stage boundary, so that the reported stage has really finished.
+using ProgressFn = std::function<bool(Stage stage, double fraction)>;
+
+struct Pixel {
+  int64_t row = 0;
+  int64_t col = 0;
+};
+
+struct GoldsteinOptions {
+  // Borrowed, must outlive the call; nullptr = none. See the file comment for dtypes.
+  const HostArray* mask = nullptr;
+  const HostArray* quality = nullptr;
+  // The seed (k = 0) of the region that contains it, when that pixel is neither masked nor on a
+  // cut. Other regions use their highest-quality pixel (with `quality`) or else their first pixel
+  // in raster order. Ties go to the smaller raster index.
+  std::optional<Pixel> seed;
+  // Pairing iterations per search radius before the radius grows (docs/unwrap.md). Part of the
+  // algorithm's definition: the CPU and the GPU give identical results for the same value.
+  int iterations_per_radius = 8;
+  // When false, only `unwrapped` and the statistics are returned (saves device-to-host copies).
+  bool return_maps = true;
+  ProgressFn progress;
+  Limits limits;
+};
+
+struct GoldsteinStats {
+  int64_t positive_residues = 0;
+  int64_t negative_residues = 0;
+  int64_t residue_pairs = 0;     // cuts joining a +1 and a -1 residue
+  int64_t border_cuts = 0;       // residues cut to the image border
+  int64_t mask_cuts = 0;         // residues cut to a masked pixel
+  int64_t island_cuts = 0;       // masked islands with net charge cut to the border
+  int64_t cut_pixels = 0;        // unmasked pixels on cuts
+  int64_t cut_length = 0;        // pixels drawn on all cut lines, counting overlaps
+  int64_t regions = 0;           // 4-connected regions of unmasked, uncut pixels
+  int64_t unreached_pixels = 0;  // unmasked pixels left wrapped (cut pixels with no region neighbour)
+  int64_t masked_pixels = 0;
+  int pairing_radius = 0;        // the largest search radius that made a pair (pixels)
+};
+
+// Seconds per stage (CUDA: device events; CPU: wall clock).
+struct GoldsteinStageTimes {
+  double residues_s = 0;
+  double branch_cuts_s = 0;
+  double integrate_s = 0;
+};
+
+struct GoldsteinResult {
+  HostArray unwrapped;  // phase dtype; masked pixels 0, unreached pixels keep their wrapped value
+  // The maps below are empty when options.return_maps is false.
+  HostArray residues;   // int16: charge (-1, 0, +1) of the 2x2 plaquette whose top-left pixel this is
+  HostArray cuts;       // uint8: 1 on unmasked pixels that lie on a branch cut
+  HostArray regions;    // int32: region label 1..R numbered in raster order of the region's first
+                        // pixel; cut pixels carry the label of the neighbour they were unwrapped
+                        // from; 0 = masked or unreached
+  HostArray unreached;  // uint8: 1 = unmasked pixel that could not be unwrapped
+  GoldsteinStats stats;
+  GoldsteinStageTimes stage_times;
+};
+
+// Checks dtypes, shapes, limits and options (not the element values: those are checked by the
+// call itself, on the device that runs it, and reported as "phase[r,c]" / "quality[r,c]").
+// Messages name the field: "phase.shape", "phase.dtype", "mask.shape", "seed", ...
+absl::Status ValidateGoldstein(const HostArray& phase, const GoldsteinOptions& options);
+
+// Goldstein branch-cut unwrapping: residues, deterministic branch cuts, per-region integration.
+absl::StatusOr<GoldsteinResult> UnwrapGoldstein(const Device& device, const HostArray& phase,
+                                                const GoldsteinOptions& options = {},
+                                                StageTimes* times = nullptr);
+
+// Upper bound of the device memory one UnwrapGoldstein call on CUDA takes (inputs, outputs and
+// temporaries), for admission control.
+int64_t GoldsteinDeviceBytes(int64_t rows, int64_t cols, DType dtype, bool has_mask,
+                             bool has_quality);
+
+struct LeastSquaresOptions {
+  // Borrowed; gradients touching a masked pixel are set to zero (an unweighted approximation of
+  // the 0/1-weighted problem). Masked pixels are output as 0.
+  const HostArray* mask = nullptr;
+  // true: return phase + 2*pi*round((phi - phase) / 2*pi), congruent with the input;
+  // false: the least-squares solution phi itself (zero mean over the image).
+  bool congruent = true;
+  ProgressFn progress;
+  Limits limits;
+};
+
+struct LeastSquaresResult {
+  HostArray unwrapped;  // phase dtype
+};
+
+absl::Status ValidateLeastSquares(const HostArray& phase, const LeastSquaresOptions& options);
+
+// Unweighted least-squares unwrapping (Ghiglia & Romero 1994): solves the Neumann Poisson equation
+// lap(phi) = div(wrapped gradient) with a type-II DCT (kissfft in double on the CPU, cuFFT in
+// float32 on CUDA).
+absl::StatusOr<LeastSquaresResult> UnwrapLeastSquares(const Device& device,
+                                                      const HostArray& phase,
+                                                      const LeastSquaresOptions& options = {},
+                                                      StageTimes* times = nullptr);
+
+}  // namespace fresnel::unwrap

@@ -1,0 +1,462 @@
+// Goldstein branch-cut unwrapping on CUDA: uploads, the kernel sequence of goldstein_kernels.cuh
+// on the caller's stream, downloads. Without a progress hook nothing between the uploads and the
+// downloads waits for the host.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "core/cuda_util.cuh"
+#include "fresnel/core/status.h"
+#include "unwrap/goldstein_kernels.cuh"
+#include "unwrap/unwrap_internal.h"
+
+namespace fresnel::unwrap::internal {
+namespace {
+
+using fresnel::cuda::BlocksFor;
+using fresnel::cuda::DeviceBuffer;
+using fresnel::cuda::StageClock;
+using fresnel::cuda::StreamOf;
+using namespace fresnel::unwrap::internal::cuda;  // NOLINT: the kernels of this area
+
+__global__ void InitCountersKernel(Counters* c) {
+  c->bad_phase = INT_MAX;
+  c->bad_quality = INT_MAX;
+}
+
+// Blocks for a grid-stride kernel over n items: enough to fill the device, no more than needed.
+unsigned StrideBlocks(int64_t n, int sms) {
+  return std::min<unsigned>(BlocksFor(n, 256), static_cast<unsigned>(sms) * 16);
+}
+
+bool EnvFlag(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && v[0] != '\0' && v[0] != '0';
+}
+
+// Diagnostic switches (docs/unwrap.md): the pairing rounds run as separate launches by default.
+// FRESNEL_UNWRAP_COOPERATIVE=1 runs them in one cooperative kernel instead — on the H200
+// (2026-11-30) that path diverged from the CPU on masked and on noisy 1000x1000 inputs (37 failed
+// [gpu] assertions) while separate launches were bit-exact on every [gpu] case, so it stays
+// opt-in until the divergence is understood. FRESNEL_UNWRAP_NO_COOPERATIVE=1 is still accepted.
+// FRESNEL_UNWRAP_TILE_SCAN=1 uses the segmented-scan tile kernel, which
+// computes the same fixed point (checked by a lane-serialised host emulation against a BFS) but has
+// not yet run on hardware, so it is not the default. FRESNEL_UNWRAP_NO_FENCE=1 drops the
+// per-thread fences before the grid barriers of the cooperative pairing kernel (to test whether
+// they matter). FRESNEL_UNWRAP_DEBUG_DUMP=file records every proposal of every pairing step and
+// writes them with the pairing state (residue list, keys, proposals, bin table, device mask, match
+// counts per step) to `file` after pairing; tests/kernels/unwrap/pairing_replay.h reads it.
+bool CooperativeDisabled() {
+  return !EnvFlag("FRESNEL_UNWRAP_COOPERATIVE") || EnvFlag("FRESNEL_UNWRAP_NO_COOPERATIVE");
+}
+
+const char* DumpPath() {
+  const char* path = std::getenv("FRESNEL_UNWRAP_DEBUG_DUMP");
+  return path != nullptr && path[0] != '\0' ? path : nullptr;
+}
+
+template <class T>
+absl::Status DumpPairing(const Params<T>& p, int64_t bins, const Schedule& sched,
+                         cudaStream_t stream) {
+  const char* path = DumpPath();
+  if (path == nullptr) return absl::OkStatus();
+  Counters c{};
+  FRESNEL_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(&c, p.counters, sizeof(Counters), cudaMemcpyDeviceToHost, stream));
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  const int count = std::min(c.res_count, p.res_capacity);
+  const int64_t n = static_cast<int64_t>(p.rows) * p.cols;
+  std::vector<uint32_t> word(count);
+  std::vector<unsigned long long> key(count);
+  std::vector<int> prop(count), base(bins), cnt(bins), masked(bins);
+  std::vector<uint8_t> mask(p.mask != nullptr ? n : 0);
+  const int steps = sched.num_radii * sched.iterations;
+  std::vector<int> matches(steps);
+  const bool rounds = p.dbg_key != nullptr;
+  std::vector<unsigned long long> dbg_key(rounds ? static_cast<size_t>(steps) * count : 0);
+  std::vector<int> dbg_prop(dbg_key.size());
+  auto get = [stream](void* dst, const void* src, size_t bytes) {
+    return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream);
+  };
+  FRESNEL_CUDA_RETURN_IF_ERROR(get(word.data(), p.res_word, count * sizeof(uint32_t)));
+  FRESNEL_CUDA_RETURN_IF_ERROR(get(key.data(), p.res_key, count * sizeof(unsigned long long)));
+  FRESNEL_CUDA_RETURN_IF_ERROR(get(prop.data(), p.res_prop, count * sizeof(int)));
+  FRESNEL_CUDA_RETURN_IF_ERROR(get(base.data(), p.bin_base, bins * sizeof(int)));
+  FRESNEL_CUDA_RETURN_IF_ERROR(get(cnt.data(), p.bin_count, bins * sizeof(int)));
+  FRESNEL_CUDA_RETURN_IF_ERROR(get(masked.data(), p.bin_masked, bins * sizeof(int)));
+  if (p.mask != nullptr) FRESNEL_CUDA_RETURN_IF_ERROR(get(mask.data(), p.mask, n));
+  FRESNEL_CUDA_RETURN_IF_ERROR(get(matches.data(), p.matches, steps * sizeof(int)));
+  for (int s = 0; rounds && s < steps && count > 0; ++s) {  // the first `count` of each step
+    const size_t off = static_cast<size_t>(s) * p.res_capacity;
+    FRESNEL_CUDA_RETURN_IF_ERROR(get(dbg_key.data() + static_cast<size_t>(s) * count,
+                                     p.dbg_key + off, count * sizeof(unsigned long long)));
+    FRESNEL_CUDA_RETURN_IF_ERROR(get(dbg_prop.data() + static_cast<size_t>(s) * count,
+                                     p.dbg_prop + off, count * sizeof(int)));
+  }
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  FILE* f = std::fopen(path, "wb");
+  if (f == nullptr) return absl::InternalError(absl::StrCat("cannot write ", path));
+  // Layout (version 2): this line, then word[count] (u32), key[count] (u64), prop[count] (i32),
+  // bin base/count/masked[bins] (i32), mask[rows*cols] (u8, if mask), matches[steps] (i32), and if
+  // rounds, for each step: n (i32), then n records of pos (i32), key (u64), prop (i32) for the
+  // residues that proposed in that step.
+  std::fprintf(f,
+               "fresnel-unwrap-dump 2 rows %d cols %d count %d bins %lld mask %d active %d "
+               "steps %d iterations %d rounds %d stale %d\n",
+               p.rows, p.cols, count, static_cast<long long>(bins), p.mask != nullptr ? 1 : 0,
+               c.active, steps, sched.iterations, rounds ? 1 : 0, c.stale);
+  std::fwrite(word.data(), sizeof(uint32_t), word.size(), f);
+  std::fwrite(key.data(), sizeof(unsigned long long), key.size(), f);
+  std::fwrite(prop.data(), sizeof(int), prop.size(), f);
+  std::fwrite(base.data(), sizeof(int), base.size(), f);
+  std::fwrite(cnt.data(), sizeof(int), cnt.size(), f);
+  std::fwrite(masked.data(), sizeof(int), masked.size(), f);
+  std::fwrite(mask.data(), 1, mask.size(), f);
+  std::fwrite(matches.data(), sizeof(int), matches.size(), f);
+  for (int s = 0; rounds && s < steps; ++s) {
+    const size_t off = static_cast<size_t>(s) * count;
+    int made = 0;
+    for (int i = 0; i < count; ++i) made += dbg_key[off + i] != 0;
+    std::fwrite(&made, sizeof(int), 1, f);
+    for (int i = 0; i < count; ++i) {
+      if (dbg_key[off + i] == 0) continue;
+      std::fwrite(&i, sizeof(int), 1, f);
+      std::fwrite(&dbg_key[off + i], sizeof(unsigned long long), 1, f);
+      std::fwrite(&dbg_prop[off + i], sizeof(int), 1, f);
+    }
+  }
+  std::fclose(f);
+  return absl::OkStatus();
+}
+
+absl::Status SyncAndReport(const GoldsteinOptions& options, cudaStream_t stream, Stage stage,
+                           double fraction) {
+  if (!options.progress) return absl::OkStatus();
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  return Report(options.progress, stage, fraction);
+}
+
+template <class T>
+absl::StatusOr<GoldsteinResult> Run(const Device& device, const HostArray& phase,
+                                    const GoldsteinOptions& options, StageTimes* times) {
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device.ordinal));
+  cudaStream_t stream = StreamOf(device);
+  const int rows = static_cast<int>(phase.dim(0)), cols = static_cast<int>(phase.dim(1));
+  const int64_t n = phase.size();
+  int sms = 0;
+  FRESNEL_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device.ordinal));
+  const bool seeded = options.quality != nullptr || options.seed.has_value();
+
+  StageClock clock(stream);
+  FRESNEL_RETURN_IF_ERROR(clock.Mark());
+
+  Params<T> p{};
+  p.rows = rows;
+  p.cols = cols;
+  p.nby = (rows + kBin - 1) / kBin;
+  p.nbx = (cols + kBin - 1) / kBin;
+  const int64_t bins = static_cast<int64_t>(p.nby) * p.nbx;
+  p.res_capacity = static_cast<int>(n / 2 + 16);
+  p.seeded = seeded;
+  p.user_seed = options.seed.has_value()
+                    ? static_cast<int>(options.seed->row * cols + options.seed->col)
+                    : -1;
+  p.return_maps = options.return_maps;
+
+  DeviceBuffer<T> d_phase, d_out;
+  DeviceBuffer<uint8_t> d_mask, d_quality, d_cut, d_island_border, d_unreached;
+  DeviceBuffer<int16_t> d_charge;
+  DeviceBuffer<int> d_bin_base, d_bin_count, d_bin_masked, d_res_prop, d_res_step, d_matches,
+      d_island, d_island_charge, d_lab, d_lk, d_seed_k, d_row_count, d_row_offset, d_region_label,
+      d_regions, d_dbg_prop;
+  DeviceBuffer<uint32_t> d_res_word;
+  DeviceBuffer<unsigned long long> d_res_key, d_uf, d_node_key, d_region_key, d_dbg_key;
+  DeviceBuffer<Counters> d_counters;
+
+  FRESNEL_RETURN_IF_ERROR(d_phase.Allocate(device, n));
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_phase.get(), phase.raw(), phase.nbytes(),
+                                               cudaMemcpyHostToDevice, stream));
+  p.phase = d_phase.get();
+  if (options.mask != nullptr) {
+    FRESNEL_RETURN_IF_ERROR(d_mask.Allocate(device, n));
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_mask.get(), options.mask->raw(), n,
+                                                 cudaMemcpyHostToDevice, stream));
+    p.mask = d_mask.get();
+  }
+  if (options.quality != nullptr) {
+    FRESNEL_RETURN_IF_ERROR(d_quality.Allocate(device, options.quality->nbytes()));
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_quality.get(), options.quality->raw(),
+                                                 options.quality->nbytes(),
+                                                 cudaMemcpyHostToDevice, stream));
+    p.quality = d_quality.get();
+    p.quality_double = options.quality->dtype() == DType::kFloat64;
+  }
+  FRESNEL_RETURN_IF_ERROR(clock.Mark());
+
+  // Everything the kernels need, allocated up front from the stream-ordered pool.
+  FRESNEL_RETURN_IF_ERROR(d_charge.Allocate(device, n));
+  FRESNEL_RETURN_IF_ERROR(d_cut.Allocate(device, n));
+  FRESNEL_RETURN_IF_ERROR(d_bin_base.Allocate(device, bins));
+  FRESNEL_RETURN_IF_ERROR(d_bin_count.Allocate(device, bins));
+  FRESNEL_RETURN_IF_ERROR(d_bin_masked.Allocate(device, bins));
+  FRESNEL_RETURN_IF_ERROR(d_res_word.Allocate(device, p.res_capacity));
+  FRESNEL_RETURN_IF_ERROR(d_res_key.Allocate(device, p.res_capacity));
+  FRESNEL_RETURN_IF_ERROR(d_res_prop.Allocate(device, p.res_capacity));
+  FRESNEL_RETURN_IF_ERROR(d_res_step.Allocate(device, p.res_capacity));
+  FRESNEL_RETURN_IF_ERROR(d_counters.Allocate(device, 1));
+  FRESNEL_RETURN_IF_ERROR(d_matches.Allocate(device, kMaxRadii * 64));
+  FRESNEL_RETURN_IF_ERROR(d_lab.Allocate(device, n));
+  FRESNEL_RETURN_IF_ERROR(d_lk.Allocate(device, n));
+  FRESNEL_RETURN_IF_ERROR(d_uf.Allocate(device, n));
+  FRESNEL_RETURN_IF_ERROR(d_row_count.Allocate(device, rows));
+  FRESNEL_RETURN_IF_ERROR(d_row_offset.Allocate(device, rows));
+  FRESNEL_RETURN_IF_ERROR(d_region_label.Allocate(device, n));
+  FRESNEL_RETURN_IF_ERROR(d_out.Allocate(device, n));
+  if (options.mask != nullptr) {
+    FRESNEL_RETURN_IF_ERROR(d_island.Allocate(device, n));
+    FRESNEL_RETURN_IF_ERROR(d_island_charge.Allocate(device, n));
+    FRESNEL_RETURN_IF_ERROR(d_island_border.Allocate(device, n));
+    p.island = d_island.get();
+    p.island_charge = d_island_charge.get();
+    p.island_border = d_island_border.get();
+    FRESNEL_CUDA_RETURN_IF_ERROR(
+        cudaMemsetAsync(p.island_charge, 0, n * sizeof(int), stream));
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(p.island_border, 0, n, stream));
+  }
+  if (seeded) {
+    FRESNEL_RETURN_IF_ERROR(d_node_key.Allocate(device, n));
+    FRESNEL_RETURN_IF_ERROR(d_region_key.Allocate(device, n));
+    FRESNEL_RETURN_IF_ERROR(d_seed_k.Allocate(device, n));
+    p.node_key = d_node_key.get();
+    p.region_key = d_region_key.get();
+    p.seed_k = d_seed_k.get();
+  }
+  if (options.return_maps) {
+    FRESNEL_RETURN_IF_ERROR(d_regions.Allocate(device, n));
+    FRESNEL_RETURN_IF_ERROR(d_unreached.Allocate(device, n));
+    p.regions_out = d_regions.get();
+    p.unreached_out = d_unreached.get();
+  }
+  p.charge = d_charge.get();
+  p.cut = d_cut.get();
+  p.bin_base = d_bin_base.get();
+  p.bin_count = d_bin_count.get();
+  p.bin_masked = d_bin_masked.get();
+  p.res_word = d_res_word.get();
+  p.res_key = d_res_key.get();
+  p.res_prop = d_res_prop.get();
+  p.res_step = d_res_step.get();
+  p.counters = d_counters.get();
+  p.matches = d_matches.get();
+  p.lab = d_lab.get();
+  p.lk = d_lk.get();
+  p.uf = d_uf.get();
+  p.row_count = d_row_count.get();
+  p.row_offset = d_row_offset.get();
+  p.region_label = d_region_label.get();
+  p.out = d_out.get();
+
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(p.counters, 0, sizeof(Counters), stream));
+  InitCountersKernel<<<1, 1, 0, stream>>>(p.counters);
+  FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(InitCountersKernel);
+  FRESNEL_CUDA_RETURN_IF_ERROR(
+      cudaMemsetAsync(p.matches, 0, kMaxRadii * 64 * sizeof(int), stream));
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(p.cut, 0, n, stream));
+  // Step tags start at -1 (no proposal yet), so that pool memory left over from an earlier call
+  // can never pass the check in AcceptOne.
+  FRESNEL_CUDA_RETURN_IF_ERROR(
+      cudaMemsetAsync(p.res_step, 0xff, static_cast<size_t>(p.res_capacity) * sizeof(int), stream));
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(p.row_count, 0, rows * sizeof(int), stream));
+
+  // Stage 1: residues.
+  FRESNEL_RETURN_IF_ERROR(Report(options.progress, Stage::kResidues, 0.0));
+  ResidueKernel<T><<<dim3(p.nbx, p.nby), dim3(kBin, kBin), 0, stream>>>(p);
+  FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(ResidueKernel<T>);
+  FRESNEL_RETURN_IF_ERROR(clock.Mark());
+  FRESNEL_RETURN_IF_ERROR(SyncAndReport(options, stream, Stage::kBranchCuts, 0.0));
+
+  // Stage 2: masked islands, pairing rounds, cut lines.
+  const unsigned pixel_blocks = StrideBlocks(n, sms);
+  if (options.mask != nullptr) {
+    IslandInitKernel<T><<<pixel_blocks, 256, 0, stream>>>(p);
+    FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(IslandInitKernel<T>);
+    IslandUnionKernel<T><<<pixel_blocks, 256, 0, stream>>>(p);
+    FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(IslandUnionKernel<T>);
+    IslandFlattenKernel<T><<<pixel_blocks, 256, 0, stream>>>(p);
+    FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(IslandFlattenKernel<T>);
+  }
+  const std::vector<int> radii = RadiusSchedule(rows, cols);
+  Schedule sched{};
+  sched.num_radii = static_cast<int>(radii.size());
+  sched.iterations = options.iterations_per_radius;
+  sched.fence = EnvFlag("FRESNEL_UNWRAP_NO_FENCE") ? 0 : 1;
+  if (sched.num_radii > kMaxRadii) return absl::InternalError("radius schedule too long");
+  std::copy(radii.begin(), radii.end(), sched.radii);
+  const int64_t slots = static_cast<int64_t>(sched.num_radii) * sched.iterations * p.res_capacity;
+  if (DumpPath() != nullptr && slots * 12 <= (int64_t{2} << 30)) {
+    // Diagnostics only (small images): every proposal of every step, 0 = none.
+    FRESNEL_RETURN_IF_ERROR(d_dbg_key.Allocate(device, slots));
+    FRESNEL_RETURN_IF_ERROR(d_dbg_prop.Allocate(device, slots));
+    FRESNEL_CUDA_RETURN_IF_ERROR(
+        cudaMemsetAsync(d_dbg_key.get(), 0, slots * sizeof(unsigned long long), stream));
+    p.dbg_key = d_dbg_key.get();
+    p.dbg_prop = d_dbg_prop.get();
+  }
+  PairingInitKernel<T><<<1, 1, 0, stream>>>(p);
+  FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(PairingInitKernel<T>);
+  int cooperative = 0;
+  FRESNEL_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device.ordinal));
+  int per_sm = 0;
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &per_sm, PairingCooperativeKernel<T>, 256, 0));
+  if (cooperative != 0 && per_sm > 0 && !CooperativeDisabled()) {
+    // Four resident blocks per SM: enough warps for the proposals, and a cheaper grid barrier
+    // than a full device.
+    const unsigned blocks = static_cast<unsigned>(sms) * std::min(per_sm, 4);
+    void* args[] = {&p, &sched};
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaLaunchCooperativeKernel(
+        reinterpret_cast<void*>(PairingCooperativeKernel<T>), dim3(blocks), dim3(256), args, 0,
+        stream));
+  } else {
+    const unsigned blocks = static_cast<unsigned>(sms) * 4;
+    for (int ri = 0; ri < sched.num_radii; ++ri) {
+      for (int it = 0; it < sched.iterations; ++it) {
+        const int step = ri * sched.iterations + it;
+        const int prev = it > 0 ? step - 1 : -1;
+        ProposeKernel<T><<<blocks, 256, 0, stream>>>(p, sched.radii[ri], step, prev);
+        FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(ProposeKernel<T>);
+        AcceptKernel<T><<<blocks, 256, 0, stream>>>(p, sched.radii[ri], step, prev);
+        FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(AcceptKernel<T>);
+      }
+    }
+    ForceToFrameKernel<T><<<blocks, 256, 0, stream>>>(p, sched.radii[sched.num_radii - 1]);
+    FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(ForceToFrameKernel<T>);
+  }
+  FRESNEL_RETURN_IF_ERROR(DumpPairing(p, bins, sched, stream));
+  DrawResidueCutsKernel<T><<<static_cast<unsigned>(sms) * 8, 256, 0, stream>>>(p);
+  FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(DrawResidueCutsKernel<T>);
+  if (options.mask != nullptr) {
+    IslandPlaquetteChargeKernel<T><<<pixel_blocks, 256, 0, stream>>>(p);
+    FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(IslandPlaquetteChargeKernel<T>);
+    IslandCutsKernel<T><<<pixel_blocks, 256, 0, stream>>>(p);
+    FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(IslandCutsKernel<T>);
+  }
+  FRESNEL_RETURN_IF_ERROR(clock.Mark());
+  FRESNEL_RETURN_IF_ERROR(SyncAndReport(options, stream, Stage::kIntegrate, 0.0));
+
+  // Stage 3: tiles, tile graph, labels, output.
+  const int tiles_y = (rows + kTile - 1) / kTile, tiles_x = (cols + kTile - 1) / kTile;
+  if (EnvFlag("FRESNEL_UNWRAP_TILE_SCAN")) {
+    TileIntegrateScanKernel<T><<<dim3(tiles_x, tiles_y), dim3(32, 8), 0, stream>>>(p);
+    FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(TileIntegrateScanKernel<T>);
+  } else {
+    TileIntegrateKernel<T><<<dim3(tiles_x, tiles_y), dim3(32, 8), 0, stream>>>(p);
+    FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(TileIntegrateKernel<T>);
+  }
+  const int64_t segments =
+      static_cast<int64_t>(tiles_y) * (tiles_x - 1) + static_cast<int64_t>(tiles_y - 1) * tiles_x;
+  if (segments > 0) {
+    TileUnionKernel<T><<<StrideBlocks(segments, sms), 256, 0, stream>>>(p, tiles_y, tiles_x);
+    FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(TileUnionKernel<T>);
+  }
+  ResolveKernel<T><<<pixel_blocks, 256, 0, stream>>>(p);
+  FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(ResolveKernel<T>);
+  if (seeded) {
+    SeedReduceKernel<T><<<pixel_blocks, 256, 0, stream>>>(p);
+    FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(SeedReduceKernel<T>);
+    SeedOffsetKernel<T><<<pixel_blocks, 256, 0, stream>>>(p);
+    FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(SeedOffsetKernel<T>);
+  }
+  RowScanKernel<<<1, 1024, 0, stream>>>(p.row_count, p.row_offset, rows);
+  FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(RowScanKernel);
+  LabelRootsKernel<T><<<BlocksFor(static_cast<int64_t>(rows) * 32, 256), 256, 0, stream>>>(p);
+  FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(LabelRootsKernel<T>);
+  FinalKernel<T><<<dim3((cols + 31) / 32, (rows + 7) / 8), dim3(32, 8), 0, stream>>>(p);
+  FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(FinalKernel<T>);
+  FRESNEL_RETURN_IF_ERROR(clock.Mark());
+
+  // Downloads.
+  GoldsteinResult result;
+  Counters c{};
+  FRESNEL_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(&c, p.counters, sizeof(Counters), cudaMemcpyDeviceToHost, stream));
+  result.unwrapped = HostArray(phase.dtype(), phase.shape());
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(result.unwrapped.raw(), p.out, n * sizeof(T),
+                                               cudaMemcpyDeviceToHost, stream));
+  if (options.return_maps) {
+    result.residues = HostArray(DType::kInt16, phase.shape());
+    result.cuts = HostArray(DType::kUint8, phase.shape());
+    result.regions = HostArray(DType::kInt32, phase.shape());
+    result.unreached = HostArray(DType::kUint8, phase.shape());
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(result.residues.raw(), p.charge,
+                                                 n * sizeof(int16_t), cudaMemcpyDeviceToHost,
+                                                 stream));
+    FRESNEL_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(result.cuts.raw(), p.cut, n, cudaMemcpyDeviceToHost, stream));
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(result.regions.raw(), p.regions_out,
+                                                 n * sizeof(int), cudaMemcpyDeviceToHost,
+                                                 stream));
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(result.unreached.raw(), p.unreached_out, n,
+                                                 cudaMemcpyDeviceToHost, stream));
+  }
+  FRESNEL_RETURN_IF_ERROR(clock.Mark());
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+
+  if (c.overflow != 0) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("phase has more than ", p.res_capacity,
+                     " residues (half the pixels): use least-squares unwrapping"));
+  }
+  if (c.bad_phase != INT_MAX) return BadPhaseValue(phase, c.bad_phase);
+  if (c.bad_quality != INT_MAX) return BadQualityValue(*options.quality, c.bad_quality);
+  if (c.stale != 0) {
+    return absl::InternalError(absl::StrCat(
+        "unwrap: pairing read ", c.stale,
+        " proposals that were not written in the current round (GPU memory-ordering fault; the "
+        "pairing would differ from the CPU reference)"));
+  }
+  if (c.inconsistent != 0) {
+    return absl::InternalError("unwrap: tile graph found an inconsistent loop (clamped charges: " +
+                               std::to_string(c.clamped) + ")");
+  }
+  GoldsteinStats& s = result.stats;
+  s.positive_residues = static_cast<int64_t>(c.positive);
+  s.negative_residues = static_cast<int64_t>(c.negative);
+  s.residue_pairs = static_cast<int64_t>(c.residue_pairs);
+  s.border_cuts = static_cast<int64_t>(c.border_cuts);
+  s.mask_cuts = static_cast<int64_t>(c.mask_cuts);
+  s.island_cuts = static_cast<int64_t>(c.island_cuts);
+  s.cut_pixels = static_cast<int64_t>(c.cut_pixels);
+  s.cut_length = static_cast<int64_t>(c.cut_length);
+  s.regions = static_cast<int64_t>(c.regions);
+  s.unreached_pixels = static_cast<int64_t>(c.unreached);
+  s.masked_pixels = static_cast<int64_t>(c.masked);
+  s.pairing_radius = c.pairing_radius;
+  result.stage_times.residues_s = clock.Seconds(1);
+  result.stage_times.branch_cuts_s = clock.Seconds(2);
+  result.stage_times.integrate_s = clock.Seconds(3);
+  if (times != nullptr) {
+    times->h2d_s = clock.Seconds(0);
+    times->compute_s = clock.Seconds(1) + clock.Seconds(2) + clock.Seconds(3);
+    times->d2h_s = clock.Seconds(4);
+  }
+  FRESNEL_RETURN_IF_ERROR(Report(options.progress, Stage::kDone, 1.0));
+  return result;
+}
+
+}  // namespace
+
+absl::StatusOr<GoldsteinResult> UnwrapGoldsteinCuda(const Device& device, const HostArray& phase,
+                                                    const GoldsteinOptions& options,
+                                                    StageTimes* times) {
+  if (phase.dtype() == DType::kFloat32) return Run<float>(device, phase, options, times);
+  return Run<double>(device, phase, options, times);
+}
+
+}  // namespace fresnel::unwrap::internal

@@ -1,0 +1,258 @@
+// Unweighted least-squares unwrapping on CUDA, in float32: the same Neumann Poisson solve as
+// least_squares_cpu.cc, with each 1-D type-II DCT done by Makhoul's reordering, a batched cuFFT
+// C2C transform and a twiddle pass. Rows use a contiguous batched plan; columns a strided plan
+// (stride = cols, distance 1), which avoids two transposes.
+#include <cuda_runtime.h>
+#include <cufft.h>
+
+#include <algorithm>
+#include <climits>
+
+#include "core/cuda_util.cuh"
+#include "fresnel/core/status.h"
+#include "unwrap/unwrap_common.h"
+#include "unwrap/unwrap_internal.h"
+
+namespace fresnel::unwrap::internal {
+namespace {
+
+using fresnel::cuda::BlocksFor;
+using fresnel::cuda::DeviceBuffer;
+using fresnel::cuda::StageClock;
+using fresnel::cuda::StreamOf;
+
+absl::Status CufftStatus(cufftResult r, const char* what) {
+  if (r == CUFFT_SUCCESS) return absl::OkStatus();
+  if (r == CUFFT_ALLOC_FAILED) {
+    return absl::ResourceExhaustedError(absl::StrCat(what, ": cuFFT allocation failed"));
+  }
+  return absl::InternalError(absl::StrCat(what, ": cuFFT error ", static_cast<int>(r)));
+}
+#define FRESNEL_CUFFT_RETURN_IF_ERROR(call) FRESNEL_RETURN_IF_ERROR(CufftStatus((call), #call))
+
+// A cuFFT plan whose work area comes from the device pool.
+class Plan {
+ public:
+  ~Plan() {
+    if (handle_ != 0) cufftDestroy(handle_);
+  }
+  // n-point C2C transforms, `batch` of them, element stride `stride`, distance `dist`.
+  absl::Status Make(const Device& device, int n, int batch, int stride, int dist) {
+    FRESNEL_CUFFT_RETURN_IF_ERROR(cufftCreate(&handle_));
+    FRESNEL_CUFFT_RETURN_IF_ERROR(cufftSetAutoAllocation(handle_, 0));
+    int dims[1] = {n};
+    int embed[1] = {n};
+    size_t work = 0;
+    FRESNEL_CUFFT_RETURN_IF_ERROR(cufftMakePlanMany(handle_, 1, dims, embed, stride, dist, embed,
+                                                    stride, dist, CUFFT_C2C, batch, &work));
+    FRESNEL_RETURN_IF_ERROR(work_.Allocate(device, static_cast<int64_t>(work)));
+    FRESNEL_CUFFT_RETURN_IF_ERROR(cufftSetWorkArea(handle_, work_.get()));
+    FRESNEL_CUFFT_RETURN_IF_ERROR(cufftSetStream(handle_, StreamOf(device)));
+    return absl::OkStatus();
+  }
+  absl::Status Exec(cufftComplex* data, int direction) {
+    FRESNEL_CUFFT_RETURN_IF_ERROR(cufftExecC2C(handle_, data, data, direction));
+    return absl::OkStatus();
+  }
+
+ private:
+  cufftHandle handle_ = 0;
+  DeviceBuffer<char> work_;
+};
+
+__device__ __forceinline__ int Source(int m, int n) {
+  return m < (n + 1) / 2 ? 2 * m : 2 * (n - 1 - m) + 1;
+}
+// e^{i * sign * pi * k / (2n)}, evaluated in double.
+__device__ __forceinline__ cufftComplex Twiddle(int k, int n, double sign) {
+  double s, c;
+  sincospi(sign * k / (2.0 * n), &s, &c);
+  return make_cuFloatComplex(static_cast<float>(c), static_cast<float>(s));
+}
+
+// rho = div(wrapped gradient), gradients with a masked end = 0; also records the first invalid
+// unmasked phase value.
+template <class T>
+__global__ void RhoKernel(const T* phase, const uint8_t* mask, int rows, int cols, float* rho,
+                          int* bad) {
+  const int x = blockIdx.x * 32 + threadIdx.x, y = blockIdx.y * 8 + threadIdx.y;
+  if (y >= rows || x >= cols) return;
+  const int i = y * cols + x;
+  auto masked = [mask](int j) { return mask != nullptr && mask[j] != 0; };
+  if (!masked(i)) {
+    const double v = static_cast<double>(phase[i]);
+    if (!(isfinite(v) && fabs(v) <= ::fresnel::unwrap::kPhaseLimit)) atomicMin(bad, i);
+  }
+  auto grad = [&](int a, int b) -> double {
+    if (masked(a) || masked(b)) return 0.0;
+    return (static_cast<double>(phase[b]) - static_cast<double>(phase[a])) -
+           kTwoPi * EdgeWrap(phase[a], phase[b]);
+  };
+  double r = 0;
+  if (x + 1 < cols) r += grad(i, i + 1);
+  if (x > 0) r -= grad(i - 1, i);
+  if (y + 1 < rows) r += grad(i, i + cols);
+  if (y > 0) r -= grad(i - cols, i);
+  rho[i] = static_cast<float>(r);
+}
+
+// Forward DCT along rows (axis 1) or columns (axis 0): gather in Makhoul's order ...
+__global__ void GatherKernel(const float* src, cufftComplex* buf, int rows, int cols, int axis) {
+  const int x = blockIdx.x * 32 + threadIdx.x, y = blockIdx.y * 8 + threadIdx.y;
+  if (y >= rows || x >= cols) return;
+  const int from = axis == 1 ? y * cols + Source(x, cols) : Source(y, rows) * cols + x;
+  buf[y * cols + x] = make_cuFloatComplex(src[from], 0.f);
+}
+// ... then X[k] = Re(V[k] e^{-i pi k / 2n}).
+__global__ void TwiddleKernel(const cufftComplex* buf, float* dst, int rows, int cols, int axis) {
+  const int x = blockIdx.x * 32 + threadIdx.x, y = blockIdx.y * 8 + threadIdx.y;
+  if (y >= rows || x >= cols) return;
+  const int k = axis == 1 ? x : y, n = axis == 1 ? cols : rows;
+  const cufftComplex v = buf[y * cols + x];
+  const cufftComplex w = Twiddle(k, n, -1.0);
+  dst[y * cols + x] = v.x * w.x - v.y * w.y;
+}
+
+// Inverse DCT: V[k] = e^{i pi k / 2n} (X[k] - i X[n - k]), X[n] = 0. With `divide`, X is first
+// divided by the Laplacian's eigenvalue 2 cos(pi m / rows) + 2 cos(pi k / cols) - 4 (mode (0,0)
+// set to 0): the Poisson solve, fused into the first inverse pass.
+__global__ void InversePrepKernel(const float* src, cufftComplex* buf, int rows, int cols,
+                                  int axis, bool divide) {
+  const int x = blockIdx.x * 32 + threadIdx.x, y = blockIdx.y * 8 + threadIdx.y;
+  if (y >= rows || x >= cols) return;
+  auto value = [&](int yy, int xx) -> float {
+    float v = src[yy * cols + xx];
+    if (!divide) return v;
+    if (yy == 0 && xx == 0) return 0.f;
+    const double lambda = 2.0 * cospi(static_cast<double>(yy) / rows) +
+                          2.0 * cospi(static_cast<double>(xx) / cols) - 4.0;
+    return static_cast<float>(v / lambda);
+  };
+  const int k = axis == 1 ? x : y, n = axis == 1 ? cols : rows;
+  const float a = value(y, x);
+  float b = 0.f;
+  if (k > 0) b = axis == 1 ? value(y, n - k) : value(n - k, x);
+  const cufftComplex w = Twiddle(k, n, 1.0);
+  // (a - i b) * w
+  buf[y * cols + x] = make_cuFloatComplex(a * w.x + b * w.y, a * w.y - b * w.x);
+}
+// x[Source(m)] = Re(v[m]) / n.
+__global__ void ScatterKernel(const cufftComplex* buf, float* dst, int rows, int cols, int axis) {
+  const int x = blockIdx.x * 32 + threadIdx.x, y = blockIdx.y * 8 + threadIdx.y;
+  if (y >= rows || x >= cols) return;
+  const int to = axis == 1 ? y * cols + Source(x, cols) : Source(y, rows) * cols + x;
+  dst[to] = buf[y * cols + x].x / static_cast<float>(axis == 1 ? cols : rows);
+}
+
+template <class T>
+__global__ void LsOutputKernel(const T* phase, const uint8_t* mask, const float* phi, int64_t n,
+                               bool congruent, T* out) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    if (mask != nullptr && mask[i] != 0) {
+      out[i] = T(0);
+    } else if (congruent) {
+      const double turns =
+          rint((static_cast<double>(phi[i]) - static_cast<double>(phase[i])) * kInvTwoPi);
+      out[i] = AddTurns(phase[i], static_cast<int>(turns));
+    } else {
+      out[i] = static_cast<T>(phi[i]);
+    }
+  }
+}
+
+__global__ void SetIntKernel(int* p, int v) { *p = v; }
+
+template <class T>
+absl::StatusOr<LeastSquaresResult> Run(const Device& device, const HostArray& phase,
+                                       const LeastSquaresOptions& options, StageTimes* times) {
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device.ordinal));
+  cudaStream_t stream = StreamOf(device);
+  const int rows = static_cast<int>(phase.dim(0)), cols = static_cast<int>(phase.dim(1));
+  const int64_t n = phase.size();
+  StageClock clock(stream);
+  FRESNEL_RETURN_IF_ERROR(clock.Mark());
+  DeviceBuffer<T> d_phase, d_out;
+  DeviceBuffer<uint8_t> d_mask;
+  DeviceBuffer<float> d_real;
+  DeviceBuffer<cufftComplex> d_buf;
+  DeviceBuffer<int> d_bad;
+  FRESNEL_RETURN_IF_ERROR(d_phase.Allocate(device, n));
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_phase.get(), phase.raw(), phase.nbytes(),
+                                               cudaMemcpyHostToDevice, stream));
+  const uint8_t* mask = nullptr;
+  if (options.mask != nullptr) {
+    FRESNEL_RETURN_IF_ERROR(d_mask.Allocate(device, n));
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_mask.get(), options.mask->raw(), n,
+                                                 cudaMemcpyHostToDevice, stream));
+    mask = d_mask.get();
+  }
+  FRESNEL_RETURN_IF_ERROR(clock.Mark());
+  FRESNEL_RETURN_IF_ERROR(Report(options.progress, Stage::kLeastSquares, 0.0));
+
+  FRESNEL_RETURN_IF_ERROR(d_real.Allocate(device, n));
+  FRESNEL_RETURN_IF_ERROR(d_buf.Allocate(device, n));
+  FRESNEL_RETURN_IF_ERROR(d_out.Allocate(device, n));
+  FRESNEL_RETURN_IF_ERROR(d_bad.Allocate(device, 1));
+  Plan row_plan, col_plan;
+  FRESNEL_RETURN_IF_ERROR(row_plan.Make(device, cols, rows, 1, cols));
+  FRESNEL_RETURN_IF_ERROR(col_plan.Make(device, rows, cols, cols, 1));
+
+  const dim3 block(32, 8), grid((cols + 31) / 32, (rows + 7) / 8);
+  float* real = d_real.get();
+  cufftComplex* buf = d_buf.get();
+  SetIntKernel<<<1, 1, 0, stream>>>(d_bad.get(), INT_MAX);
+  FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(SetIntKernel);
+  RhoKernel<T><<<grid, block, 0, stream>>>(d_phase.get(), mask, rows, cols, real, d_bad.get());
+  FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(RhoKernel<T>);
+  // Forward DCT-II along rows (axis 1), then columns (axis 0).
+  for (int axis : {1, 0}) {
+    GatherKernel<<<grid, block, 0, stream>>>(real, buf, rows, cols, axis);
+    FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(GatherKernel);
+    FRESNEL_RETURN_IF_ERROR((axis == 1 ? row_plan : col_plan).Exec(buf, CUFFT_FORWARD));
+    TwiddleKernel<<<grid, block, 0, stream>>>(buf, real, rows, cols, axis);
+    FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(TwiddleKernel);
+  }
+  // Divide by the eigenvalues and invert: columns, then rows.
+  for (int axis : {0, 1}) {
+    InversePrepKernel<<<grid, block, 0, stream>>>(real, buf, rows, cols, axis, axis == 0);
+    FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(InversePrepKernel);
+    FRESNEL_RETURN_IF_ERROR((axis == 1 ? row_plan : col_plan).Exec(buf, CUFFT_INVERSE));
+    ScatterKernel<<<grid, block, 0, stream>>>(buf, real, rows, cols, axis);
+    FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(ScatterKernel);
+  }
+  LsOutputKernel<T><<<std::min<unsigned>(BlocksFor(n, 256), 4096), 256, 0, stream>>>(
+      d_phase.get(), mask, real, n, options.congruent, d_out.get());
+  FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(LsOutputKernel<T>);
+  FRESNEL_RETURN_IF_ERROR(clock.Mark());
+
+  LeastSquaresResult result;
+  result.unwrapped = HostArray(phase.dtype(), phase.shape());
+  int bad = INT_MAX;
+  FRESNEL_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(&bad, d_bad.get(), sizeof(int), cudaMemcpyDeviceToHost, stream));
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(result.unwrapped.raw(), d_out.get(),
+                                               n * sizeof(T), cudaMemcpyDeviceToHost, stream));
+  FRESNEL_RETURN_IF_ERROR(clock.Mark());
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  if (bad != INT_MAX) return BadPhaseValue(phase, bad);
+  if (times != nullptr) {
+    times->h2d_s = clock.Seconds(0);
+    times->compute_s = clock.Seconds(1);
+    times->d2h_s = clock.Seconds(2);
+  }
+  FRESNEL_RETURN_IF_ERROR(Report(options.progress, Stage::kDone, 1.0));
+  return result;
+}
+
+}  // namespace
+
+absl::StatusOr<LeastSquaresResult> UnwrapLeastSquaresCuda(const Device& device,
+                                                          const HostArray& phase,
+                                                          const LeastSquaresOptions& options,
+                                                          StageTimes* times) {
+  if (phase.dtype() == DType::kFloat32) return Run<float>(device, phase, options, times);
+  return Run<double>(device, phase, options, times);
+}
+
+}  // namespace fresnel::unwrap::internal

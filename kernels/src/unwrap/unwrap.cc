@@ -1,0 +1,266 @@
+// Validation and device dispatch for phase unwrapping.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "fresnel/core/status.h"
+#include "fresnel/unwrap/unwrap.h"
+#include "unwrap/unwrap_common.h"
+#include "unwrap/unwrap_internal.h"
+
+namespace fresnel::unwrap {
+namespace {
+
+// Hard limits of the data layout, whatever Limits says: squared key distances need
+// FinalRadius <= 16384, padded ids need (rows + 2) * (cols + 2) < 2^31.
+constexpr int64_t kHardMaxSide = 32768;
+constexpr int64_t kHardMaxPaddedPixels = (int64_t{1} << 31) - 1;
+
+std::string Index2(const HostArray& a, int64_t index) {
+  return absl::StrCat("[", index / a.dim(1), ",", index % a.dim(1), "]");
+}
+
+absl::Status ValidatePhaseShape(const HostArray& phase, const Limits& limits) {
+  if (phase.ndim() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat("phase.shape must be [rows, cols], got ",
+                                                   ShapeString(phase.shape())));
+  }
+  if (phase.dtype() != DType::kFloat32 && phase.dtype() != DType::kFloat64) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "phase.dtype must be float32 or float64, got ", DTypeName(phase.dtype())));
+  }
+  const int64_t rows = phase.dim(0), cols = phase.dim(1);
+  if (rows < 2 || cols < 2) {
+    return absl::InvalidArgumentError(absl::StrCat("phase.shape must be at least [2, 2], got ",
+                                                   ShapeString(phase.shape())));
+  }
+  const int64_t max_side = std::min(limits.max_side, kHardMaxSide);
+  if (rows > max_side || cols > max_side) {
+    return absl::InvalidArgumentError(absl::StrCat("phase.shape ", ShapeString(phase.shape()),
+                                                   " exceeds the limit of ", max_side,
+                                                   " rows or columns"));
+  }
+  if (rows * cols > limits.max_pixels) {
+    return absl::InvalidArgumentError(absl::StrCat("phase.shape ", ShapeString(phase.shape()),
+                                                   " has ", rows * cols,
+                                                   " pixels, over the limit of ",
+                                                   limits.max_pixels));
+  }
+  if ((rows + 2) * (cols + 2) > kHardMaxPaddedPixels) {
+    return absl::InvalidArgumentError(absl::StrCat("phase.shape ", ShapeString(phase.shape()),
+                                                   " exceeds the hard limit of 2^31 pixels"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateCompanion(const HostArray& phase, const HostArray* a, const char* field,
+                               bool real) {
+  if (a == nullptr) return absl::OkStatus();
+  if (a->shape() != phase.shape()) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ".shape must equal phase.shape ",
+                                                   ShapeString(phase.shape()), ", got ",
+                                                   ShapeString(a->shape())));
+  }
+  if (real) {
+    if (a->dtype() != DType::kFloat32 && a->dtype() != DType::kFloat64) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ".dtype must be float32 or float64, got ", DTypeName(a->dtype())));
+    }
+  } else if (a->dtype() != DType::kUint8) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".dtype must be uint8, got ", DTypeName(a->dtype())));
+  }
+  return absl::OkStatus();
+}
+
+template <class T>
+int64_t FirstBadPhase(const T* p, const uint8_t* mask, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (mask != nullptr && mask[i] != 0) continue;
+    double v = static_cast<double>(p[i]);
+    if (!std::isfinite(v) || std::fabs(v) > kPhaseLimit) return i;
+  }
+  return -1;
+}
+
+template <class T>
+int64_t FirstNonFinite(const T* p, const uint8_t* mask, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (mask != nullptr && mask[i] != 0) continue;
+    if (!std::isfinite(static_cast<double>(p[i]))) return i;
+  }
+  return -1;
+}
+
+double ElementAsDouble(const HostArray& a, int64_t index) {
+  return a.dtype() == DType::kFloat32 ? static_cast<double>(a.data<float>()[index])
+                                      : a.data<double>()[index];
+}
+
+}  // namespace
+
+const char* StageName(Stage stage) {
+  switch (stage) {
+    case Stage::kValidate: return "validate";
+    case Stage::kResidues: return "residues";
+    case Stage::kBranchCuts: return "branch_cuts";
+    case Stage::kIntegrate: return "integrate";
+    case Stage::kLeastSquares: return "least_squares";
+    case Stage::kDone: return "done";
+  }
+  return "unknown";
+}
+
+namespace internal {
+
+std::vector<int> RadiusSchedule(int rows, int cols) {
+  const int final_radius = FinalRadius(rows, cols);
+  std::vector<int> radii;
+  int r = 1;
+  while (r < final_radius) {
+    radii.push_back(r);
+    r = r < 8 ? r + 1 : r + r / 2;
+  }
+  radii.push_back(final_radius);
+  return radii;
+}
+
+absl::Status BadPhaseValue(const HostArray& phase, int64_t index) {
+  double v = ElementAsDouble(phase, index);
+  if (!std::isfinite(v)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "phase%s = %g is not finite (mask the pixel to exclude it)", Index2(phase, index), v));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrFormat("phase%s = %.9g is outside the wrapped range |phase| <= %.4f",
+                      Index2(phase, index), v, kPhaseLimit));
+}
+
+absl::Status BadQualityValue(const HostArray& quality, int64_t index) {
+  return absl::InvalidArgumentError(absl::StrFormat("quality%s = %g is not finite",
+                                                    Index2(quality, index),
+                                                    ElementAsDouble(quality, index)));
+}
+
+absl::Status CheckPhaseValues(const HostArray& phase, const HostArray* mask) {
+  const uint8_t* m = mask != nullptr ? mask->data<uint8_t>() : nullptr;
+  int64_t bad = phase.dtype() == DType::kFloat32
+                    ? FirstBadPhase(phase.data<float>(), m, phase.size())
+                    : FirstBadPhase(phase.data<double>(), m, phase.size());
+  return bad < 0 ? absl::OkStatus() : BadPhaseValue(phase, bad);
+}
+
+absl::Status CheckQualityValues(const HostArray& quality, const HostArray* mask) {
+  const uint8_t* m = mask != nullptr ? mask->data<uint8_t>() : nullptr;
+  int64_t bad = quality.dtype() == DType::kFloat32
+                    ? FirstNonFinite(quality.data<float>(), m, quality.size())
+                    : FirstNonFinite(quality.data<double>(), m, quality.size());
+  return bad < 0 ? absl::OkStatus() : BadQualityValue(quality, bad);
+}
+
+absl::Status Report(const ProgressFn& progress, Stage stage, double fraction) {
+  if (progress && !progress(stage, fraction)) {
+    return absl::CancelledError(absl::StrCat("unwrap cancelled during ", StageName(stage)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace internal
+
+absl::Status ValidateGoldstein(const HostArray& phase, const GoldsteinOptions& options) {
+  FRESNEL_RETURN_IF_ERROR(ValidatePhaseShape(phase, options.limits));
+  FRESNEL_RETURN_IF_ERROR(ValidateCompanion(phase, options.mask, "mask", /*real=*/false));
+  FRESNEL_RETURN_IF_ERROR(ValidateCompanion(phase, options.quality, "quality", /*real=*/true));
+  if (options.iterations_per_radius < 1 || options.iterations_per_radius > 64) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "iterations_per_radius must be in [1, 64], got ", options.iterations_per_radius));
+  }
+  if (options.seed.has_value()) {
+    const Pixel& s = *options.seed;
+    if (s.row < 0 || s.row >= phase.dim(0) || s.col < 0 || s.col >= phase.dim(1)) {
+      return absl::InvalidArgumentError(absl::StrCat("seed (", s.row, ", ", s.col,
+                                                     ") is outside the image ",
+                                                     ShapeString(phase.shape())));
+    }
+    if (options.mask != nullptr &&
+        options.mask->data<uint8_t>()[s.row * phase.dim(1) + s.col] != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("seed (", s.row, ", ", s.col, ") is a masked pixel"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<GoldsteinResult> UnwrapGoldstein(const Device& device, const HostArray& phase,
+                                                const GoldsteinOptions& options,
+                                                StageTimes* times) {
+  FRESNEL_RETURN_IF_ERROR(internal::Report(options.progress, Stage::kValidate, 0.0));
+  FRESNEL_RETURN_IF_ERROR(ValidateGoldstein(phase, options));
+  if (device.kind == DeviceKind::kCuda) {
+#if FRESNEL_WITH_CUDA
+    return internal::UnwrapGoldsteinCuda(device, phase, options, times);
+#else
+    return absl::FailedPreconditionError("this build has no CUDA support");
+#endif
+  }
+  auto start = std::chrono::steady_clock::now();
+  auto result = internal::UnwrapGoldsteinCpu(phase, options);
+  if (times != nullptr) {
+    *times = StageTimes{};
+    times->compute_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  return result;
+}
+
+int64_t GoldsteinDeviceBytes(int64_t rows, int64_t cols, DType dtype, bool has_mask,
+                             bool has_quality) {
+  const int64_t n = rows * cols;
+  const int64_t t = static_cast<int64_t>(DTypeSize(dtype));
+  int64_t bytes = 2 * n * t;       // phase in, unwrapped out
+  bytes += 2 * n;                  // residue map (int16)
+  bytes += 2 * n;                  // cut and unreached maps
+  bytes += 4 * n * 3;              // tile labels, tile k, region labels
+  bytes += 8 * n;                  // union-find entries (one per pixel index)
+  bytes += 20 * (n / 2 + 16);      // residue list: word, key, proposal, proposal step
+  if (has_mask) bytes += n + 4 * n;  // mask, island union-find
+  if (has_quality) bytes += n * t + 8 * n + 4 * n;  // quality, node and region seed keys
+  bytes += 4 * n;                  // seed k per region
+  bytes += 64 << 20;               // bins, counters, rows, allocator slack
+  return bytes;
+}
+
+absl::Status ValidateLeastSquares(const HostArray& phase, const LeastSquaresOptions& options) {
+  FRESNEL_RETURN_IF_ERROR(ValidatePhaseShape(phase, options.limits));
+  return ValidateCompanion(phase, options.mask, "mask", /*real=*/false);
+}
+
+absl::StatusOr<LeastSquaresResult> UnwrapLeastSquares(const Device& device,
+                                                      const HostArray& phase,
+                                                      const LeastSquaresOptions& options,
+                                                      StageTimes* times) {
+  FRESNEL_RETURN_IF_ERROR(internal::Report(options.progress, Stage::kValidate, 0.0));
+  FRESNEL_RETURN_IF_ERROR(ValidateLeastSquares(phase, options));
+  if (device.kind == DeviceKind::kCuda) {
+#if FRESNEL_WITH_CUDA
+    return internal::UnwrapLeastSquaresCuda(device, phase, options, times);
+#else
+    return absl::FailedPreconditionError("this build has no CUDA support");
+#endif
+  }
+  auto start = std::chrono::steady_clock::now();
+  auto result = internal::UnwrapLeastSquaresCpu(phase, options);
+  if (times != nullptr) {
+    *times = StageTimes{};
+    times->compute_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  return result;
+}
+
+}  // namespace fresnel::unwrap

@@ -1,0 +1,631 @@
+#include "server/services/hologram_service.h"
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "fresnel/core/status.h"
+#include "fresnel/v1/array_convert.h"
+#include "server/services/hologram_params.h"
+#include "server/status_util.h"
+
+namespace fresnel::server {
+namespace {
+
+constexpr char kService[] = "fresnel.v1.HologramService";
+// Room for a message's other fields (header, ExecutionInfo, chunk framing) next to array bytes.
+constexpr int64_t kEnvelopeBytes = 16 << 10;
+// Smallest chunk a client may ask for: below this the per-message overhead dominates.
+constexpr int64_t kMinChunkBytes = 4096;
+
+// Data bytes per chunk (and the budget of a header with inline arrays).
+int64_t ChunkBytes(int64_t max_message_bytes, int64_t requested) {
+  const int64_t cap = std::max(kMinChunkBytes, max_message_bytes - kEnvelopeBytes);
+  if (requested > 0) return std::clamp(requested, kMinChunkBytes, cap);
+  return cap;
+}
+
+double SecondsSince(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// A finished render as messages: the header with the outputs that fit inline, then the chunks
+// of the others, made one at a time from the result so that a large output is never copied
+// whole a second time. Each output is freed once its last chunk is made.
+class ResultMessages {
+ public:
+  ResultMessages(hologram::HologramResult result, int64_t chunk_bytes)
+      : result_(std::move(result)), chunk_bytes_(chunk_bytes) {}
+
+  // Moves the outputs that fit into `header` (smallest first, while the header stays within the
+  // chunk budget) and lists the rest in header.chunked_outputs. Returns the output bytes.
+  int64_t BuildHeader(v1::HologramResultHeader* header) {
+    std::vector<v1::HologramOutput> present;
+    int64_t bytes = 0;
+    for (v1::HologramOutput w : {v1::HOLOGRAM_OUTPUT_FIELD, v1::HOLOGRAM_OUTPUT_PHASE,
+                                 v1::HOLOGRAM_OUTPUT_AMPLITUDE,
+                                 v1::HOLOGRAM_OUTPUT_RECONSTRUCTION}) {
+      const HostArray* a = OutputArray(&result_, w);
+      if (a->ndim() > 0) {
+        present.push_back(w);
+        bytes += static_cast<int64_t>(a->nbytes());
+      }
+    }
+    std::stable_sort(present.begin(), present.end(), [this](auto a, auto b) {
+      return OutputArray(&result_, a)->nbytes() < OutputArray(&result_, b)->nbytes();
+    });
+    for (v1::HologramOutput w : present) {
+      HostArray* a = OutputArray(&result_, w);
+      const int64_t need = static_cast<int64_t>(header->ByteSizeLong() + a->nbytes()) + 64;
+      if (chunked_.empty() && need <= chunk_bytes_) {
+        ToProto(std::move(*a), HeaderArray(header, w));
+        *a = HostArray();
+      } else {
+        chunked_.push_back(w);
+        header->add_chunked_outputs(w);
+      }
+    }
+    return bytes;
+  }
+
+  // The next chunk; false once every chunked output was sent.
+  bool NextChunk(v1::HologramChunk* chunk) {
+    if (current_ >= chunked_.size()) return false;
+    const v1::HologramOutput w = chunked_[current_];
+    HostArray* a = OutputArray(&result_, w);
+    chunk->set_output(w);
+    *chunk->mutable_chunk() = ArrayChunkAt(*a, offset_, chunk_bytes_);
+    if (chunk->chunk().last()) {
+      *a = HostArray();
+      ++current_;
+      offset_ = 0;
+    } else {
+      offset_ += chunk_bytes_;
+    }
+    return true;
+  }
+
+ private:
+  hologram::HologramResult result_;
+  int64_t chunk_bytes_;
+  std::vector<v1::HologramOutput> chunked_;
+  size_t current_ = 0;
+  int64_t offset_ = 0;
+};
+
+// What a render job works on. `error` holds the kernel's own failure when the caller wants it
+// as data (a Stream frame's status) rather than as the job's status.
+struct RenderWork {
+  hologram::PointCloud points;
+  hologram::HologramOptions options;
+  hologram::HologramResult result;
+  absl::Status error;
+};
+
+std::shared_ptr<Job> MakeRenderJob(std::shared_ptr<RenderWork> work, const hologram::Limits& limits,
+                                   const char* method, DevicePreference preference,
+                                   std::optional<Clock::time_point> deadline,
+                                   bool kernel_errors_as_data) {
+  auto job = std::make_shared<Job>();
+  job->service = kService;
+  job->method = method;
+  job->preference = preference;
+  job->deadline = deadline;
+  job->device_bytes =
+      HologramDeviceBytes(work->options, static_cast<int64_t>(work->points.size()));
+  job->run = [work, limits, kernel_errors_as_data](const Device& device,
+                                                   StageTimes* times) -> absl::Status {
+    absl::StatusOr<hologram::HologramResult> r = hologram::ComputeHologram(
+        device, work->points, OptionsForDevice(work->options, device), times, limits);
+    hologram::PointCloud().swap(work->points);  // free the cloud before the reply is built
+    if (!r.ok()) {
+      if (!kernel_errors_as_data) return r.status();
+      work->error = r.status();
+      return absl::OkStatus();
+    }
+    work->result = *std::move(r);
+    return absl::OkStatus();
+  };
+  return job;
+}
+
+// The cloud of a request's `source` oneof.
+template <class Request>
+absl::StatusOr<hologram::PointCloud> SourcePoints(const Request& request,
+                                                  const hologram::Limits& limits) {
+  switch (request.source_case()) {
+    case Request::kPoints: return PointsFromProto(request.points(), limits);
+    case Request::kImage: return PointsFromImage(request.image(), limits);
+    default: break;
+  }
+  return absl::InvalidArgumentError(
+      "points: the request carries neither points ([N, 4|5] float array) nor an image");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Render: one request, a server stream of header + chunks.
+
+class RenderCall : public grpc::ServerWriteReactor<v1::RenderResponse> {
+ public:
+  RenderCall(ServiceContext* ctx, const hologram::Limits& limits,
+             grpc::CallbackServerContext* context, const v1::RenderRequest& request)
+      : ctx_(ctx), limits_(limits), context_(context), accepted_(Clock::now()) {
+    if (ctx_->metrics) ctx_->metrics->InFlightAdd(kService, "Render", 1);
+    absl::Status started = Start(request);
+    if (!started.ok()) FinishWith(started);
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      FinishWith(absl::CancelledError("the client stopped reading"));
+      return;
+    }
+    response_.Clear();
+    if (messages_->NextChunk(response_.mutable_chunk())) {
+      StartWrite(&response_);
+    } else {
+      FinishWith(absl::OkStatus());
+    }
+  }
+
+  void OnCancel() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (job_) job_->Cancel();
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  absl::Status Start(const v1::RenderRequest& request) {
+    request_id_ = RequestIdOr(request.request_id());
+    auto work = std::make_shared<RenderWork>();
+    FRESNEL_ASSIGN_OR_RETURN(work->options, ParseHologramConfig(request.config(), limits_));
+    FRESNEL_RETURN_IF_ERROR(
+        CheckAlgorithmPlacement(work->options, request.config().device(), ctx_->pool->gpu_count()));
+    FRESNEL_ASSIGN_OR_RETURN(work->points, SourcePoints(request, limits_));
+    FRESNEL_RETURN_IF_ERROR(hologram::ValidateHologram(work->points, work->options, limits_));
+    chunk_bytes_ = ChunkBytes(ctx_->max_message_bytes, request.config().max_chunk_bytes());
+    if (ctx_->metrics) {
+      ctx_->metrics->AddPayload(kService, "Render", "in",
+                                static_cast<double>(request.ByteSizeLong()));
+    }
+    const int64_t points = static_cast<int64_t>(work->points.size());
+    std::shared_ptr<Job> job =
+        MakeRenderJob(work, limits_, "Render", PreferenceOf(request.config().device()),
+                      DeadlineOf(context_), /*kernel_errors_as_data=*/false);
+    job->done = [this, work, points](const absl::Status& status, const JobReport& report) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        job_.reset();
+      }
+      if (!status.ok()) {
+        FinishWith(status);
+        return;
+      }
+      response_.Clear();
+      v1::HologramResultHeader* header = response_.mutable_header();
+      header->set_request_id(request_id_);
+      FillResultHeader(work->result, points, work->options, header);
+      FillExecutionInfo(report, SecondsSince(accepted_), header->mutable_info());
+      messages_.emplace(std::move(work->result), chunk_bytes_);
+      const int64_t out_bytes = messages_->BuildHeader(header);
+      if (ctx_->metrics) {
+        ctx_->metrics->AddPayload(kService, "Render", "out", static_cast<double>(out_bytes));
+      }
+      StartWrite(&response_);
+    };
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      job_ = job;
+    }
+    absl::Status submitted = ctx_->pool->Submit(job);
+    if (!submitted.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      job_.reset();
+      return submitted;
+    }
+    return absl::OkStatus();
+  }
+
+  void FinishWith(const absl::Status& status) {
+    if (finished_.exchange(true)) return;
+    if (ctx_->metrics) {
+      ctx_->metrics->ObserveRequest(kService, "Render", CodeName(status.code()),
+                                    SecondsSince(accepted_));
+      ctx_->metrics->InFlightAdd(kService, "Render", -1);
+    }
+    Finish(ToGrpcStatus(status));
+  }
+
+  ServiceContext* ctx_;
+  hologram::Limits limits_;
+  grpc::CallbackServerContext* context_;
+  Clock::time_point accepted_;
+  std::string request_id_;
+  int64_t chunk_bytes_ = 0;
+  v1::RenderResponse response_;
+  std::optional<ResultMessages> messages_;
+  std::atomic<bool> finished_{false};
+  std::mutex mu_;
+  std::shared_ptr<Job> job_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Stream: frames in, each frame's header + chunks out, one frame at a time.
+
+class StreamCall
+    : public grpc::ServerBidiReactor<v1::HologramFrameRequest, v1::HologramFrameResponse> {
+ public:
+  StreamCall(ServiceContext* ctx, const hologram::Limits& limits,
+             grpc::CallbackServerContext* context)
+      : ctx_(ctx), limits_(limits), context_(context), accepted_(Clock::now()) {
+    if (ctx_->metrics) ctx_->metrics->InFlightAdd(kService, "Stream", 1);
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      // The client half-closed; every frame it sent has been answered.
+      FinishWith(absl::OkStatus());
+      return;
+    }
+    const int64_t index = next_frame_++;
+    const Clock::time_point received = Clock::now();
+    if (ctx_->metrics) {
+      ctx_->metrics->AddPayload(kService, "Stream", "in",
+                                static_cast<double>(request_.ByteSizeLong()));
+    }
+    if (!configured_) {
+      if (!request_.has_config()) {
+        FinishWith(absl::InvalidArgumentError("config: the first frame must carry the config"));
+        return;
+      }
+      absl::Status st = Configure(request_.config());
+      if (!st.ok()) {
+        FinishWith(st);
+        return;
+      }
+      request_id_ = RequestIdOr(request_.request_id());
+    } else if (request_.has_config()) {
+      WriteFrameError(index, absl::InvalidArgumentError(
+                                 "config: only the first frame may carry the config (use "
+                                 "overrides for per-frame changes)"));
+      return;
+    }
+    auto work = std::make_shared<RenderWork>();
+    absl::Status prepared = PrepareFrame(work.get());
+    if (!prepared.ok()) {
+      WriteFrameError(index, prepared);
+      return;
+    }
+    const int64_t points = static_cast<int64_t>(work->points.size());
+    std::shared_ptr<Job> job = MakeRenderJob(work, limits_, "Stream", preference_,
+                                             DeadlineOf(context_), /*kernel_errors_as_data=*/true);
+    job->done = [this, work, points, index, received](const absl::Status& status,
+                                                      const JobReport& report) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        job_.reset();
+      }
+      if (!status.ok()) {  // the server's own failure (cancelled, deadline, draining): fatal
+        FinishWith(status);
+        return;
+      }
+      if (!work->error.ok()) {
+        WriteFrameError(index, work->error);
+        return;
+      }
+      response_.Clear();
+      response_.set_frame_index(index);
+      response_.mutable_status()->set_code(0);
+      v1::HologramResultHeader* header = response_.mutable_header();
+      header->set_request_id(request_id_);
+      FillResultHeader(work->result, points, work->options, header);
+      FillExecutionInfo(report, SecondsSince(received), header->mutable_info());
+      messages_.emplace(std::move(work->result), chunk_bytes_);
+      const int64_t out_bytes = messages_->BuildHeader(header);
+      if (ctx_->metrics) {
+        ctx_->metrics->AddPayload(kService, "Stream", "out", static_cast<double>(out_bytes));
+      }
+      StartWrite(&response_);
+    };
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      job_ = job;
+    }
+    absl::Status submitted = ctx_->pool->Submit(job);
+    if (!submitted.ok()) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        job_.reset();
+      }
+      FinishWith(submitted);
+    }
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      FinishWith(absl::CancelledError("the client stopped reading"));
+      return;
+    }
+    if (messages_) {
+      const int64_t index = response_.frame_index();
+      response_.Clear();
+      response_.set_frame_index(index);
+      if (messages_->NextChunk(response_.mutable_chunk())) {
+        StartWrite(&response_);
+        return;
+      }
+      messages_.reset();
+    }
+    StartRead(&request_);  // the frame is answered: take the next one
+  }
+
+  void OnCancel() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (job_) job_->Cancel();
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  absl::Status Configure(const v1::HologramConfig& config) {
+    FRESNEL_ASSIGN_OR_RETURN(base_, ParseHologramConfig(config, limits_));
+    FRESNEL_RETURN_IF_ERROR(
+        CheckAlgorithmPlacement(base_, config.device(), ctx_->pool->gpu_count()));
+    hint_ = config.device();
+    preference_ = PreferenceOf(hint_);
+    chunk_bytes_ = ChunkBytes(ctx_->max_message_bytes, config.max_chunk_bytes());
+    configured_ = true;
+    return absl::OkStatus();
+  }
+
+  absl::Status PrepareFrame(RenderWork* work) {
+    if (request_.has_overrides()) {
+      FRESNEL_ASSIGN_OR_RETURN(work->options,
+                               ApplyOverrides(base_, request_.overrides(), limits_));
+      FRESNEL_RETURN_IF_ERROR(
+          CheckAlgorithmPlacement(work->options, hint_, ctx_->pool->gpu_count()));
+    } else {
+      work->options = base_;
+    }
+    FRESNEL_ASSIGN_OR_RETURN(work->points, SourcePoints(request_, limits_));
+    return hologram::ValidateHologram(work->points, work->options, limits_);
+  }
+
+  // Answers frame `index` with a header carrying only the failure; the stream goes on.
+  void WriteFrameError(int64_t index, const absl::Status& status) {
+    messages_.reset();
+    response_.Clear();
+    response_.set_frame_index(index);
+    response_.mutable_header()->set_request_id(request_id_);
+    response_.mutable_status()->set_code(static_cast<int>(status.code()));
+    response_.mutable_status()->set_message(std::string(status.message()));
+    StartWrite(&response_);
+  }
+
+  void FinishWith(const absl::Status& status) {
+    if (finished_.exchange(true)) return;
+    if (ctx_->metrics) {
+      ctx_->metrics->ObserveRequest(kService, "Stream", CodeName(status.code()),
+                                    SecondsSince(accepted_));
+      ctx_->metrics->InFlightAdd(kService, "Stream", -1);
+    }
+    Finish(ToGrpcStatus(status));
+  }
+
+  ServiceContext* ctx_;
+  hologram::Limits limits_;
+  grpc::CallbackServerContext* context_;
+  Clock::time_point accepted_;
+  v1::HologramFrameRequest request_;
+  v1::HologramFrameResponse response_;
+  bool configured_ = false;
+  hologram::HologramOptions base_;
+  v1::DeviceHint hint_;
+  DevicePreference preference_ = DevicePreference::kAny;
+  int64_t chunk_bytes_ = 0;
+  std::string request_id_;
+  int64_t next_frame_ = 0;
+  std::optional<ResultMessages> messages_;
+  std::atomic<bool> finished_{false};
+  std::mutex mu_;
+  std::shared_ptr<Job> job_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Reconstruct: config (+ inline field) or config + field chunks in, one image out.
+
+class ReconstructCall : public grpc::ServerReadReactor<v1::ReconstructRequest> {
+ public:
+  ReconstructCall(ServiceContext* ctx, const hologram::Limits& limits,
+                  grpc::CallbackServerContext* context, v1::ReconstructResponse* response)
+      : ctx_(ctx), limits_(limits), context_(context), response_(response),
+        accepted_(Clock::now()) {
+    if (ctx_->metrics) ctx_->metrics->InFlightAdd(kService, "Reconstruct", 1);
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      absl::Status st = Run();
+      if (!st.ok()) FinishWith(st);
+      return;
+    }
+    absl::Status st = Take();
+    if (!st.ok()) {
+      FinishWith(st);
+      return;
+    }
+    StartRead(&request_);
+  }
+
+  void OnCancel() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (job_) job_->Cancel();
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  // One incoming message.
+  absl::Status Take() {
+    if (!have_config_) {
+      if (request_.msg_case() != v1::ReconstructRequest::kConfig) {
+        return absl::InvalidArgumentError("config: the first message must carry the config");
+      }
+      config_ = std::move(*request_.mutable_config());
+      have_config_ = true;
+      inline_field_ = config_.field().shape_size() > 0 || !config_.field().data().empty();
+      return absl::OkStatus();
+    }
+    if (request_.msg_case() != v1::ReconstructRequest::kFieldChunk) {
+      return absl::InvalidArgumentError(
+          "config: only the first message may carry the config; the rest are field_chunk");
+    }
+    if (inline_field_) {
+      return absl::InvalidArgumentError(
+          "field_chunk: the field was already sent inline in config.field");
+    }
+    if (field_complete_) {
+      return absl::InvalidArgumentError("field_chunk: a chunk after the one marked last");
+    }
+    // complex128 is the widest dtype the kernel takes.
+    const int64_t max_bytes = limits_.max_pixels * 16;
+    FRESNEL_ASSIGN_OR_RETURN(field_complete_,
+                             assembler_.Add(std::move(*request_.mutable_field_chunk()), "field",
+                                            max_bytes));
+    any_chunk_ = true;
+    return absl::OkStatus();
+  }
+
+  absl::Status Run() {
+    if (!have_config_) {
+      return absl::InvalidArgumentError("config: the stream ended before a config message");
+    }
+    auto field = std::make_shared<HostArray>();
+    if (inline_field_) {
+      FRESNEL_ASSIGN_OR_RETURN(*field, FromProto(std::move(*config_.mutable_field()), "field"));
+    } else if (!any_chunk_) {
+      return absl::InvalidArgumentError(
+          "field: no field was sent (config.field, or field_chunk messages)");
+    } else if (!field_complete_) {
+      return absl::InvalidArgumentError(
+          "field: the stream ended before the chunk marked last");
+    } else {
+      FRESNEL_ASSIGN_OR_RETURN(*field, assembler_.Take("field"));
+    }
+    if (field->ndim() != 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "field: must be 2-D [height, width], got shape ", ShapeString(field->shape())));
+    }
+    const int64_t image_bytes = field->size();
+    if (image_bytes + kEnvelopeBytes > ctx_->max_message_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "image: the reconstruction would be ", image_bytes,
+          " bytes, over the server's max message size of ", ctx_->max_message_bytes, " bytes"));
+    }
+    hologram::AsmOptions options;
+    options.pitch_m = config_.pitch_m();
+    options.wavelength_m = config_.wavelength_m();
+    options.depth_m = config_.depth_m();
+    FRESNEL_ASSIGN_OR_RETURN(options.source, SourceFromProto(config_.source(), "source"));
+    if (ctx_->metrics) {
+      ctx_->metrics->AddPayload(kService, "Reconstruct", "in",
+                                static_cast<double>(field->nbytes()));
+    }
+    auto result = std::make_shared<hologram::Reconstruction>();
+    auto job = std::make_shared<Job>();
+    job->service = kService;
+    job->method = "Reconstruct";
+    job->preference = PreferenceOf(config_.device());
+    job->deadline = DeadlineOf(context_);
+    // The field, its spectrum and the propagated field (complex64 on the device) and the image.
+    job->device_bytes = field->size() * (8 * 3 + 1);
+    const hologram::Limits limits = limits_;
+    job->run = [field, result, options, limits](const Device& device,
+                                                StageTimes* times) -> absl::Status {
+      FRESNEL_ASSIGN_OR_RETURN(*result,
+                               hologram::ReconstructAsm(device, *field, options, times, limits));
+      *field = HostArray();
+      return absl::OkStatus();
+    };
+    const std::string request_id = RequestIdOr(config_.request_id());
+    job->done = [this, result, request_id](const absl::Status& status, const JobReport& report) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        job_.reset();
+      }
+      if (status.ok()) {
+        response_->set_request_id(request_id);
+        response_->set_scale(result->scale);
+        if (ctx_->metrics) {
+          ctx_->metrics->AddPayload(kService, "Reconstruct", "out",
+                                    static_cast<double>(result->image.nbytes()));
+        }
+        ToProto(std::move(result->image), response_->mutable_image());
+        FillExecutionInfo(report, SecondsSince(accepted_), response_->mutable_info());
+      }
+      FinishWith(status);
+    };
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      job_ = job;
+    }
+    absl::Status submitted = ctx_->pool->Submit(job);
+    if (!submitted.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      job_.reset();
+      return submitted;
+    }
+    return absl::OkStatus();
+  }
+
+  void FinishWith(const absl::Status& status) {
+    if (finished_.exchange(true)) return;
+    if (ctx_->metrics) {
+      ctx_->metrics->ObserveRequest(kService, "Reconstruct", CodeName(status.code()),
+                                    SecondsSince(accepted_));
+      ctx_->metrics->InFlightAdd(kService, "Reconstruct", -1);
+    }
+    Finish(ToGrpcStatus(status));
+  }
+
+  ServiceContext* ctx_;
+  hologram::Limits limits_;
+  grpc::CallbackServerContext* context_;
+  v1::ReconstructResponse* response_;
+  Clock::time_point accepted_;
+  v1::ReconstructRequest request_;
+  v1::ReconstructConfig config_;
+  bool have_config_ = false;
+  bool inline_field_ = false;
+  bool any_chunk_ = false;
+  bool field_complete_ = false;
+  ChunkAssembler assembler_;
+  std::atomic<bool> finished_{false};
+  std::mutex mu_;
+  std::shared_ptr<Job> job_;
+};
+
+}  // namespace
+
+grpc::ServerWriteReactor<v1::RenderResponse>* HologramService::Render(
+    grpc::CallbackServerContext* context, const v1::RenderRequest* request) {
+  return new RenderCall(ctx_, limits_, context, *request);
+}
+
+grpc::ServerBidiReactor<v1::HologramFrameRequest, v1::HologramFrameResponse>*
+HologramService::Stream(grpc::CallbackServerContext* context) {
+  return new StreamCall(ctx_, limits_, context);
+}
+
+grpc::ServerReadReactor<v1::ReconstructRequest>* HologramService::Reconstruct(
+    grpc::CallbackServerContext* context, v1::ReconstructResponse* response) {
+  return new ReconstructCall(ctx_, limits_, context, response);
+}
+
+}  // namespace fresnel::server

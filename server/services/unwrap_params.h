@@ -1,0 +1,91 @@
+// Proto <-> fresnel::unwrap for the unwrap service: request parsing and validation, the run
+// function shared by the synchronous Unwrap call and the jobs, and the result's proto form.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "fresnel/core/array.h"
+#include "fresnel/core/device.h"
+#include "fresnel/unwrap/unwrap.h"
+#include "fresnel/v1/unwrap.pb.h"
+#include "server/device_pool.h"
+#include "server/jobs.h"
+
+namespace fresnel::server {
+
+// "goldstein" / "least_squares": the job store's method label and the CLI's names.
+const char* UnwrapMethodName(v1::UnwrapMethod method);
+
+// A parsed and validated request.
+struct UnwrapInput {
+  v1::UnwrapMethod method = v1::UNWRAP_METHOD_GOLDSTEIN;
+  HostArray phase;
+  std::optional<HostArray> mask;
+  std::optional<HostArray> quality;
+  std::optional<unwrap::Pixel> seed;
+  int iterations_per_radius = 8;
+  bool return_maps = true;  // Goldstein
+  bool congruent = true;    // least squares
+  DevicePreference preference = DevicePreference::kAny;
+  std::string request_id;
+  unwrap::Limits limits;
+
+  int64_t rows() const { return phase.dim(0); }
+  int64_t cols() const { return phase.dim(1); }
+  int64_t InputBytes() const;
+  // Bytes of the arrays the result holds (exact: what Unwrap and Get send).
+  int64_t OutputBytes() const;
+  // Upper bound of the device memory a CUDA run takes, for placement.
+  int64_t DeviceBytes() const;
+  // Identifies the request (method, options, dtypes, shapes and the arrays' bytes) for the
+  // idempotency check.
+  uint64_t Fingerprint() const;
+};
+
+// Parses `request` (everything but its arrays) together with the arrays, which are passed
+// separately because Submit may receive them in chunks. Checks the method and its options,
+// dtypes, shapes and limits (fresnel::unwrap's own validation) and also the values: unmasked
+// phase must be finite and within the wrapped range, unmasked quality finite. The kernels check
+// the values too, on the device that runs them; checking here turns bad input into
+// INVALID_ARGUMENT at once instead of an accepted job that fails. Messages name the field.
+absl::StatusOr<UnwrapInput> ParseUnwrap(const v1::UnwrapRequest& request, HostArray phase,
+                                        std::optional<HostArray> mask,
+                                        std::optional<HostArray> quality,
+                                        const unwrap::Limits& limits);
+
+// The same for a request carrying its arrays inline; their bytes are moved out of `request`.
+absl::StatusOr<UnwrapInput> ParseUnwrap(v1::UnwrapRequest* request, const unwrap::Limits& limits);
+
+// A finished unwrap: what the job store keeps and what Unwrap/Get send.
+class UnwrapOutput : public JobOutput {
+ public:
+  v1::UnwrapMethod method = v1::UNWRAP_METHOD_GOLDSTEIN;
+  HostArray unwrapped;
+  HostArray residues, cuts, regions, unreached;  // empty without maps
+  unwrap::GoldsteinStats stats;                  // least squares: masked_pixels only
+  unwrap::GoldsteinStageTimes stage_times;
+
+  int64_t bytes() const override;
+  // The non-empty arrays, in the order Get sends them.
+  std::vector<std::pair<v1::UnwrapArray, const HostArray*>> Arrays() const;
+};
+
+// Runs the input on `device`. `progress` (may be empty) gets the stage name, the fraction of the
+// stage done and of the whole job (each of the method's stages counts equally); returning false
+// cancels the run (CancelledError).
+absl::StatusOr<std::shared_ptr<UnwrapOutput>> RunUnwrap(const Device& device,
+                                                        const UnwrapInput& input, StageTimes* times,
+                                                        const JobProgressFn& progress);
+
+// Fills method, stats and stage times (not the arrays, not the ExecutionInfo).
+void FillResultHeader(const UnwrapOutput& output, v1::UnwrapResponse* response);
+// Moves the arrays into the response's inline NdArray fields.
+void MoveArraysInto(UnwrapOutput* output, v1::UnwrapResponse* response);
+
+}  // namespace fresnel::server

@@ -1,0 +1,588 @@
+#include "server/services/unwrap_service.h"
+
+#include <array>
+#include <deque>
+#include <mutex>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "fresnel/core/status.h"
+#include "fresnel/v1/array_convert.h"
+#include "server/jobs.h"
+#include "server/services/unwrap_params.h"
+#include "server/status_util.h"
+
+namespace fresnel::server {
+namespace {
+
+constexpr char kService[] = "fresnel.v1.UnwrapService";
+// Room for a message's other fields next to its array bytes.
+constexpr int64_t kEnvelopeBytes = 16 << 10;
+
+// Request metrics of one call: in flight from construction, duration and code at Done().
+class RpcRecord {
+ public:
+  RpcRecord(Metrics* metrics, const char* method)
+      : metrics_(metrics), method_(method), accepted_(Clock::now()) {
+    if (metrics_) metrics_->InFlightAdd(kService, method_, 1);
+  }
+  void Done(const absl::Status& status) {
+    if (done_ || !metrics_) return;
+    done_ = true;
+    const double s = std::chrono::duration<double>(Clock::now() - accepted_).count();
+    metrics_->ObserveRequest(kService, method_, CodeName(status.code()), s);
+    metrics_->InFlightAdd(kService, method_, -1);
+  }
+  void Payload(const char* direction, double bytes) {
+    if (metrics_) metrics_->AddPayload(kService, method_, direction, bytes);
+  }
+
+ private:
+  Metrics* metrics_;
+  const char* method_;
+  Clock::time_point accepted_;
+  bool done_ = false;
+};
+
+void SetTime(std::chrono::system_clock::time_point t, google::protobuf::Timestamp* out) {
+  const auto ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+  out->set_seconds(ns / 1000000000);
+  out->set_nanos(static_cast<int32_t>(ns % 1000000000));
+}
+
+v1::JobState StateToProto(JobState state) {
+  switch (state) {
+    case JobState::kQueued: return v1::JOB_STATE_QUEUED;
+    case JobState::kRunning: return v1::JOB_STATE_RUNNING;
+    case JobState::kDone: return v1::JOB_STATE_DONE;
+    case JobState::kFailed: return v1::JOB_STATE_FAILED;
+    case JobState::kCancelled: return v1::JOB_STATE_CANCELLED;
+  }
+  return v1::JOB_STATE_UNSPECIFIED;
+}
+
+bool TerminalProto(v1::JobState state) {
+  return state == v1::JOB_STATE_DONE || state == v1::JOB_STATE_FAILED ||
+         state == v1::JOB_STATE_CANCELLED;
+}
+
+void JobToProto(const JobSnapshot& s, v1::UnwrapJob* out) {
+  out->set_job_id(s.id);
+  out->set_state(StateToProto(s.state));
+  out->set_method(s.method == UnwrapMethodName(v1::UNWRAP_METHOD_LEAST_SQUARES)
+                      ? v1::UNWRAP_METHOD_LEAST_SQUARES
+                      : v1::UNWRAP_METHOD_GOLDSTEIN);
+  out->set_dtype(ToProto(s.dtype));
+  out->mutable_shape()->Assign(s.shape.begin(), s.shape.end());
+  out->set_stage(s.stage);
+  out->set_stage_fraction(s.stage_fraction);
+  out->set_progress(s.progress);
+  out->set_cancel_requested(s.cancel_requested);
+  if (!s.status.ok()) {
+    out->mutable_status()->set_code(static_cast<int32_t>(s.status.code()));
+    out->mutable_status()->set_message(std::string(s.status.message()));
+  }
+  const std::chrono::system_clock::time_point unset{};
+  SetTime(s.created, out->mutable_created());
+  if (s.started != unset) SetTime(s.started, out->mutable_started());
+  if (IsTerminal(s.state)) {
+    SetTime(s.finished, out->mutable_finished());
+    SetTime(s.expires, out->mutable_expires());
+  }
+  out->set_device(s.report.device);
+  out->set_result_bytes(s.result_bytes);
+  out->set_request_id(s.request_id);
+}
+
+absl::Status RequireJobId(const std::string& id) {
+  if (id.empty()) return absl::InvalidArgumentError("job_id: required");
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Submit: reads the header and the chunks of the arrays it left out; creates the job when the
+// client half-closes.
+
+class SubmitCall : public grpc::ServerReadReactor<v1::SubmitRequest> {
+ public:
+  SubmitCall(ServiceContext* ctx, grpc::CallbackServerContext* context,
+             v1::SubmitResponse* response)
+      : ctx_(ctx), context_(context), response_(response), record_(ctx->metrics, "Submit") {
+    const int64_t pixels = ctx_->unwrap_limits.max_pixels;
+    const int64_t cap = ctx_->jobs->options().memory_bytes;
+    // No array can be larger than the limits allow, nor than the job store could hold.
+    max_bytes_ = {std::min(pixels * 8, cap), std::min(pixels, cap), std::min(pixels * 8, cap)};
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      if (context_->IsCancelled()) {
+        FinishWith(absl::CancelledError("the client cancelled the upload"));
+      } else {
+        CreateJob();
+      }
+      return;
+    }
+    absl::Status st = Take();
+    if (!st.ok()) {
+      FinishWith(st);
+      return;
+    }
+    StartRead(&request_);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  static constexpr const char* kNames[3] = {"phase", "mask", "quality"};
+
+  bool Inline(int i) const {
+    const v1::UnwrapRequest& r = header_.request();
+    return i == 0 ? r.has_phase() : i == 1 ? r.has_mask() : r.has_quality();
+  }
+
+  absl::Status Take() {
+    if (!have_header_) {
+      if (request_.msg_case() != v1::SubmitRequest::kHeader) {
+        return absl::InvalidArgumentError("header: the first message must carry the header");
+      }
+      header_ = std::move(*request_.mutable_header());
+      have_header_ = true;
+      return absl::OkStatus();
+    }
+    if (request_.msg_case() != v1::SubmitRequest::kChunk) {
+      return absl::InvalidArgumentError("chunk: every message after the header must carry a chunk");
+    }
+    v1::UnwrapArrayChunk& c = *request_.mutable_chunk();
+    int i;
+    switch (c.array()) {
+      case v1::UNWRAP_ARRAY_PHASE: i = 0; break;
+      case v1::UNWRAP_ARRAY_MASK: i = 1; break;
+      case v1::UNWRAP_ARRAY_QUALITY: i = 2; break;
+      default:
+        return absl::InvalidArgumentError(absl::StrCat(
+            "chunk.array must be PHASE, MASK or QUALITY, got ", static_cast<int>(c.array())));
+    }
+    if (Inline(i)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(kNames[i], ": sent both inline in the header and in chunks"));
+    }
+    record_.Payload("in", static_cast<double>(c.chunk().data().size()));
+    FRESNEL_ASSIGN_OR_RETURN(
+        bool complete, assemblers_[i].Add(std::move(*c.mutable_chunk()), kNames[i], max_bytes_[i]));
+    chunked_[i] = true;
+    complete_[i] = complete;
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::optional<HostArray>> TakeArray(int i) {
+    if (Inline(i)) {
+      v1::UnwrapRequest& r = *header_.mutable_request();
+      v1::NdArray* inline_array = i == 0   ? r.mutable_phase()
+                                  : i == 1 ? r.mutable_mask()
+                                           : r.mutable_quality();
+      record_.Payload("in", static_cast<double>(inline_array->data().size()));
+      FRESNEL_ASSIGN_OR_RETURN(HostArray a, FromProto(std::move(*inline_array), kNames[i]));
+      return std::optional<HostArray>(std::move(a));
+    }
+    if (!chunked_[i]) return std::optional<HostArray>();
+    if (!complete_[i]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(kNames[i], ": the upload ended before the chunk marked last"));
+    }
+    FRESNEL_ASSIGN_OR_RETURN(HostArray a, assemblers_[i].Take(kNames[i]));
+    return std::optional<HostArray>(std::move(a));
+  }
+
+  void CreateJob() {
+    if (!have_header_) {
+      FinishWith(absl::InvalidArgumentError("header: the stream ended before the header"));
+      return;
+    }
+    FinishWith(DoCreateJob());
+  }
+
+  absl::Status DoCreateJob() {
+    FRESNEL_ASSIGN_OR_RETURN(std::optional<HostArray> phase, TakeArray(0));
+    FRESNEL_ASSIGN_OR_RETURN(std::optional<HostArray> mask, TakeArray(1));
+    FRESNEL_ASSIGN_OR_RETURN(std::optional<HostArray> quality, TakeArray(2));
+    const v1::UnwrapRequest& req = header_.request();
+    if (!phase) {
+      return absl::InvalidArgumentError("phase: required (inline in the header or in chunks)");
+    }
+    FRESNEL_ASSIGN_OR_RETURN(
+        UnwrapInput input, ParseUnwrap(req, *std::move(phase), std::move(mask), std::move(quality),
+                                       ctx_->unwrap_limits));
+    JobSpec spec;
+    spec.method = UnwrapMethodName(input.method);
+    spec.dtype = input.phase.dtype();
+    spec.shape = input.phase.shape();
+    spec.request_id = RequestIdOr(input.request_id);
+    spec.idempotency_key = header_.idempotency_key();
+    if (!spec.idempotency_key.empty()) spec.fingerprint = input.Fingerprint();
+    spec.input_bytes = input.InputBytes();
+    spec.output_bytes = input.OutputBytes();
+    spec.service = kService;
+    spec.rpc_method = "Submit";
+    spec.preference = input.preference;
+    spec.device_bytes = input.DeviceBytes();
+    auto shared = std::make_shared<const UnwrapInput>(std::move(input));
+    spec.run = [shared](const Device& device, StageTimes* times, const JobProgressFn& progress)
+        -> absl::StatusOr<std::shared_ptr<const JobOutput>> {
+      FRESNEL_ASSIGN_OR_RETURN(std::shared_ptr<UnwrapOutput> out,
+                               RunUnwrap(device, *shared, times, progress));
+      return std::shared_ptr<const JobOutput>(std::move(out));
+    };
+    FRESNEL_ASSIGN_OR_RETURN(JobStore::Submitted submitted, ctx_->jobs->Submit(std::move(spec)));
+    JobToProto(submitted.job, response_->mutable_job());
+    response_->set_existing(submitted.existing);
+    return absl::OkStatus();
+  }
+
+  void FinishWith(const absl::Status& status) {
+    record_.Done(status);
+    Finish(ToGrpcStatus(status));
+  }
+
+  ServiceContext* ctx_;
+  grpc::CallbackServerContext* context_;
+  v1::SubmitResponse* response_;
+  RpcRecord record_;
+  v1::SubmitRequest request_;
+  v1::SubmitHeader header_;
+  bool have_header_ = false;
+  std::array<ChunkAssembler, 3> assemblers_;
+  std::array<bool, 3> chunked_{false, false, false};
+  std::array<bool, 3> complete_{false, false, false};
+  std::array<int64_t, 3> max_bytes_{0, 0, 0};
+};
+
+// ---------------------------------------------------------------------------------------------
+// Watch: a JobStore listener feeding a write reactor. The store calls Push (under its lock) for
+// the current state and every change; Push queues the state and starts a write when none is in
+// flight, and OnWriteDone starts the next one. Nothing here waits: a slow client only makes
+// progress updates merge in the queue.
+
+class WatchCall : public grpc::ServerWriteReactor<v1::UnwrapJob> {
+ public:
+  WatchCall(ServiceContext* ctx, const v1::WatchRequest* request)
+      : ctx_(ctx), record_(ctx->metrics, "Watch"), job_id_(request->job_id()) {
+    if (absl::Status st = RequireJobId(job_id_); !st.ok()) {
+      FinishOnce(st);
+      return;
+    }
+    if (request->once()) {
+      absl::StatusOr<JobSnapshot> snap = ctx_->jobs->Get(job_id_);
+      if (!snap.ok()) {
+        FinishOnce(snap.status());
+        return;
+      }
+      JobToProto(*snap, &current_);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        finished_ = true;
+      }
+      record_.Done(absl::OkStatus());
+      StartWriteAndFinish(&current_, grpc::WriteOptions(), grpc::Status::OK);
+      return;
+    }
+    // Push queues the first state during Subscribe; writing starts once `ready_` is set, so that
+    // OnDone cannot run before the subscription token is stored.
+    absl::StatusOr<uint64_t> token =
+        ctx_->jobs->Subscribe(job_id_, [this](const JobSnapshot& s) { Push(s); });
+    if (!token.ok()) {
+      FinishOnce(token.status());
+      return;
+    }
+    std::unique_lock<std::mutex> lock(mu_);
+    token_ = *token;
+    subscribed_ = true;
+    ready_ = true;
+    Pump(lock);
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    writing_ = false;
+    if (!ok) {
+      FinishLocked(lock, absl::CancelledError("the client stopped reading"));
+    } else if (wrote_terminal_) {
+      FinishLocked(lock, absl::OkStatus());
+    } else if (cancelled_) {
+      FinishLocked(lock, absl::CancelledError("the client cancelled the call"));
+    } else {
+      Pump(lock);
+    }
+  }
+
+  void OnCancel() override {
+    std::unique_lock<std::mutex> lock(mu_);
+    cancelled_ = true;
+    if (!writing_) FinishLocked(lock, absl::CancelledError("the client cancelled the call"));
+  }
+
+  void OnDone() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      finished_ = true;
+    }
+    // Afterwards the store will not call Push again.
+    if (subscribed_) ctx_->jobs->Unsubscribe(job_id_, token_);
+    delete this;
+  }
+
+ private:
+  void Push(const JobSnapshot& snap) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (finished_) return;
+    v1::UnwrapJob msg;
+    JobToProto(snap, &msg);
+    // Progress of a running job replaces progress the client has not been sent yet; every state
+    // change is kept.
+    if (!pending_.empty() && msg.state() == v1::JOB_STATE_RUNNING &&
+        pending_.back().state() == v1::JOB_STATE_RUNNING &&
+        pending_.back().cancel_requested() == msg.cancel_requested()) {
+      pending_.back() = std::move(msg);
+    } else {
+      pending_.push_back(std::move(msg));
+    }
+    Pump(lock);
+  }
+
+  // Starts the next write if none is in flight. Releases the lock.
+  void Pump(std::unique_lock<std::mutex>& lock) {
+    if (!ready_ || writing_ || finished_ || pending_.empty()) return;
+    current_ = std::move(pending_.front());
+    pending_.pop_front();
+    writing_ = true;
+    wrote_terminal_ = TerminalProto(current_.state());
+    lock.unlock();
+    StartWrite(&current_);
+  }
+
+  void FinishLocked(std::unique_lock<std::mutex>& lock, const absl::Status& status) {
+    if (finished_) return;
+    finished_ = true;
+    lock.unlock();
+    record_.Done(status);
+    Finish(ToGrpcStatus(status));
+  }
+
+  void FinishOnce(const absl::Status& status) {
+    std::unique_lock<std::mutex> lock(mu_);
+    FinishLocked(lock, status);
+  }
+
+  ServiceContext* ctx_;
+  RpcRecord record_;
+  const std::string job_id_;
+  std::mutex mu_;
+  std::deque<v1::UnwrapJob> pending_;
+  v1::UnwrapJob current_;  // the message being written
+  bool ready_ = false;
+  bool writing_ = false;
+  bool wrote_terminal_ = false;
+  bool cancelled_ = false;
+  bool finished_ = false;
+  bool subscribed_ = false;
+  uint64_t token_ = 0;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Get: the result header, then each array in chunks, one message in flight at a time. Chunks are
+// cut from the stored result as they are sent (no copy of the whole result).
+
+class GetCall : public grpc::ServerWriteReactor<v1::GetUnwrapResultResponse> {
+ public:
+  GetCall(ServiceContext* ctx, const v1::GetUnwrapResultRequest* request)
+      : ctx_(ctx), record_(ctx->metrics, "Get") {
+    absl::Status st = Start(*request);
+    if (!st.ok()) {
+      record_.Done(st);
+      Finish(ToGrpcStatus(st));
+    }
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      FinishWith(absl::CancelledError("the client stopped reading"));
+      return;
+    }
+    if (array_ == arrays_.size()) {
+      FinishWith(absl::OkStatus());
+      return;
+    }
+    WriteNextChunk();
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  absl::Status Start(const v1::GetUnwrapResultRequest& request) {
+    FRESNEL_RETURN_IF_ERROR(RequireJobId(request.job_id()));
+    if (request.max_chunk_bytes() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("max_chunk_bytes must be >= 0, got ", request.max_chunk_bytes()));
+    }
+    FRESNEL_ASSIGN_OR_RETURN(JobStore::Result result, ctx_->jobs->GetResult(request.job_id()));
+    output_ = std::dynamic_pointer_cast<const UnwrapOutput>(result.output);
+    if (!output_) return absl::InternalError("job output is not an unwrap result");
+    chunk_bytes_ = std::max<int64_t>(1024, ctx_->max_message_bytes - kEnvelopeBytes);
+    if (request.max_chunk_bytes() > 0) {
+      chunk_bytes_ = std::min(chunk_bytes_, request.max_chunk_bytes());
+    }
+    arrays_ = output_->Arrays();
+    v1::UnwrapResponse* header = response_.mutable_result();
+    header->set_request_id(result.job.request_id);
+    FillResultHeader(*output_, header);
+    FillExecutionInfo(result.job.report, result.job.total_s, header->mutable_info());
+    for (const auto& a : arrays_) header->add_chunked_arrays(a.first);
+    StartWrite(&response_);
+    return absl::OkStatus();
+  }
+
+  void WriteNextChunk() {
+    const auto& [which, array] = arrays_[array_];
+    response_.Clear();
+    v1::UnwrapArrayChunk* c = response_.mutable_chunk();
+    c->set_array(which);
+    *c->mutable_chunk() = ArrayChunkAt(*array, offset_, chunk_bytes_);
+    record_.Payload("out", static_cast<double>(c->chunk().data().size()));
+    if (c->chunk().last()) {
+      ++array_;
+      offset_ = 0;
+    } else {
+      offset_ += chunk_bytes_;
+    }
+    StartWrite(&response_);
+  }
+
+  void FinishWith(const absl::Status& status) {
+    record_.Done(status);
+    Finish(ToGrpcStatus(status));
+  }
+
+  ServiceContext* ctx_;
+  RpcRecord record_;
+  std::shared_ptr<const UnwrapOutput> output_;  // kept even if the job is dropped meanwhile
+  std::vector<std::pair<v1::UnwrapArray, const HostArray*>> arrays_;
+  size_t array_ = 0;
+  int64_t offset_ = 0;
+  int64_t chunk_bytes_ = 0;
+  v1::GetUnwrapResultResponse response_;
+};
+
+}  // namespace
+
+grpc::ServerUnaryReactor* UnwrapService::Unwrap(grpc::CallbackServerContext* context,
+                                                const v1::UnwrapRequest* request,
+                                                v1::UnwrapResponse* response) {
+  auto* call = new UnaryJobCall(ctx_, context, kService, "Unwrap");
+  const int64_t in_bytes =
+      static_cast<int64_t>(request->phase().data().size() + request->mask().data().size() +
+                           request->quality().data().size());
+  // The request lives until the call finishes and nothing reads its arrays again: take their
+  // bytes instead of copying them.
+  absl::StatusOr<UnwrapInput> input =
+      ParseUnwrap(const_cast<v1::UnwrapRequest*>(request), ctx_->unwrap_limits);
+  if (!input.ok()) {
+    call->Reject(input.status());
+    return call;
+  }
+  const int64_t out_bytes = input->OutputBytes();
+  if (out_bytes + kEnvelopeBytes > ctx_->max_message_bytes) {
+    call->Reject(absl::ResourceExhaustedError(
+        absl::StrCat("unwrapped: the result would be ", out_bytes,
+                     " bytes, over the server's max message "
+                     "size of ",
+                     ctx_->max_message_bytes, " bytes; use Submit and Get, which send it in chunks",
+                     input->return_maps ? " (or set options.return_maps = false)" : "")));
+    return call;
+  }
+  Metrics* metrics = ctx_->metrics;
+  if (metrics) metrics->AddPayload(kService, "Unwrap", "in", static_cast<double>(in_bytes));
+  response->set_request_id(RequestIdOr(input->request_id));
+
+  struct State {
+    UnwrapInput input;
+    std::shared_ptr<UnwrapOutput> output;
+  };
+  auto state = std::make_shared<State>();
+  auto job = std::make_shared<Job>();
+  job->preference = input->preference;
+  job->device_bytes = input->DeviceBytes();
+  state->input = *std::move(input);
+  std::weak_ptr<Job> weak_job = job;
+  job->run = [state, weak_job](const Device& device, StageTimes* times) -> absl::Status {
+    // The hook only stops the kernel once the client has cancelled the call.
+    JobProgressFn until_cancelled = [weak_job](const std::string&, double, double) {
+      std::shared_ptr<Job> j = weak_job.lock();
+      return !(j && j->cancelled());
+    };
+    FRESNEL_ASSIGN_OR_RETURN(state->output,
+                             RunUnwrap(device, state->input, times, until_cancelled));
+    state->input = UnwrapInput();  // free the input before the reply
+    return absl::OkStatus();
+  };
+  call->Start(std::move(job), [state, response, metrics](const JobReport& report, double total) {
+    FillResultHeader(*state->output, response);
+    if (metrics) {
+      metrics->AddPayload(kService, "Unwrap", "out", static_cast<double>(state->output->bytes()));
+    }
+    MoveArraysInto(state->output.get(), response);
+    FillExecutionInfo(report, total, response->mutable_info());
+    return absl::OkStatus();
+  });
+  return call;
+}
+
+grpc::ServerReadReactor<v1::SubmitRequest>* UnwrapService::Submit(
+    grpc::CallbackServerContext* context, v1::SubmitResponse* response) {
+  return new SubmitCall(ctx_, context, response);
+}
+
+grpc::ServerWriteReactor<v1::UnwrapJob>* UnwrapService::Watch(grpc::CallbackServerContext*,
+                                                              const v1::WatchRequest* request) {
+  return new WatchCall(ctx_, request);
+}
+
+grpc::ServerWriteReactor<v1::GetUnwrapResultResponse>* UnwrapService::Get(
+    grpc::CallbackServerContext*, const v1::GetUnwrapResultRequest* request) {
+  return new GetCall(ctx_, request);
+}
+
+grpc::ServerUnaryReactor* UnwrapService::Cancel(grpc::CallbackServerContext* context,
+                                                const v1::CancelUnwrapRequest* request,
+                                                v1::UnwrapJob* response) {
+  RpcRecord record(ctx_->metrics, "Cancel");
+  absl::Status status = RequireJobId(request->job_id());
+  if (status.ok()) {
+    absl::StatusOr<JobSnapshot> snap = ctx_->jobs->Cancel(request->job_id());
+    status = snap.status();
+    if (snap.ok()) JobToProto(*snap, response);
+  }
+  record.Done(status);
+  auto* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* UnwrapService::List(grpc::CallbackServerContext* context,
+                                              const v1::ListUnwrapJobsRequest* request,
+                                              v1::ListUnwrapJobsResponse* response) {
+  RpcRecord record(ctx_->metrics, "List");
+  absl::StatusOr<JobStore::Page> page =
+      ctx_->jobs->List(request->page_size(), request->page_token());
+  if (page.ok()) {
+    for (const JobSnapshot& s : page->jobs) JobToProto(s, response->add_jobs());
+    response->set_next_page_token(page->next_page_token);
+  }
+  record.Done(page.status());
+  auto* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(page.status()));
+  return reactor;
+}
+
+}  // namespace fresnel::server

@@ -1,0 +1,342 @@
+// GPU tests of phase unwrapping ([gpu]; they skip without a CUDA device): Goldstein on CUDA must
+// equal the CPU reference bit for bit on fresh random inputs; least squares must agree to float32
+// rounding; errors and progress behave as on the CPU.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "fresnel/core/device.h"
+#include "fresnel/unwrap/unwrap.h"
+#include "pairing_replay.h"
+#include "support/test_support.h"
+#include "synthetic_phase.h"
+#include "unwrap_checks.h"
+
+namespace fresnel::unwrap {
+namespace {
+
+using fresnel::testing::SkipWithoutGpu;
+using fresnel::testing::TestGpu;
+using testing::At;
+using testing::CheckGoldsteinInvariants;
+using testing::FreshSeed;
+using testing::MakeSynthetic;
+using testing::RandomMask;
+using testing::RandomPhase;
+using testing::SyntheticSpec;
+
+// "" when equal, else where the first difference is.
+std::string FirstDifference(const char* name, const HostArray& a, const HostArray& b) {
+  if (a.shape() != b.shape() || a.dtype() != b.dtype()) {
+    return std::string(name) + ": shape or dtype differs";
+  }
+  if (a.bytes() == b.bytes()) return "";
+  const size_t elem = DTypeSize(a.dtype());
+  int64_t count = 0, first = -1;
+  for (int64_t i = 0; i < a.size(); ++i) {
+    if (std::memcmp(a.bytes().data() + i * elem, b.bytes().data() + i * elem, elem) != 0) {
+      if (first < 0) first = i;
+      ++count;
+    }
+  }
+  std::ostringstream os;
+  const int64_t cols = a.ndim() == 2 ? a.dim(1) : 1;
+  os << name << ": " << count << " elements differ, first at [" << first / cols << ","
+     << first % cols << "]";
+  if (a.dtype() == DType::kFloat32 || a.dtype() == DType::kFloat64) {
+    os << " cpu " << At(a, first) << " gpu " << At(b, first);
+  } else if (a.dtype() == DType::kInt32) {
+    os << " cpu " << a.data<int32_t>()[first] << " gpu " << b.data<int32_t>()[first];
+  } else if (a.dtype() == DType::kInt16) {
+    os << " cpu " << a.data<int16_t>()[first] << " gpu " << b.data<int16_t>()[first];
+  } else {
+    os << " cpu " << int{a.data<uint8_t>()[first]} << " gpu " << int{b.data<uint8_t>()[first]};
+  }
+  return os.str();
+}
+
+void CheckBitExact(const HostArray& phase, const GoldsteinOptions& options,
+                   const std::string& label) {
+  INFO(label);
+  auto cpu = UnwrapGoldstein(Device::Cpu(), phase, options);
+  REQUIRE(cpu.ok());
+  auto gpu = UnwrapGoldstein(*TestGpu(), phase, options);
+  INFO("gpu status " << gpu.status().ToString());
+  REQUIRE(gpu.ok());
+  // Maps first: they localise a divergence (residues -> cuts -> regions -> values).
+  CHECK(FirstDifference("residues", cpu->residues, gpu->residues) == "");
+  CHECK(FirstDifference("cuts", cpu->cuts, gpu->cuts) == "");
+  CHECK(FirstDifference("regions", cpu->regions, gpu->regions) == "");
+  CHECK(FirstDifference("unreached", cpu->unreached, gpu->unreached) == "");
+  CHECK(FirstDifference("unwrapped", cpu->unwrapped, gpu->unwrapped) == "");
+  const GoldsteinStats &a = cpu->stats, &b = gpu->stats;
+  CHECK(a.positive_residues == b.positive_residues);
+  CHECK(a.negative_residues == b.negative_residues);
+  CHECK(a.residue_pairs == b.residue_pairs);
+  CHECK(a.border_cuts == b.border_cuts);
+  CHECK(a.mask_cuts == b.mask_cuts);
+  CHECK(a.island_cuts == b.island_cuts);
+  CHECK(a.cut_pixels == b.cut_pixels);
+  CHECK(a.cut_length == b.cut_length);
+  CHECK(a.regions == b.regions);
+  CHECK(a.unreached_pixels == b.unreached_pixels);
+  CHECK(a.masked_pixels == b.masked_pixels);
+  CHECK(a.pairing_radius == b.pairing_radius);
+  CheckGoldsteinInvariants(phase, options, *gpu);
+}
+
+TEST_CASE("GPU Goldstein equals the CPU bit for bit on random phase", "[unwrap][gpu]") {
+  if (SkipWithoutGpu()) return;
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    for (auto [rows, cols] : {std::pair{2, 2}, std::pair{2, 100}, std::pair{100, 2},
+                              std::pair{33, 47}, std::pair{64, 64}, std::pair{300, 517}}) {
+      const uint64_t seed = FreshSeed();
+      GoldsteinOptions options;
+      options.iterations_per_radius = 1 + static_cast<int>(seed % 8);
+      std::ostringstream label;
+      label << "uniform random " << DTypeName(dtype) << " " << rows << "x" << cols << " seed "
+            << seed << " iterations " << options.iterations_per_radius;
+      CheckBitExact(RandomPhase(dtype, rows, cols, seed), options, label.str());
+    }
+  }
+}
+
+TEST_CASE("GPU Goldstein equals the CPU bit for bit on noisy surfaces", "[unwrap][gpu]") {
+  if (SkipWithoutGpu()) return;
+  struct Case {
+    int rows, cols;
+    double sigma;
+    DType dtype;
+  };
+  for (const Case& c : {Case{1000, 1000, 0.9, DType::kFloat32},
+                        Case{777, 1234, 0.6, DType::kFloat64},
+                        Case{2048, 1536, 0.7, DType::kFloat32},
+                        Case{4096, 2048, 0.62, DType::kFloat32}}) {
+    SyntheticSpec spec;
+    spec.rows = c.rows;
+    spec.cols = c.cols;
+    spec.turns = 12;
+    spec.sigma = c.sigma;
+    spec.seed = FreshSeed();
+    auto data = MakeSynthetic(spec, c.dtype);
+    std::ostringstream label;
+    label << "noisy " << c.rows << "x" << c.cols << " sigma " << c.sigma << " seed " << spec.seed;
+    CheckBitExact(data.wrapped, {}, label.str());
+  }
+}
+
+TEST_CASE("GPU Goldstein equals the CPU with masks, quality maps and seeds", "[unwrap][gpu]") {
+  if (SkipWithoutGpu()) return;
+  for (int trial = 0; trial < 3; ++trial) {
+    const uint64_t seed = FreshSeed();
+    const int rows = 200 + trial * 77, cols = 300 - trial * 41;
+    HostArray phase = RandomPhase(DType::kFloat32, rows, cols, seed);
+    HostArray mask = RandomMask(rows, cols, 8, 12, 40, seed);
+    GoldsteinOptions options;
+    options.mask = &mask;
+    std::ostringstream label;
+    label << "random phase with mask " << rows << "x" << cols << " seed " << seed;
+    CheckBitExact(phase, options, label.str());
+  }
+  {
+    SyntheticSpec spec;
+    spec.rows = 512;
+    spec.cols = 640;
+    spec.turns = 8;
+    spec.sigma = 0.8;
+    spec.seed = FreshSeed();
+    auto data = MakeSynthetic(spec, DType::kFloat64);
+    HostArray mask = RandomMask(512, 640, 30, 25, 200, spec.seed);
+    HostArray quality = RandomPhase(DType::kFloat64, 512, 640, spec.seed + 7);
+    GoldsteinOptions options;
+    options.mask = &mask;
+    options.quality = &quality;
+    options.seed = Pixel{static_cast<int64_t>(spec.seed % 512),
+                         static_cast<int64_t>((spec.seed / 512) % 640)};
+    if (mask.data<uint8_t>()[options.seed->row * 640 + options.seed->col]) options.seed.reset();
+    std::ostringstream label;
+    label << "noisy, mask, quality, seed; seed " << spec.seed;
+    CheckBitExact(data.wrapped, options, label.str());
+    options.quality = nullptr;
+    CheckBitExact(data.wrapped, options, label.str() + " (no quality)");
+  }
+  {
+    // Lone vortex: one long cut to the border, found at a large radius.
+    HostArray phase(DType::kFloat32, {1024, 1024});
+    for (int y = 0; y < 1024; ++y) {
+      for (int x = 0; x < 1024; ++x) {
+        phase.data<float>()[y * 1024 + x] =
+            static_cast<float>(std::atan2(y - 600.5, x - 700.5)) * 0.999999f;
+      }
+    }
+    CheckBitExact(phase, {}, "lone vortex");
+  }
+}
+
+// A fixed masked case (seed from a failing run) run several times, with the per-thread fences of
+// the cooperative pairing kernel (the default) and without them (FRESNEL_UNWRAP_NO_FENCE=1):
+// prints the pairing statistics of the CPU and of each GPU run, to tell a deterministic divergence
+// from a race and to show whether the fences matter. With FRESNEL_UNWRAP_DEBUG_DUMP set, the GPU
+// also records every pairing step and each run is replayed against the rules (pairing_replay.h):
+// the first step where the GPU deviates, and how, is printed. Every line starts with "cpu:" or
+// "gpu:" (tests/bench/unwrap/run_on_gpu.sh greps for them).
+TEST_CASE("GPU mask diagnostics", "[unwrap][gpu][diagnostics]") {
+  if (SkipWithoutGpu()) return;
+  const uint64_t seed = 1021061482294052910ull;
+  HostArray phase = RandomPhase(DType::kFloat32, 200, 300, seed);
+  HostArray mask = RandomMask(200, 300, 8, 12, 40, seed);
+  GoldsteinOptions options;
+  options.mask = &mask;
+  auto cpu = UnwrapGoldstein(Device::Cpu(), phase, options);
+  REQUIRE(cpu.ok());
+  auto line = [](const char* who, const GoldsteinStats& s) {
+    std::ostringstream os;
+    os << who << ": pairs " << s.residue_pairs << " border " << s.border_cuts << " mask "
+       << s.mask_cuts << " island " << s.island_cuts << " cut px " << s.cut_pixels;
+    return os.str();
+  };
+  const char* dump = std::getenv("FRESNEL_UNWRAP_DEBUG_DUMP");
+  const std::string dump_path = dump != nullptr ? dump : "";
+  std::string report = line("cpu", cpu->stats);
+  for (const bool fence : {true, false}) {
+    if (!fence) setenv("FRESNEL_UNWRAP_NO_FENCE", "1", 1);
+    for (int run = 0; run < 2; ++run) {
+      const std::string who = std::string("gpu") + (fence ? "" : " (no fence)");
+      auto gpu = UnwrapGoldstein(*TestGpu(), phase, options);
+      if (!gpu.ok()) {
+        report += "\n" + who + ": error " + gpu.status().ToString();
+      } else {
+        report += "\n" + line(who.c_str(), gpu->stats) +
+                  (gpu->cuts.bytes() == cpu->cuts.bytes() ? " (cuts equal)" : " (cuts differ)");
+      }
+      if (!dump_path.empty() && run == 0) {
+        testing::PairingDump d;
+        std::string error;
+        if (testing::ReadPairingDump(dump_path, &d, &error)) {
+          std::string replay = testing::ReplayPairingDump(d, mask.data<uint8_t>());
+          if (!replay.empty() && replay.back() == '\n') replay.pop_back();
+          report += "\n" + replay;
+        } else {
+          report += "\ngpu: " + error;
+        }
+      }
+    }
+    if (!fence) unsetenv("FRESNEL_UNWRAP_NO_FENCE");
+  }
+  WARN(report);
+}
+
+// The cooperative pairing kernel is opt-in (FRESNEL_UNWRAP_COOPERATIVE=1): on the H200 it diverged
+// from the CPU on masked and noisy inputs (docs/unwrap.md). This case keeps it exercised and
+// reports its state without failing the run until the divergence is understood.
+TEST_CASE("GPU Goldstein: the opt-in cooperative pairing kernel", "[unwrap][gpu][!mayfail]") {
+  if (SkipWithoutGpu()) return;
+  const uint64_t seed = FreshSeed();
+  HostArray phase = RandomPhase(DType::kFloat32, 257, 301, seed);
+  setenv("FRESNEL_UNWRAP_COOPERATIVE", "1", 1);
+  CheckBitExact(phase, {}, "cooperative kernel, seed " + std::to_string(seed));
+  unsetenv("FRESNEL_UNWRAP_COOPERATIVE");
+}
+
+TEST_CASE("GPU Goldstein is deterministic and honours return_maps", "[unwrap][gpu]") {
+  if (SkipWithoutGpu()) return;
+  SyntheticSpec spec;
+  spec.rows = 1536;
+  spec.cols = 1536;
+  spec.sigma = 0.8;
+  spec.seed = FreshSeed();
+  auto data = MakeSynthetic(spec);
+  auto a = UnwrapGoldstein(*TestGpu(), data.wrapped, {});
+  auto b = UnwrapGoldstein(*TestGpu(), data.wrapped, {});
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  CHECK(a->unwrapped.bytes() == b->unwrapped.bytes());
+  CHECK(a->cuts.bytes() == b->cuts.bytes());
+  GoldsteinOptions lean;
+  lean.return_maps = false;
+  auto c = UnwrapGoldstein(*TestGpu(), data.wrapped, lean);
+  REQUIRE(c.ok());
+  CHECK(c->unwrapped.bytes() == a->unwrapped.bytes());
+  CHECK(c->residues.nbytes() == 0);
+  CHECK(c->stats.regions == a->stats.regions);
+}
+
+TEST_CASE("GPU errors and progress match the CPU", "[unwrap][gpu]") {
+  if (SkipWithoutGpu()) return;
+  HostArray phase = RandomPhase(DType::kFloat64, 30, 50, FreshSeed());
+  phase.data<double>()[12 * 50 + 40] = NAN;
+  phase.data<double>()[20 * 50 + 1] = 5.0;
+  auto cpu = UnwrapGoldstein(Device::Cpu(), phase, {});
+  auto gpu = UnwrapGoldstein(*TestGpu(), phase, {});
+  REQUIRE_FALSE(gpu.ok());
+  CHECK(gpu.status() == cpu.status());
+  auto ls = UnwrapLeastSquares(*TestGpu(), phase, {});
+  REQUIRE_FALSE(ls.ok());
+  CHECK_THAT(std::string(ls.status().message()), Catch::Contains("phase[12,40]"));
+
+  HostArray good = RandomPhase(DType::kFloat32, 40, 40, FreshSeed());
+  HostArray quality(DType::kFloat32, {40, 40});
+  quality.data<float>()[3 * 40 + 4] = INFINITY;
+  GoldsteinOptions q;
+  q.quality = &quality;
+  auto gq = UnwrapGoldstein(*TestGpu(), good, q);
+  REQUIRE_FALSE(gq.ok());
+  CHECK_THAT(std::string(gq.status().message()), Catch::Contains("quality[3,4]"));
+
+  std::vector<Stage> seen;
+  GoldsteinOptions o;
+  o.progress = [&seen](Stage s, double) {
+    if (seen.empty() || seen.back() != s) seen.push_back(s);
+    return true;
+  };
+  REQUIRE(UnwrapGoldstein(*TestGpu(), good, o).ok());
+  CHECK(seen == std::vector<Stage>{Stage::kValidate, Stage::kResidues, Stage::kBranchCuts,
+                                   Stage::kIntegrate, Stage::kDone});
+  o.progress = [](Stage s, double) { return s != Stage::kIntegrate; };
+  auto cancelled = UnwrapGoldstein(*TestGpu(), good, o);
+  REQUIRE_FALSE(cancelled.ok());
+  CHECK(cancelled.status().code() == absl::StatusCode::kCancelled);
+}
+
+TEST_CASE("GPU least squares agrees with the CPU", "[unwrap][gpu]") {
+  if (SkipWithoutGpu()) return;
+  for (auto [rows, cols] : {std::pair{256, 256}, std::pair{333, 517}, std::pair{1024, 768}}) {
+    SyntheticSpec spec;
+    spec.rows = rows;
+    spec.cols = cols;
+    spec.turns = 6;
+    spec.sigma = 0.6;
+    spec.seed = FreshSeed();
+    INFO(rows << "x" << cols << " seed " << spec.seed);
+    auto data = MakeSynthetic(spec);
+    HostArray mask = RandomMask(rows, cols, 5, 20, 30, spec.seed);
+    LeastSquaresOptions o;
+    o.mask = &mask;
+    o.congruent = false;
+    auto cpu = UnwrapLeastSquares(Device::Cpu(), data.wrapped, o);
+    auto gpu = UnwrapLeastSquares(*TestGpu(), data.wrapped, o);
+    REQUIRE(cpu.ok());
+    REQUIRE(gpu.ok());
+    const double rel = fresnel::testing::RelativeError(gpu->unwrapped, cpu->unwrapped);
+    INFO("relative error " << rel);
+    CHECK(rel < 1e-4);
+    o.congruent = true;
+    auto cpu_c = UnwrapLeastSquares(Device::Cpu(), data.wrapped, o);
+    auto gpu_c = UnwrapLeastSquares(*TestGpu(), data.wrapped, o);
+    REQUIRE(cpu_c.ok());
+    REQUIRE(gpu_c.ok());
+    int64_t differ = 0;
+    for (int64_t i = 0; i < data.wrapped.size(); ++i) {
+      differ += At(cpu_c->unwrapped, i) != At(gpu_c->unwrapped, i);
+    }
+    CHECK(differ <= data.wrapped.size() / 10000);
+  }
+}
+
+}  // namespace
+}  // namespace fresnel::unwrap

@@ -1,0 +1,393 @@
+// CPU tests of phase unwrapping: accuracy on synthetic data, invariants on random data with many
+// residues, masks, seeds, validation, progress/cancel, least squares.
+#include <catch2/catch.hpp>
+
+#include <array>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "fresnel/core/device.h"
+#include "fresnel/unwrap/unwrap.h"
+#include "synthetic_phase.h"
+#include "unwrap_checks.h"
+
+namespace fresnel::unwrap {
+namespace {
+
+using testing::At;
+using testing::CheckGoldsteinInvariants;
+using testing::FreshSeed;
+using testing::kPi;
+using testing::MakeSynthetic;
+using testing::RandomMask;
+using testing::RandomPhase;
+using testing::SyntheticSpec;
+using testing::WrongFraction;
+
+GoldsteinResult MustGoldstein(const HostArray& phase, const GoldsteinOptions& options = {}) {
+  auto r = UnwrapGoldstein(Device::Cpu(), phase, options);
+  REQUIRE(r.ok());
+  return *std::move(r);
+}
+
+// Wrapped phase of vortices at plaquette centres (cy + 0.5, cx + 0.5) with the given charges,
+// plus a gentle tilt.
+HostArray Vortices(int rows, int cols, const std::vector<std::array<int, 3>>& v) {
+  HostArray a(DType::kFloat64, {rows, cols});
+  for (int y = 0; y < rows; ++y) {
+    for (int x = 0; x < cols; ++x) {
+      double phi = 0.05 * x + 0.03 * y;
+      for (const auto& [cy, cx, q] : v) phi += q * std::atan2(y - (cy + 0.5), x - (cx + 0.5));
+      a.data<double>()[y * cols + x] = testing::Wrap(phi);
+    }
+  }
+  return a;
+}
+
+TEST_CASE("residue-free phase unwraps to the truth plus one multiple of 2 pi", "[unwrap]") {
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    for (auto [rows, cols] : {std::pair{97, 131}, std::pair{128, 64}, std::pair{2, 2},
+                              std::pair{2, 40}, std::pair{33, 2}}) {
+      SyntheticSpec spec;
+      spec.rows = rows;
+      spec.cols = cols;
+      spec.turns = std::max(rows, cols) / 40.0;
+      spec.seed = FreshSeed();
+      auto data = MakeSynthetic(spec, dtype);
+      INFO("dtype " << DTypeName(dtype) << " shape " << rows << "x" << cols);
+      GoldsteinOptions options;
+      GoldsteinResult r = MustGoldstein(data.wrapped, options);
+      CHECK(r.stats.positive_residues + r.stats.negative_residues == 0);
+      CHECK(r.stats.cut_pixels == 0);
+      CHECK(r.stats.regions == 1);
+      CHECK(r.stats.unreached_pixels == 0);
+      // One constant offset, the same multiple of 2 pi everywhere.
+      const double offset = At(r.unwrapped, 0) - data.truth[0];
+      double worst = 0;
+      for (int64_t i = 0; i < data.wrapped.size(); ++i) {
+        worst = std::max(worst, std::fabs(At(r.unwrapped, i) - data.truth[i] - offset));
+      }
+      CHECK(worst < 1e-4);
+      CHECK(std::fabs(offset / (2 * kPi) - std::nearbyint(offset / (2 * kPi))) < 1e-5);
+      CheckGoldsteinInvariants(data.wrapped, options, r);
+    }
+  }
+}
+
+TEST_CASE("random phase with many residues keeps every invariant", "[unwrap]") {
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    for (auto [rows, cols] : {std::pair{40, 56}, std::pair{67, 131}, std::pair{3, 90}}) {
+      const uint64_t seed = FreshSeed();
+      INFO("seed " << seed << " dtype " << DTypeName(dtype) << " " << rows << "x" << cols);
+      HostArray phase = RandomPhase(dtype, rows, cols, seed);
+      GoldsteinOptions options;
+      options.iterations_per_radius = 1 + static_cast<int>(seed % 8);
+      GoldsteinResult r = MustGoldstein(phase, options);
+      CHECK(r.stats.residue_pairs * 2 + r.stats.border_cuts ==
+            r.stats.positive_residues + r.stats.negative_residues);
+      CHECK(r.stats.positive_residues + r.stats.negative_residues > (rows - 1) * (cols - 1) / 5);
+      CheckGoldsteinInvariants(phase, options, r);
+      // The reference is deterministic.
+      GoldsteinResult again = MustGoldstein(phase, options);
+      CHECK(again.unwrapped.bytes() == r.unwrapped.bytes());
+      CHECK(again.cuts.bytes() == r.cuts.bytes());
+    }
+  }
+}
+
+TEST_CASE("a dipole is joined by one cut and a lone vortex is cut to the border", "[unwrap]") {
+  SECTION("dipole") {
+    HostArray phase = Vortices(48, 64, {{20, 20, 1}, {20, 27, -1}});
+    GoldsteinResult r = MustGoldstein(phase);
+    CHECK(r.stats.positive_residues == 1);
+    CHECK(r.stats.negative_residues == 1);
+    CHECK(r.stats.residue_pairs == 1);
+    CHECK(r.stats.border_cuts == 0);
+    CHECK(r.stats.cut_pixels == 8);  // the straight line (20, 20)..(20, 27)
+    CHECK(r.residues.data<int16_t>()[20 * 64 + 20] == 1);
+    CHECK(r.residues.data<int16_t>()[20 * 64 + 27] == -1);
+    for (int x = 20; x <= 27; ++x) CHECK(r.cuts.data<uint8_t>()[20 * 64 + x] == 1);
+    CheckGoldsteinInvariants(phase, {}, r);
+  }
+  SECTION("lone vortex") {
+    HostArray phase = Vortices(40, 50, {{12, 30, 1}});
+    GoldsteinResult r = MustGoldstein(phase);
+    CHECK(r.stats.positive_residues == 1);
+    CHECK(r.stats.border_cuts == 1);
+    CHECK(r.stats.cut_pixels == 13);  // straight up from (12, 30): rows 0..12
+    CHECK(r.stats.pairing_radius == 18);  // radii 1..8, 12, 18: the first to reach row -1
+    CheckGoldsteinInvariants(phase, {}, r);
+  }
+}
+
+TEST_CASE("noisy data: few wrongly unwrapped pixels", "[unwrap]") {
+  SyntheticSpec spec;
+  spec.rows = 192;
+  spec.cols = 256;
+  spec.turns = 5;
+  spec.sigma = 0.62;  // about 1.5e-3 residues per plaquette
+  spec.seed = FreshSeed();
+  INFO("seed " << spec.seed);
+  auto data = MakeSynthetic(spec);
+  GoldsteinResult r = MustGoldstein(data.wrapped);
+  CHECK(r.stats.positive_residues > 5);
+  CheckGoldsteinInvariants(data.wrapped, {}, r);
+  const double wrong = WrongFraction(r.unwrapped, data.truth);
+  INFO("goldstein wrong fraction " << wrong << ", regions " << r.stats.regions);
+  CHECK(wrong < 0.05);
+  LeastSquaresOptions ls;
+  auto l = UnwrapLeastSquares(Device::Cpu(), data.wrapped, ls);
+  REQUIRE(l.ok());
+  CHECK(WrongFraction(l->unwrapped, data.truth) < 0.1);
+}
+
+TEST_CASE("masks: apertures, islands with net charge, discharge into the mask", "[unwrap]") {
+  SECTION("circular aperture") {
+    SyntheticSpec spec;
+    spec.rows = 160;
+    spec.cols = 160;
+    spec.turns = 5;
+    spec.sigma = 0.5;
+    spec.seed = FreshSeed();
+    INFO("seed " << spec.seed);
+    auto data = MakeSynthetic(spec);
+    HostArray mask(DType::kUint8, {160, 160});
+    for (int y = 0; y < 160; ++y) {
+      for (int x = 0; x < 160; ++x) {
+        const bool outside = (y - 80) * (y - 80) + (x - 80) * (x - 80) > 70 * 70;
+        mask.data<uint8_t>()[y * 160 + x] = outside ? 1 : 0;
+        if (outside) data.wrapped.data<float>()[y * 160 + x] = NAN;  // masked may be anything
+      }
+    }
+    GoldsteinOptions options;
+    options.mask = &mask;
+    GoldsteinResult r = MustGoldstein(data.wrapped, options);
+    CheckGoldsteinInvariants(data.wrapped, options, r);
+    CHECK(r.stats.masked_pixels > 0);
+    const double wrong = WrongFraction(r.unwrapped, data.truth, mask.data<uint8_t>());
+    INFO("wrong fraction in the aperture " << wrong);
+    CHECK(wrong < 0.05);
+  }
+  SECTION("a masked vortex core becomes a charged island cut to the border") {
+    HostArray phase = Vortices(40, 40, {{20, 20, 1}});
+    HostArray mask(DType::kUint8, {40, 40});
+    for (int y = 19; y <= 22; ++y) {
+      for (int x = 19; x <= 22; ++x) mask.data<uint8_t>()[y * 40 + x] = 1;
+    }
+    GoldsteinOptions options;
+    options.mask = &mask;
+    GoldsteinResult r = MustGoldstein(phase, options);
+    CHECK(r.stats.positive_residues + r.stats.negative_residues == 0);
+    CHECK(r.stats.island_cuts == 1);
+    CheckGoldsteinInvariants(phase, options, r);
+  }
+  SECTION("random masks over random phase") {
+    for (int trial = 0; trial < 3; ++trial) {
+      const uint64_t seed = FreshSeed();
+      INFO("seed " << seed);
+      HostArray phase = RandomPhase(DType::kFloat32, 60, 90, seed);
+      HostArray mask = RandomMask(60, 90, 6, 6, 20, seed);
+      GoldsteinOptions options;
+      options.mask = &mask;
+      GoldsteinResult r = MustGoldstein(phase, options);
+      CHECK(r.stats.mask_cuts > 0);
+      CheckGoldsteinInvariants(phase, options, r);
+    }
+  }
+}
+
+TEST_CASE("seeds: user seed and quality map", "[unwrap]") {
+  SyntheticSpec spec;
+  spec.rows = 70;
+  spec.cols = 90;
+  spec.turns = 3;
+  spec.sigma = 0.9;
+  spec.seed = FreshSeed();
+  INFO("seed " << spec.seed);
+  auto data = MakeSynthetic(spec, DType::kFloat64);
+  GoldsteinOptions base;
+  GoldsteinResult plain = MustGoldstein(data.wrapped, base);
+
+  // Pick an open pixel as the user seed: it keeps its wrapped value, and its region moves by a
+  // whole number of turns relative to the default run.
+  int64_t s = -1;
+  for (int64_t i = data.wrapped.size() / 2; i < data.wrapped.size(); ++i) {
+    if (!plain.cuts.data<uint8_t>()[i]) {
+      s = i;
+      break;
+    }
+  }
+  REQUIRE(s >= 0);
+  GoldsteinOptions seeded;
+  seeded.seed = Pixel{s / 90, s % 90};
+  GoldsteinResult r = MustGoldstein(data.wrapped, seeded);
+  CheckGoldsteinInvariants(data.wrapped, seeded, r);
+  CHECK(At(r.unwrapped, s) == At(data.wrapped, s));
+  CHECK(r.regions.bytes() == plain.regions.bytes());
+  const int32_t region = r.regions.data<int32_t>()[s];
+  const double shift = At(r.unwrapped, s) - At(plain.unwrapped, s);
+  int64_t off = 0;
+  for (int64_t i = 0; i < data.wrapped.size(); ++i) {
+    if (r.regions.data<int32_t>()[i] != region) continue;
+    off += std::fabs(At(r.unwrapped, i) - At(plain.unwrapped, i) - shift) > 1e-6;
+  }
+  CHECK(off == 0);
+
+  // Quality: each region's best pixel keeps its wrapped value.
+  HostArray quality = testing::RandomPhase(DType::kFloat32, 70, 90, spec.seed + 1);
+  GoldsteinOptions q;
+  q.quality = &quality;
+  GoldsteinResult rq = MustGoldstein(data.wrapped, q);
+  CheckGoldsteinInvariants(data.wrapped, q, rq);
+  std::vector<int64_t> best(rq.stats.regions + 1, -1);
+  for (int64_t i = 0; i < data.wrapped.size(); ++i) {
+    const int32_t l = rq.regions.data<int32_t>()[i];
+    if (l == 0 || rq.cuts.data<uint8_t>()[i]) continue;
+    if (best[l] < 0 || quality.data<float>()[i] > quality.data<float>()[best[l]]) best[l] = i;
+  }
+  int64_t moved = 0;
+  for (int64_t l = 1; l <= rq.stats.regions; ++l) {
+    moved += At(rq.unwrapped, best[l]) != At(data.wrapped, best[l]);
+  }
+  CHECK(moved == 0);
+}
+
+TEST_CASE("bad input is rejected naming the field", "[unwrap]") {
+  auto message_of = [](const HostArray& phase, const GoldsteinOptions& o) {
+    auto r = UnwrapGoldstein(Device::Cpu(), phase, o);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == absl::StatusCode::kInvalidArgument);
+    return std::string(r.status().message());
+  };
+  HostArray phase = RandomPhase(DType::kFloat32, 30, 50, FreshSeed());
+  HostArray bad = phase;
+  bad.data<float>()[12 * 50 + 40] = NAN;
+  CHECK_THAT(message_of(bad, {}), Catch::Contains("phase[12,40]"));
+  bad.data<float>()[12 * 50 + 40] = 4.0f;
+  bad.data<float>()[20 * 50 + 3] = INFINITY;
+  CHECK_THAT(message_of(bad, {}), Catch::Contains("phase[12,40]"));
+  // Masked non-finite values are fine.
+  HostArray mask(DType::kUint8, {30, 50});
+  mask.data<uint8_t>()[12 * 50 + 40] = 1;
+  mask.data<uint8_t>()[20 * 50 + 3] = 1;
+  GoldsteinOptions masked;
+  masked.mask = &mask;
+  CHECK(UnwrapGoldstein(Device::Cpu(), bad, masked).ok());
+
+  CHECK_THAT(message_of(HostArray(DType::kFloat32, {1, 5}), {}), Catch::Contains("phase.shape"));
+  CHECK_THAT(message_of(HostArray(DType::kFloat32, {5}), {}), Catch::Contains("phase.shape"));
+  CHECK_THAT(message_of(HostArray(DType::kFloat32, {2, 3, 4}), {}),
+             Catch::Contains("phase.shape"));
+  CHECK_THAT(message_of(HostArray(DType::kComplex64, {4, 4}), {}),
+             Catch::Contains("phase.dtype"));
+  GoldsteinOptions small;
+  small.limits.max_pixels = 100;
+  CHECK_THAT(message_of(phase, small), Catch::Contains("phase.shape"));
+  small.limits = Limits{};
+  small.limits.max_side = 40;
+  CHECK_THAT(message_of(phase, small), Catch::Contains("phase.shape"));
+
+  HostArray wrong_mask(DType::kUint8, {30, 51});
+  GoldsteinOptions o;
+  o.mask = &wrong_mask;
+  CHECK_THAT(message_of(phase, o), Catch::Contains("mask.shape"));
+  HostArray float_mask(DType::kFloat32, {30, 50});
+  o.mask = &float_mask;
+  CHECK_THAT(message_of(phase, o), Catch::Contains("mask.dtype"));
+  o.mask = nullptr;
+  HostArray quality(DType::kFloat32, {30, 50});
+  quality.data<float>()[7 * 50 + 9] = NAN;
+  o.quality = &quality;
+  CHECK_THAT(message_of(phase, o), Catch::Contains("quality[7,9]"));
+  HostArray quality_shape(DType::kFloat32, {50, 30});
+  o.quality = &quality_shape;
+  CHECK_THAT(message_of(phase, o), Catch::Contains("quality.shape"));
+  o.quality = nullptr;
+  o.seed = Pixel{30, 0};
+  CHECK_THAT(message_of(phase, o), Catch::Contains("seed"));
+  o.seed = Pixel{12, 40};
+  o.mask = &mask;
+  CHECK_THAT(message_of(phase, o), Catch::Contains("seed"));
+  o = {};
+  o.iterations_per_radius = 0;
+  CHECK_THAT(message_of(phase, o), Catch::Contains("iterations_per_radius"));
+
+  auto ls = UnwrapLeastSquares(Device::Cpu(), bad, {});
+  REQUIRE_FALSE(ls.ok());
+  CHECK_THAT(std::string(ls.status().message()), Catch::Contains("phase[12,40]"));
+}
+
+TEST_CASE("progress reports stages in order and can cancel", "[unwrap]") {
+  HostArray phase = RandomPhase(DType::kFloat32, 64, 64, FreshSeed());
+  std::vector<Stage> seen;
+  GoldsteinOptions o;
+  o.progress = [&seen](Stage s, double f) {
+    CHECK(f >= 0);
+    CHECK(f <= 1);
+    if (seen.empty() || seen.back() != s) seen.push_back(s);
+    return true;
+  };
+  REQUIRE(UnwrapGoldstein(Device::Cpu(), phase, o).ok());
+  CHECK(seen == std::vector<Stage>{Stage::kValidate, Stage::kResidues, Stage::kBranchCuts,
+                                   Stage::kIntegrate, Stage::kDone});
+  for (Stage stop : {Stage::kValidate, Stage::kResidues, Stage::kBranchCuts, Stage::kIntegrate}) {
+    o.progress = [stop](Stage s, double) { return s != stop; };
+    auto r = UnwrapGoldstein(Device::Cpu(), phase, o);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == absl::StatusCode::kCancelled);
+  }
+  LeastSquaresOptions l;
+  l.progress = [](Stage s, double) { return s != Stage::kLeastSquares; };
+  auto r = UnwrapLeastSquares(Device::Cpu(), phase, l);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().code() == absl::StatusCode::kCancelled);
+}
+
+TEST_CASE("least squares recovers a residue-free surface", "[unwrap]") {
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    SyntheticSpec spec;
+    spec.rows = 90;
+    spec.cols = 128;
+    spec.turns = 3;
+    spec.seed = FreshSeed();
+    auto data = MakeSynthetic(spec, dtype);
+    LeastSquaresOptions o;
+    auto r = UnwrapLeastSquares(Device::Cpu(), data.wrapped, o);
+    REQUIRE(r.ok());
+    CHECK(WrongFraction(r->unwrapped, data.truth) == 0);
+    // Congruent output is input + 2 pi k exactly.
+    for (int64_t i = 0; i < data.wrapped.size(); i += 97) {
+      const double t = (At(r->unwrapped, i) - At(data.wrapped, i)) / (2 * kPi);
+      CHECK(std::fabs(t - std::nearbyint(t)) < 1e-5);
+    }
+    // Without congruence: the solution equals the truth minus its mean.
+    o.congruent = false;
+    auto raw = UnwrapLeastSquares(Device::Cpu(), data.wrapped, o);
+    REQUIRE(raw.ok());
+    double mean = 0;
+    for (double t : data.truth) mean += t;
+    mean /= data.truth.size();
+    double worst = 0;
+    for (int64_t i = 0; i < data.wrapped.size(); ++i) {
+      worst = std::max(worst, std::fabs(At(raw->unwrapped, i) - (data.truth[i] - mean)));
+    }
+    CHECK(worst < 1e-3);
+  }
+  SECTION("masked pixels are zero") {
+    auto data = MakeSynthetic(SyntheticSpec{});
+    HostArray mask = RandomMask(256, 256, 4, 10, 10, FreshSeed());
+    LeastSquaresOptions o;
+    o.mask = &mask;
+    auto r = UnwrapLeastSquares(Device::Cpu(), data.wrapped, o);
+    REQUIRE(r.ok());
+    int64_t nonzero = 0;
+    for (int64_t i = 0; i < mask.size(); ++i) {
+      nonzero += mask.data<uint8_t>()[i] && r->unwrapped.data<float>()[i] != 0;
+    }
+    CHECK(nonzero == 0);
+  }
+}
+
+}  // namespace
+}  // namespace fresnel::unwrap

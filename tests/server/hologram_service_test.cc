@@ -1,0 +1,402 @@
+// HologramService end to end over loopback gRPC through fresnel::Client: results equal the
+// kernels' own (bit for bit on the CPU), chunked results reassemble exactly, a bad Stream frame
+// gets its own status while the stream goes on, Reconstruct equals ReconstructAsm, and bad
+// input is INVALID_ARGUMENT naming the field. [gpu]: GPU renders against the CPU oracle.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <random>
+
+#include "fresnel/client/client.h"
+#include "fresnel/hologram/hologram.h"
+#include "fresnel/hologram/point_cloud.h"
+#include "fresnel/v1/array_convert.h"
+#include "fresnel/v1/hologram.grpc.pb.h"
+#include "server_fixture.h"
+#include "support/test_support.h"
+
+namespace fresnel::testing {
+namespace {
+
+constexpr double kPitch = 8e-6;
+constexpr double kWavelength = 532e-9;
+
+// Random points within the hologram's footprint, 4-8 cm in front of it.
+hologram::PointCloud RandomCloud(int n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> lateral(-0.4e-3, 0.4e-3), depth(0.04, 0.08),
+      amplitude(0.2, 1.0), phase(-3.1, 3.1);
+  hologram::PointCloud cloud;
+  for (int i = 0; i < n; ++i) {
+    cloud.push_back({lateral(rng), lateral(rng), depth(rng), amplitude(rng), phase(rng)});
+  }
+  return cloud;
+}
+
+HostArray CloudArray(const hologram::PointCloud& cloud) {
+  HostArray a(DType::kFloat64, {static_cast<int64_t>(cloud.size()), 5});
+  double* v = a.data<double>();
+  for (size_t i = 0; i < cloud.size(); ++i) {
+    const hologram::Point& p = cloud[i];
+    const double row[5] = {p.x_m, p.y_m, p.z_m, p.amplitude, p.phase_rad};
+    std::memcpy(v + i * 5, row, sizeof(row));
+  }
+  return a;
+}
+
+v1::HologramConfig Config(int64_t width, int64_t height, v1::HologramAlgorithm algorithm) {
+  v1::HologramConfig c;
+  c.set_width(width);
+  c.set_height(height);
+  c.set_pitch_m(kPitch);
+  c.set_wavelength_m(kWavelength);
+  c.set_algorithm(algorithm);
+  c.mutable_outputs()->set_field(true);
+  c.mutable_outputs()->set_phase(true);
+  c.mutable_outputs()->set_amplitude(true);
+  c.mutable_reconstruction()->set_depth_m(0.06);
+  return c;
+}
+
+hologram::HologramOptions KernelOptions(int64_t width, int64_t height, hologram::Algorithm a) {
+  hologram::HologramOptions o;
+  o.width = width;
+  o.height = height;
+  o.pitch_m = kPitch;
+  o.wavelength_m = kWavelength;
+  o.algorithm = a;
+  o.outputs.field = o.outputs.phase = o.outputs.amplitude = true;
+  o.reconstruction.enabled = true;
+  o.reconstruction.depth_m = 0.06;
+  return o;
+}
+
+v1::RenderRequest RenderReq(const hologram::PointCloud& cloud, const v1::HologramConfig& config) {
+  v1::RenderRequest r;
+  ToProto(CloudArray(cloud), r.mutable_points());
+  *r.mutable_config() = config;
+  return r;
+}
+
+std::unique_ptr<Client> Connect(const TestServer& ts, int64_t max_message_bytes = 64 << 20) {
+  ClientOptions options;
+  options.address = ts.address;
+  options.max_message_bytes = max_message_bytes;
+  options.default_timeout = std::chrono::seconds(120);
+  auto c = Client::Connect(options);
+  REQUIRE(c.ok());
+  return std::move(*c);
+}
+
+bool SameBytes(const HostArray& a, const HostArray& b) {
+  return a.dtype() == b.dtype() && a.shape() == b.shape() && a.bytes() == b.bytes();
+}
+
+void CheckEqual(const HologramRender& got, const hologram::HologramResult& want) {
+  CHECK(SameBytes(got.field, want.field));
+  CHECK(SameBytes(got.phase, want.phase));
+  CHECK(SameBytes(got.amplitude, want.amplitude));
+  CHECK(SameBytes(got.reconstruction, want.reconstruction));
+  CHECK(got.header.reconstruction_scale() == want.reconstruction_scale);
+}
+
+bool Mentions(const absl::Status& s, const std::string& text) {
+  return std::string(s.message()).find(text) != std::string::npos;
+}
+
+TEST_CASE("Render on the CPU pool equals ComputeHologram on the CPU, bit for bit",
+          "[server][hologram]") {
+  TestServer ts;
+  auto client = Connect(ts);
+  const hologram::PointCloud cloud = RandomCloud(150, 7);
+  for (auto [proto, kernel] :
+       {std::pair{v1::HOLOGRAM_ALGORITHM_REFERENCE, hologram::Algorithm::kReference},
+        std::pair{v1::HOLOGRAM_ALGORITHM_TRIANGULAR, hologram::Algorithm::kTriangular},
+        std::pair{v1::HOLOGRAM_ALGORITHM_AUTO, hologram::Algorithm::kAuto}}) {
+    INFO("algorithm " << hologram::AlgorithmName(kernel));
+    auto got = client->Render(RenderReq(cloud, Config(96, 64, proto)));
+    REQUIRE(got.ok());
+    auto want = hologram::ComputeHologram(Device::Cpu(), cloud, KernelOptions(96, 64, kernel));
+    REQUIRE(want.ok());
+    CheckEqual(*got, *want);
+    CHECK(got->header.points() == 150);
+    CHECK(got->header.width() == 96);
+    CHECK(got->header.info().device() == "cpu");
+    CHECK(got->header.algorithm() != v1::HOLOGRAM_ALGORITHM_AUTO);
+    CHECK(got->header.chunked_outputs_size() == 0);  // everything fits inline
+  }
+}
+
+TEST_CASE("Render from an image source equals ImageToPointCloud + ComputeHologram",
+          "[server][hologram]") {
+  TestServer ts;
+  auto client = Connect(ts);
+  HostArray image(DType::kUint8, {12, 10});
+  std::mt19937 rng(3);
+  for (int64_t i = 0; i < image.size(); ++i) image.data<uint8_t>()[i] = rng() & 0xff;
+  v1::RenderRequest req;
+  ToProto(image, req.mutable_image()->mutable_image());
+  req.mutable_image()->set_spacing_m(2 * kPitch);
+  req.mutable_image()->set_depth_m(0.05);
+  *req.mutable_config() = Config(64, 64, v1::HOLOGRAM_ALGORITHM_REFERENCE);
+  auto got = client->Render(req);
+  REQUIRE(got.ok());
+  auto cloud = hologram::ImageToPointCloud(image, {2 * kPitch, 0.05, false});
+  REQUIRE(cloud.ok());
+  auto want = hologram::ComputeHologram(Device::Cpu(), *cloud,
+                                        KernelOptions(64, 64, hologram::Algorithm::kReference));
+  REQUIRE(want.ok());
+  CheckEqual(*got, *want);
+}
+
+TEST_CASE("Render results larger than the message cap arrive in chunks and reassemble exactly",
+          "[server][hologram]") {
+  server::ServerConfig config = TestServer::CpuConfig();
+  config.max_message_bytes = 64 << 10;  // a 256 x 192 field is 384 KiB
+  TestServer ts(config);
+  auto client = Connect(ts);
+  const hologram::PointCloud cloud = RandomCloud(40, 11);
+  const v1::HologramConfig cfg = Config(256, 192, v1::HOLOGRAM_ALGORITHM_REFERENCE);
+  auto want = hologram::ComputeHologram(Device::Cpu(), cloud,
+                                        KernelOptions(256, 192, hologram::Algorithm::kReference));
+  REQUIRE(want.ok());
+
+  SECTION("through the client") {
+    auto got = client->Render(RenderReq(cloud, cfg));
+    REQUIRE(got.ok());
+    CheckEqual(*got, *want);
+    CHECK(got->header.chunked_outputs_size() >= 2);
+  }
+  SECTION("on the wire: header first, then ordered chunks under the cap") {
+    auto stub = v1::HologramService::NewStub(ts.channel);
+    grpc::ClientContext ctx;
+    v1::RenderRequest req = RenderReq(cloud, cfg);
+    req.mutable_config()->set_max_chunk_bytes(20000);
+    auto reader = stub->Render(&ctx, req);
+    v1::RenderResponse msg;
+    REQUIRE(reader->Read(&msg));
+    REQUIRE(msg.has_header());
+    const v1::HologramResultHeader header = msg.header();
+    int chunks = 0;
+    std::vector<int> order;
+    while (reader->Read(&msg)) {
+      REQUIRE(msg.has_chunk());
+      CHECK(msg.chunk().chunk().data().size() <= 20000);
+      CHECK(static_cast<int64_t>(msg.ByteSizeLong()) <= config.max_message_bytes);
+      if (order.empty() || order.back() != msg.chunk().output()) order.push_back(msg.chunk().output());
+      ++chunks;
+    }
+    REQUIRE(reader->Finish().ok());
+    CHECK(chunks > 20);  // 384 KiB of field alone
+    REQUIRE(order.size() == static_cast<size_t>(header.chunked_outputs_size()));
+    for (size_t i = 0; i < order.size(); ++i) CHECK(order[i] == header.chunked_outputs(i));
+  }
+}
+
+TEST_CASE("Stream renders frames in order; a bad frame gets its own status and the stream goes on",
+          "[server][hologram]") {
+  server::ServerConfig config = TestServer::CpuConfig();
+  config.max_message_bytes = 64 << 10;  // frame 2's outputs are chunked
+  TestServer ts(config);
+  auto client = Connect(ts);
+  const hologram::PointCloud f0 = RandomCloud(30, 21), f2 = RandomCloud(35, 22);
+  hologram::PointCloud bad = RandomCloud(20, 23);
+  bad[17].z_m = -0.01;
+
+  std::vector<v1::HologramFrameRequest> frames(3);
+  *frames[0].mutable_config() = Config(128, 128, v1::HOLOGRAM_ALGORITHM_REFERENCE);
+  frames[0].set_request_id("video-1");
+  ToProto(CloudArray(f0), frames[0].mutable_points());
+  ToProto(CloudArray(bad), frames[1].mutable_points());
+  ToProto(CloudArray(f2), frames[2].mutable_points());
+  frames[2].mutable_overrides()->set_algorithm(v1::HOLOGRAM_ALGORITHM_TRIANGULAR);
+  frames[2].mutable_overrides()->set_reconstruction_depth_m(0.05);
+
+  size_t next = 0;
+  std::vector<int64_t> seen;
+  std::vector<absl::Status> statuses;
+  std::vector<HologramRender> results(3);
+  absl::Status st = client->RenderStream(
+      [&](v1::HologramFrameRequest* f) {
+        if (next >= frames.size()) return false;
+        *f = frames[next++];
+        return true;
+      },
+      [&](int64_t index, const absl::Status& status, HologramRender* r) {
+        seen.push_back(index);
+        statuses.push_back(status);
+        if (r != nullptr) results[index] = std::move(*r);
+      });
+  REQUIRE(st.ok());
+  REQUIRE(seen == std::vector<int64_t>{0, 1, 2});
+  CHECK(statuses[0].ok());
+  CHECK(statuses[1].code() == absl::StatusCode::kInvalidArgument);
+  CHECK(Mentions(statuses[1], "points[17].z_m"));
+  CHECK(statuses[2].ok());
+
+  auto want0 = hologram::ComputeHologram(Device::Cpu(), f0,
+                                         KernelOptions(128, 128, hologram::Algorithm::kReference));
+  REQUIRE(want0.ok());
+  CheckEqual(results[0], *want0);
+  CHECK(results[0].header.request_id() == "video-1");
+  hologram::HologramOptions o2 = KernelOptions(128, 128, hologram::Algorithm::kTriangular);
+  o2.reconstruction.depth_m = 0.05;
+  auto want2 = hologram::ComputeHologram(Device::Cpu(), f2, o2);
+  REQUIRE(want2.ok());
+  CheckEqual(results[2], *want2);
+  CHECK(results[2].header.algorithm() == v1::HOLOGRAM_ALGORITHM_TRIANGULAR);
+  CHECK(results[2].header.chunked_outputs_size() > 0);
+}
+
+TEST_CASE("Stream without a config on the first frame is INVALID_ARGUMENT", "[server][hologram]") {
+  TestServer ts;
+  auto client = Connect(ts);
+  bool sent = false;
+  absl::Status st = client->RenderStream(
+      [&](v1::HologramFrameRequest* f) {
+        if (sent) return false;
+        sent = true;
+        ToProto(CloudArray(RandomCloud(3, 1)), f->mutable_points());
+        return true;
+      },
+      [](int64_t, const absl::Status&, HologramRender*) {});
+  CHECK(st.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(Mentions(st, "config"));
+}
+
+TEST_CASE("Reconstruct equals ReconstructAsm, inline and chunked", "[server][hologram]") {
+  server::ServerConfig config = TestServer::CpuConfig();
+  config.max_message_bytes = 64 << 10;
+  TestServer ts(config);
+  auto client = Connect(ts);
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{40, 50}, {160, 200}}) {
+    INFO(rows << " x " << cols);  // 16 KB inline; 256 KB in chunks
+    HostArray field = RandomArray(DType::kComplex64, {rows, cols}, 5);
+    v1::ReconstructConfig rc;
+    rc.set_pitch_m(kPitch);
+    rc.set_wavelength_m(kWavelength);
+    rc.set_depth_m(0.03);
+    rc.set_source(v1::HOLOGRAM_RECONSTRUCTION_SOURCE_FIELD);
+    auto got = client->Reconstruct(rc, field);
+    REQUIRE(got.ok());
+    auto want = hologram::ReconstructAsm(Device::Cpu(), field, {kPitch, kWavelength, 0.03});
+    REQUIRE(want.ok());
+    CHECK(SameBytes(got->image, want->image));
+    CHECK(got->scale == want->scale);
+    CHECK(got->info.device() == "cpu");
+  }
+}
+
+TEST_CASE("Reconstruct rejects a missing or bad field, naming it", "[server][hologram]") {
+  TestServer ts;
+  auto stub = v1::HologramService::NewStub(ts.channel);
+  {
+    grpc::ClientContext ctx;
+    v1::ReconstructResponse resp;
+    auto writer = stub->Reconstruct(&ctx, &resp);
+    v1::ReconstructRequest req;
+    req.mutable_config()->set_pitch_m(kPitch);
+    REQUIRE(writer->Write(req));
+    writer->WritesDone();
+    grpc::Status st = writer->Finish();
+    CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK(st.error_message().find("field") != std::string::npos);
+  }
+  auto client = Connect(ts);
+  v1::ReconstructConfig rc;
+  rc.set_pitch_m(kPitch);
+  rc.set_wavelength_m(0);
+  rc.set_depth_m(0.03);
+  auto got = client->Reconstruct(rc, RandomArray(DType::kComplex64, {8, 8}, 1));
+  CHECK(got.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(Mentions(got.status(), "wavelength_m"));
+  rc.set_wavelength_m(kWavelength);
+  got = client->Reconstruct(rc, RandomArray(DType::kFloat32, {8, 8}, 1));
+  CHECK(got.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(Mentions(got.status(), "field"));
+}
+
+TEST_CASE("Render rejects bad input with INVALID_ARGUMENT naming the field", "[server][hologram]") {
+  server::ServerConfig config = TestServer::CpuConfig();
+  config.hologram_max_points = 100;
+  config.hologram_max_pixels = 200 * 200;
+  TestServer ts(config);
+  auto client = Connect(ts);
+  const hologram::PointCloud cloud = RandomCloud(20, 3);
+  auto expect = [&](v1::RenderRequest req, const std::string& field) {
+    INFO(field);
+    auto r = client->Render(std::move(req));
+    CHECK(r.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK(Mentions(r.status(), field));
+  };
+  v1::HologramConfig good = Config(64, 64, v1::HOLOGRAM_ALGORITHM_REFERENCE);
+
+  v1::RenderRequest req = RenderReq(cloud, good);
+  req.mutable_config()->set_pitch_m(0);
+  expect(req, "pitch_m");
+  req = RenderReq(cloud, good);
+  req.mutable_config()->set_wavelength_m(-1);
+  expect(req, "wavelength_m");
+  hologram::PointCloud behind = cloud;
+  behind[17].z_m = 0;
+  expect(RenderReq(behind, good), "points[17].z_m");
+  expect(RenderReq({}, good), "points");
+  expect(RenderReq(RandomCloud(101, 4), good), "limit of 100");
+  req = RenderReq(cloud, good);
+  req.mutable_config()->set_width(300);
+  req.mutable_config()->set_height(300);
+  expect(req, "width * height");
+  req = RenderReq(cloud, good);
+  ToProto(RandomArray(DType::kFloat64, {5, 3}, 2), req.mutable_points());
+  expect(req, "points");
+  req = RenderReq(cloud, good);
+  req.mutable_config()->set_algorithm(v1::HOLOGRAM_ALGORITHM_TENSOR);
+  expect(req, "algorithm");
+  req = RenderReq(cloud, good);
+  req.mutable_config()->mutable_reconstruction()->set_depth_m(-2);
+  expect(req, "reconstruction.depth_m");
+  req = RenderReq(cloud, good);
+  req.clear_points();
+  expect(req, "points");
+  req = RenderReq(cloud, good);
+  ToProto(HostArray(DType::kUint8, {8, 8}), req.mutable_image()->mutable_image());
+  req.mutable_image()->set_spacing_m(kPitch);
+  expect(req, "image.depth_m");
+}
+
+TEST_CASE("Render on the GPU matches the CPU oracle", "[server][hologram][gpu]") {
+  if (SkipWithoutGpu()) return;
+  server::ServerConfig config = TestServer::CpuConfig();
+  config.gpus = "all";
+  TestServer ts(config);
+  auto client = Connect(ts);
+  const hologram::PointCloud cloud = RandomCloud(2000, 31);
+
+  // Reference: float32 on the GPU against the float64 CPU oracle.
+  v1::RenderRequest req = RenderReq(cloud, Config(512, 384, v1::HOLOGRAM_ALGORITHM_REFERENCE));
+  req.mutable_config()->mutable_device()->set_kind(v1::DEVICE_KIND_GPU);
+  auto gpu = client->Render(req);
+  REQUIRE(gpu.ok());
+  CHECK(gpu->header.info().device().rfind("cuda:", 0) == 0);
+  auto cpu = hologram::ComputeHologram(Device::Cpu(), cloud,
+                                       KernelOptions(512, 384, hologram::Algorithm::kReference));
+  REQUIRE(cpu.ok());
+  const double snr = hologram::SnrDb(gpu->field, cpu->field);
+  INFO("reference SNR " << snr << " dB");
+  CHECK(snr >= 60);
+
+  // TA: the GPU's reconstruction against the CPU emulation's (cuFFT float32 vs kissfft float64).
+  req = RenderReq(cloud, Config(512, 384, v1::HOLOGRAM_ALGORITHM_TRIANGULAR));
+  req.mutable_config()->mutable_device()->set_kind(v1::DEVICE_KIND_GPU);
+  auto gpu_ta = client->Render(req);
+  REQUIRE(gpu_ta.ok());
+  auto cpu_ta = hologram::ComputeHologram(
+      Device::Cpu(), cloud, KernelOptions(512, 384, hologram::Algorithm::kTriangular));
+  REQUIRE(cpu_ta.ok());
+  const double psnr = hologram::Psnr8(gpu_ta->reconstruction, cpu_ta->reconstruction);
+  INFO("TA reconstruction PSNR " << psnr << " dB");
+  CHECK(psnr >= 40);
+}
+
+}  // namespace
+}  // namespace fresnel::testing
