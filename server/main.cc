@@ -1,10 +1,26 @@
 // fresneld: serves the Fresnel workloads over gRPC until SIGTERM/SIGINT, then drains.
+#include <dlfcn.h>
+#include <pthread.h>
+
+#include <algorithm>
 #include <csignal>
 #include <iostream>
 
 #include "fresnel/core/gpu.h"
 #include "server/config.h"
 #include "server/server.h"
+
+// civetweb, the HTTP server behind prometheus-cpp's exposer, starts its threads with a fixed
+// 100 KiB stack, and glibc carves each thread's static TLS out of its stack. cuBLASLt alone
+// (linked for the hologram tensor path) brings 94 KiB of TLS, so civetweb's pthread_create failed
+// and /metrics could not start ("null context when constructing CivetServer"). fresneld therefore
+// raises explicit thread stack sizes below 1 MiB; the symbol is exported (see CMakeLists.txt) so
+// that it interposes on glibc's for every library in the process.
+extern "C" int pthread_attr_setstacksize(pthread_attr_t* attr, size_t size) {
+  using Fn = int (*)(pthread_attr_t*, size_t);
+  static const Fn real = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "pthread_attr_setstacksize"));
+  return real(attr, std::max<size_t>(size, size_t{1} << 20));
+}
 
 int main(int argc, char** argv) {
   auto config = fresnel::server::ParseConfig(argc, argv);
