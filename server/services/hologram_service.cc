@@ -172,8 +172,14 @@ class RenderCall : public grpc::ServerWriteReactor<v1::RenderResponse> {
   }
 
   void OnCancel() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (job_) job_->Cancel();
+    // Cancel outside the lock: cancelling a queued job completes it on this thread, and the
+    // completion takes mu_ again.
+    std::shared_ptr<Job> job;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      job = job_;
+    }
+    if (job) job->Cancel();
   }
 
   void OnDone() override { delete this; }
@@ -365,8 +371,14 @@ class StreamCall
   }
 
   void OnCancel() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (job_) job_->Cancel();
+    // Cancel outside the lock: cancelling a queued job completes it on this thread, and the
+    // completion takes mu_ again.
+    std::shared_ptr<Job> job;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      job = job_;
+    }
+    if (job) job->Cancel();
   }
 
   void OnDone() override { delete this; }
@@ -464,8 +476,14 @@ class ReconstructCall : public grpc::ServerReadReactor<v1::ReconstructRequest> {
   }
 
   void OnCancel() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (job_) job_->Cancel();
+    // Cancel outside the lock: cancelling a queued job completes it on this thread, and the
+    // completion takes mu_ again.
+    std::shared_ptr<Job> job;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      job = job_;
+    }
+    if (job) job->Cancel();
   }
 
   void OnDone() override { delete this; }

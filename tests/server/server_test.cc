@@ -483,3 +483,55 @@ TEST_CASE("GPU pool: results over gRPC equal the CPU oracle", "[server][gpu]") {
 
 }  // namespace
 }  // namespace fresnel::testing
+
+namespace fresnel::testing {
+namespace {
+
+// Regression: cancelling a stream whose chunk is still queued completes the job on the cancelling
+// thread; the reactor used to take its own lock twice there and hang, which then also hung
+// Shutdown (this test would never finish).
+TEST_CASE("cancelling a ResampleStream while its chunk is queued does not hang", "[server]") {
+  server::ServerConfig config = TestServer::CpuConfig();
+  config.cpu_workers = 1;
+  TestServer ts(config);
+  // Occupy the only CPU worker.
+  HostArray big = RandomArray(DType::kFloat64, {4, 200000});
+  v1::ResamplePolyRequest slow;
+  *slow.mutable_x() = Wire(big);
+  slow.set_up(97);
+  slow.set_down(101);
+  auto busy = std::async(std::launch::async, [&] {
+    v1::InterpolationResponse resp;
+    auto ctx = Ctx();
+    return ts.interp->ResamplePoly(ctx.get(), slow, &resp);
+  });
+  for (int i = 0; i < 500 && ts.server->MetricsText().find(
+                                 "fresnel_running_jobs{device=\"cpu\"} 1") == std::string::npos;
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  grpc::ClientContext ctx;
+  auto stream = ts.interp->ResampleStream(&ctx);
+  v1::ResampleStreamRequest first;
+  auto* rp = first.mutable_config()->mutable_resample_poly();
+  rp->set_up(3);
+  rp->set_down(2);
+  rp->mutable_x()->set_dtype(v1::FLOAT32);
+  rp->mutable_x()->add_shape(1);
+  rp->mutable_x()->add_shape(0);
+  REQUIRE(stream->Write(first));
+  v1::ResampleStreamRequest chunk;
+  *chunk.mutable_chunk() = Wire(RandomArray(DType::kFloat32, {1, 1000}));
+  REQUIRE(stream->Write(chunk));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the chunk is queued now
+  ctx.TryCancel();
+  v1::ResampleStreamResponse resp;
+  while (stream->Read(&resp)) {
+  }
+  CHECK(stream->Finish().error_code() == grpc::StatusCode::CANCELLED);
+  CHECK(busy.get().ok());
+  CHECK(ts.server->Shutdown());
+}
+
+}  // namespace
+}  // namespace fresnel::testing
