@@ -84,4 +84,28 @@ void UnaryJobCall::FinishWith(const absl::Status& status) {
   Finish(ToGrpcStatus(status));
 }
 
+absl::Status JobSlot::Submit(DevicePool* pool, std::shared_ptr<Job> job) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    job_ = job;
+  }
+  absl::Status submitted = pool->Submit(std::move(job));
+  if (!submitted.ok()) Clear();
+  return submitted;
+}
+
+void JobSlot::Clear() {
+  std::lock_guard<std::mutex> lock(mu_);
+  job_.reset();
+}
+
+void JobSlot::Cancel() {
+  std::shared_ptr<Job> job;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    job = job_;
+  }
+  if (job) job->Cancel();
+}
+
 }  // namespace fresnel::server

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -36,6 +37,23 @@ DevicePreference PreferenceOf(const v1::DeviceHint& hint);
 // The request id to echo: the client's, or a fresh random one.
 std::string RequestIdOr(const std::string& given);
 void FillExecutionInfo(const JobReport& report, double total_s, v1::ExecutionInfo* info);
+
+// The job a streaming reactor has in flight, so that OnCancel can cancel it. Thread-safe.
+// Cancel() must not hold the lock while cancelling: a queued job completes on the cancelling
+// thread, and its completion calls Clear().
+class JobSlot {
+ public:
+  // Remembers `job` and submits it to `pool`; forgets it again when the pool refuses it.
+  absl::Status Submit(DevicePool* pool, std::shared_ptr<Job> job);
+  // From the job's completion.
+  void Clear();
+  // From OnCancel.
+  void Cancel();
+
+ private:
+  std::mutex mu_;
+  std::shared_ptr<Job> job_;
+};
 
 // One unary RPC: Start() either submits the job or finishes at once with the error; the job's
 // completion calls `respond` (on success) and finishes the RPC. Cancellation by the client

@@ -171,16 +171,7 @@ class RenderCall : public grpc::ServerWriteReactor<v1::RenderResponse> {
     }
   }
 
-  void OnCancel() override {
-    // Cancel outside the lock: cancelling a queued job completes it on this thread, and the
-    // completion takes mu_ again.
-    std::shared_ptr<Job> job;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      job = job_;
-    }
-    if (job) job->Cancel();
-  }
+  void OnCancel() override { slot_.Cancel(); }
 
   void OnDone() override { delete this; }
 
@@ -203,10 +194,7 @@ class RenderCall : public grpc::ServerWriteReactor<v1::RenderResponse> {
         MakeRenderJob(work, limits_, "Render", PreferenceOf(request.config().device()),
                       DeadlineOf(context_), /*kernel_errors_as_data=*/false);
     job->done = [this, work, points](const absl::Status& status, const JobReport& report) {
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        job_.reset();
-      }
+      slot_.Clear();
       if (!status.ok()) {
         FinishWith(status);
         return;
@@ -223,16 +211,8 @@ class RenderCall : public grpc::ServerWriteReactor<v1::RenderResponse> {
       }
       StartWrite(&response_);
     };
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      job_ = job;
-    }
-    absl::Status submitted = ctx_->pool->Submit(job);
-    if (!submitted.ok()) {
-      std::lock_guard<std::mutex> lock(mu_);
-      job_.reset();
-      return submitted;
-    }
+    absl::Status submitted = slot_.Submit(ctx_->pool, job);
+    if (!submitted.ok()) return submitted;
     return absl::OkStatus();
   }
 
@@ -255,8 +235,7 @@ class RenderCall : public grpc::ServerWriteReactor<v1::RenderResponse> {
   v1::RenderResponse response_;
   std::optional<ResultMessages> messages_;
   std::atomic<bool> finished_{false};
-  std::mutex mu_;
-  std::shared_ptr<Job> job_;
+  JobSlot slot_;  // the job in flight, for OnCancel
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -312,10 +291,7 @@ class StreamCall
                                              DeadlineOf(context_), /*kernel_errors_as_data=*/true);
     job->done = [this, work, points, index, received](const absl::Status& status,
                                                       const JobReport& report) {
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        job_.reset();
-      }
+      slot_.Clear();
       if (!status.ok()) {  // the server's own failure (cancelled, deadline, draining): fatal
         FinishWith(status);
         return;
@@ -338,18 +314,8 @@ class StreamCall
       }
       StartWrite(&response_);
     };
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      job_ = job;
-    }
-    absl::Status submitted = ctx_->pool->Submit(job);
-    if (!submitted.ok()) {
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        job_.reset();
-      }
-      FinishWith(submitted);
-    }
+    absl::Status submitted = slot_.Submit(ctx_->pool, job);
+    if (!submitted.ok()) FinishWith(submitted);
   }
 
   void OnWriteDone(bool ok) override {
@@ -370,16 +336,7 @@ class StreamCall
     StartRead(&request_);  // the frame is answered: take the next one
   }
 
-  void OnCancel() override {
-    // Cancel outside the lock: cancelling a queued job completes it on this thread, and the
-    // completion takes mu_ again.
-    std::shared_ptr<Job> job;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      job = job_;
-    }
-    if (job) job->Cancel();
-  }
+  void OnCancel() override { slot_.Cancel(); }
 
   void OnDone() override { delete this; }
 
@@ -444,8 +401,7 @@ class StreamCall
   int64_t next_frame_ = 0;
   std::optional<ResultMessages> messages_;
   std::atomic<bool> finished_{false};
-  std::mutex mu_;
-  std::shared_ptr<Job> job_;
+  JobSlot slot_;  // the job in flight, for OnCancel
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -475,16 +431,7 @@ class ReconstructCall : public grpc::ServerReadReactor<v1::ReconstructRequest> {
     StartRead(&request_);
   }
 
-  void OnCancel() override {
-    // Cancel outside the lock: cancelling a queued job completes it on this thread, and the
-    // completion takes mu_ again.
-    std::shared_ptr<Job> job;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      job = job_;
-    }
-    if (job) job->Cancel();
-  }
+  void OnCancel() override { slot_.Cancel(); }
 
   void OnDone() override { delete this; }
 
@@ -573,10 +520,7 @@ class ReconstructCall : public grpc::ServerReadReactor<v1::ReconstructRequest> {
     };
     const std::string request_id = RequestIdOr(config_.request_id());
     job->done = [this, result, request_id](const absl::Status& status, const JobReport& report) {
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        job_.reset();
-      }
+      slot_.Clear();
       if (status.ok()) {
         response_->set_request_id(request_id);
         response_->set_scale(result->scale);
@@ -589,16 +533,8 @@ class ReconstructCall : public grpc::ServerReadReactor<v1::ReconstructRequest> {
       }
       FinishWith(status);
     };
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      job_ = job;
-    }
-    absl::Status submitted = ctx_->pool->Submit(job);
-    if (!submitted.ok()) {
-      std::lock_guard<std::mutex> lock(mu_);
-      job_.reset();
-      return submitted;
-    }
+    absl::Status submitted = slot_.Submit(ctx_->pool, job);
+    if (!submitted.ok()) return submitted;
     return absl::OkStatus();
   }
 
@@ -625,8 +561,7 @@ class ReconstructCall : public grpc::ServerReadReactor<v1::ReconstructRequest> {
   bool field_complete_ = false;
   ChunkAssembler assembler_;
   std::atomic<bool> finished_{false};
-  std::mutex mu_;
-  std::shared_ptr<Job> job_;
+  JobSlot slot_;  // the job in flight, for OnCancel
 };
 
 }  // namespace

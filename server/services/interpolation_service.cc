@@ -245,16 +245,7 @@ class ResampleStreamCall
     StartRead(&request_);
   }
 
-  void OnCancel() override {
-    // Cancel outside the lock: cancelling a queued job completes it on this thread, and the
-    // completion takes mu_ again.
-    std::shared_ptr<Job> job;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      job = job_;
-    }
-    if (job) job->Cancel();
-  }
+  void OnCancel() override { slot_.Cancel(); }
 
   void OnDone() override { delete this; }
 
@@ -326,10 +317,7 @@ class ResampleStreamCall
     };
     job->done = [this, output, end, index, received](const absl::Status& status,
                                                      const JobReport& report) {
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        job_.reset();
-      }
+      slot_.Clear();
       if (!status.ok()) {
         FinishWith(status);
         return;
@@ -349,18 +337,8 @@ class ResampleStreamCall
       ended_ = end;
       StartWrite(&response_);
     };
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      job_ = job;
-    }
-    absl::Status submitted = ctx_->pool->Submit(job);
-    if (!submitted.ok()) {
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        job_.reset();
-      }
-      FinishWith(submitted);
-    }
+    absl::Status submitted = slot_.Submit(ctx_->pool, job);
+    if (!submitted.ok()) FinishWith(submitted);
   }
 
   void FinishWith(const absl::Status& status) {
@@ -384,8 +362,7 @@ class ResampleStreamCall
   int64_t taps_ = 1;
   int64_t chunk_index_ = 0;
   bool ended_ = false;
-  std::mutex mu_;
-  std::shared_ptr<Job> job_;
+  JobSlot slot_;  // the job in flight, for OnCancel
 };
 
 }  // namespace
