@@ -7,6 +7,11 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
 #include <vector>
 
 #include "core/cuda_util.cuh"
@@ -38,20 +43,50 @@ bool EnvFlag(const char* name) {
   return v != nullptr && v[0] != '\0' && v[0] != '0';
 }
 
-// Diagnostic switches (docs/unwrap.md): the pairing rounds run as separate launches by default.
-// FRESNEL_UNWRAP_COOPERATIVE=1 runs them in one cooperative kernel instead — on the H200
-// (2026-11-30) that path diverged from the CPU on masked and on noisy 1000x1000 inputs (37 failed
-// [gpu] assertions) while separate launches were bit-exact on every [gpu] case, so it stays
-// opt-in until the divergence is understood. FRESNEL_UNWRAP_NO_COOPERATIVE=1 is still accepted.
-// FRESNEL_UNWRAP_TILE_SCAN=1 uses the segmented-scan tile kernel, which
-// computes the same fixed point (checked by a lane-serialised host emulation against a BFS) but has
-// not yet run on hardware, so it is not the default. FRESNEL_UNWRAP_NO_FENCE=1 drops the
+// Kernel-choice switches (docs/unwrap.md, "Switches").
+//
+// FRESNEL_UNWRAP_PAIRING=graph|launches|cooperative picks how the pairing rounds run:
+//  - graph (default): one CUDA graph per (device, stream, dtype) whose WHILE node repeats
+//    propose + accept; the last accept block advances the round on the device and sets the
+//    condition, so the host launches the whole schedule once (no per-round launch latency).
+//  - launches: two launches per scheduled round (~20 radii x iterations), the rounds after the
+//    last useful one return at once. ~4 us each: about 1.2 ms per call on the H200 whatever the
+//    image. Also the fallback whenever a graph API call fails.
+//  - cooperative: all rounds in one cooperative kernel. On the H200 (2026-11-30) it diverged from
+//    the CPU on masked and on noisy 1000x1000 inputs (37 failed [gpu] assertions; cause unknown),
+//    so it is opt-in only.
+// The older FRESNEL_UNWRAP_COOPERATIVE=1 / FRESNEL_UNWRAP_NO_COOPERATIVE=1 are still accepted
+// when FRESNEL_UNWRAP_PAIRING is unset.
+//
+// FRESNEL_UNWRAP_TILE_SCAN=1|0 picks the segmented-scan tile kernel (TileIntegrateScanKernel) or
+// the propagation kernel (TileIntegrateKernel) for the integration; unset = kTileScanDefault.
+// Both compute the same fixed point. The scan kernel is the default since the H200 run of
+// 2026-11-30 (third): every [gpu] case bit-exact with it, integration 0.23 vs 0.42 ms at 1024^2
+// and 3.2 vs 11.9 ms at 8192^2 (docs/bench/unwrap.md). FRESNEL_UNWRAP_NO_FENCE=1 drops the
 // per-thread fences before the grid barriers of the cooperative pairing kernel (to test whether
 // they matter). FRESNEL_UNWRAP_DEBUG_DUMP=file records every proposal of every pairing step and
 // writes them with the pairing state (residue list, keys, proposals, bin table, device mask, match
 // counts per step) to `file` after pairing; tests/kernels/unwrap/pairing_replay.h reads it.
-bool CooperativeDisabled() {
-  return !EnvFlag("FRESNEL_UNWRAP_COOPERATIVE") || EnvFlag("FRESNEL_UNWRAP_NO_COOPERATIVE");
+enum class PairingMode { kGraph, kLaunches, kCooperative };
+
+PairingMode PairingModeFromEnv() {
+  const char* v = std::getenv("FRESNEL_UNWRAP_PAIRING");
+  if (v != nullptr && v[0] != '\0') {
+    if (std::strcmp(v, "launches") == 0) return PairingMode::kLaunches;
+    if (std::strcmp(v, "cooperative") == 0) return PairingMode::kCooperative;
+    return PairingMode::kGraph;
+  }
+  if (EnvFlag("FRESNEL_UNWRAP_NO_COOPERATIVE")) return PairingMode::kLaunches;
+  if (EnvFlag("FRESNEL_UNWRAP_COOPERATIVE")) return PairingMode::kCooperative;
+  return PairingMode::kGraph;
+}
+
+constexpr bool kTileScanDefault = true;
+
+bool TileScanFromEnv() {
+  const char* v = std::getenv("FRESNEL_UNWRAP_TILE_SCAN");
+  if (v == nullptr || v[0] == '\0') return kTileScanDefault;
+  return v[0] != '0';
 }
 
 const char* DumpPath() {
@@ -138,6 +173,239 @@ absl::Status SyncAndReport(const GoldsteinOptions& options, cudaStream_t stream,
   if (!options.progress) return absl::OkStatus();
   FRESNEL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
   return Report(options.progress, stage, fraction);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pairing rounds as a CUDA graph (FRESNEL_UNWRAP_PAIRING=graph, the default).
+//
+//   start --> WHILE(cond) { propose --> accept } --> force-to-frame
+//
+// The kernels' arguments must stay constant for the instantiated graph to be reused, so every
+// kernel gets one pointer to a PairingGraphArgs block in device memory (one per cached graph);
+// the per-call Params and Schedule are written into it by an ordinary launch of
+// PairingGraphSetupKernel (kernel arguments are copied at launch: no host synchronisation, unlike
+// a pageable memcpy) right before the graph is launched on the same stream.
+//
+// The round state (radius index, iteration, step) lives in the block too. The body runs exactly
+// the rounds of PairResidues in goldstein_cpu.cc:
+//   for ri in radii, while active > 0:  for it < iterations, while active > 0:
+//     round(ri, it); if it matched nothing: next radius
+// `start` sets the condition to (active > 0); after each round the last accept block (fence +
+// block counter, the counter reset for the next round) reads the round's match count and
+// `active`, moves to the next iteration, or to the next radius when the round matched nothing or
+// the iterations are used up, and sets the condition to (active > 0 && radii left). The per-round
+// work is ProposeWarp / AcceptOne, unchanged, with the same step numbers (ri * iterations + it)
+// as the other two modes, so the step tags and the debug dump mean the same.
+template <class T>
+struct PairingGraphArgs {
+  Params<T> p;
+  Schedule sched;
+  int ri, it, step;       // the round the body runs next
+  unsigned blocks_done;   // accept blocks finished in this round (reset by the last one)
+};
+
+template <class T>
+__global__ void PairingGraphSetupKernel(Params<T> p, Schedule sched, PairingGraphArgs<T>* a) {
+  a->p = p;
+  a->sched = sched;
+  a->ri = 0;
+  a->it = 0;
+  a->step = 0;
+  a->blocks_done = 0;
+}
+
+template <class T>
+__global__ void PairingGraphStartKernel(PairingGraphArgs<T>* a, cudaGraphConditionalHandle h) {
+  cudaGraphSetConditional(h, a->p.counters->active > 0 && a->sched.num_radii > 0 ? 1u : 0u);
+}
+
+template <class T>
+__global__ void __launch_bounds__(256) PairingGraphProposeKernel(PairingGraphArgs<T>* a) {
+  const Params<T> p = a->p;
+  const int step = a->step, r = a->sched.radii[a->ri];
+  const int count = min(p.counters->res_count, p.res_capacity);
+  const int thread = blockIdx.x * blockDim.x + threadIdx.x;
+  const int threads = gridDim.x * blockDim.x;
+  for (int pos = thread >> 5; pos < count; pos += threads >> 5) {
+    ProposeWarp(p, pos, r, threadIdx.x & 31, step);
+  }
+}
+
+template <class T>
+__global__ void __launch_bounds__(256) PairingGraphAcceptKernel(PairingGraphArgs<T>* a,
+                                                                cudaGraphConditionalHandle h) {
+  const Params<T> p = a->p;
+  const int step = a->step, ri = a->ri, it = a->it;
+  const int r = a->sched.radii[ri];
+  const int count = min(p.counters->res_count, p.res_capacity);
+  const int thread = blockIdx.x * blockDim.x + threadIdx.x;
+  const int threads = gridDim.x * blockDim.x;
+  const int limit = (count + 31) & ~31;  // whole warps for the reduction in AddMatches
+  for (int base = thread; base < limit; base += threads) {
+    const int matched = base < count ? AcceptOne(p, base, r, step) : 0;
+    AddMatches(p, step, matched);
+  }
+  // Last block to finish advances the round. Every thread's atomics (matches, active) are
+  // device-scope; the fence orders them before this block's arrival on the counter.
+  __threadfence();
+  __syncthreads();
+  __shared__ bool last;
+  if (threadIdx.x == 0) last = atomicAdd(&a->blocks_done, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (!last || threadIdx.x != 0) return;
+  __threadfence();
+  const int matched = __ldcg(&p.matches[step]);
+  const int active = __ldcg(&p.counters->active);
+  int next_ri = ri, next_it = it + 1;
+  if (matched == 0 || next_it >= a->sched.iterations) {
+    ++next_ri;
+    next_it = 0;
+  }
+  const bool more = active > 0 && next_ri < a->sched.num_radii;
+  a->ri = more ? next_ri : ri;  // stays a valid radius index for the force-to-frame node
+  a->it = next_it;
+  a->step = next_ri * a->sched.iterations + next_it;
+  a->blocks_done = 0;
+  cudaGraphSetConditional(h, more ? 1u : 0u);
+}
+
+template <class T>
+__global__ void PairingGraphForceKernel(PairingGraphArgs<T>* a) {
+  const Params<T> p = a->p;
+  const int final_radius = a->sched.radii[a->sched.num_radii - 1];
+  const int count = min(p.counters->res_count, p.res_capacity);
+  for (int pos = blockIdx.x * blockDim.x + threadIdx.x; pos < count;
+       pos += gridDim.x * blockDim.x) {
+    ForceToFrame(p, pos, final_radius);
+  }
+}
+
+// One instantiated graph and its argument block per (device, stream, dtype). A graph exec may
+// only run once at a time and its argument block is shared by its launches, so streams do not
+// share one; `mu` makes "write the arguments, launch the graph" one unit in stream order when
+// several host threads use the same stream. Entries live until the process ends (a few hundred
+// bytes of device memory and one small graph per stream that ever ran Goldstein).
+struct PairingGraph {
+  std::mutex mu;
+  bool failed = false;  // a graph API call failed once: use separate launches from then on
+  cudaGraphExec_t exec = nullptr;
+  void* args = nullptr;
+};
+
+PairingGraph* PairingGraphFor(int device, cudaStream_t stream, bool is_double) {
+  static std::mutex cache_mu;
+  static auto* cache =
+      new std::map<std::tuple<int, uintptr_t, bool>, std::unique_ptr<PairingGraph>>();
+  std::lock_guard<std::mutex> lock(cache_mu);
+  auto& slot = (*cache)[{device, reinterpret_cast<uintptr_t>(stream), is_double}];
+  if (slot == nullptr) slot = std::make_unique<PairingGraph>();
+  return slot.get();
+}
+
+template <class T>
+absl::Status BuildPairingGraph(PairingGraph* g, unsigned blocks) {
+  PairingGraphArgs<T>* args = nullptr;
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaMalloc(&args, sizeof(PairingGraphArgs<T>)));
+  cudaGraph_t graph = nullptr;
+  auto fail = [&](cudaError_t e, const char* what) {
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    cudaFree(args);
+    return fresnel::cuda::ToStatus(e, what);
+  };
+  cudaError_t e = cudaGraphCreate(&graph, 0);
+  if (e != cudaSuccess) return fail(e, "cudaGraphCreate");
+  cudaGraphConditionalHandle handle{};
+  e = cudaGraphConditionalHandleCreate(&handle, graph, 0, 0);
+  if (e != cudaSuccess) return fail(e, "cudaGraphConditionalHandleCreate");
+
+  auto kernel_node = [&](cudaGraphNode_t* node, cudaGraph_t in, const cudaGraphNode_t* dep,
+                         void* func, unsigned grid, unsigned block, void** kargs) {
+    cudaKernelNodeParams kp{};
+    kp.func = func;
+    kp.gridDim = dim3(grid);
+    kp.blockDim = dim3(block);
+    kp.kernelParams = kargs;
+    return cudaGraphAddKernelNode(node, in, dep, dep != nullptr ? 1 : 0, &kp);
+  };
+  void* args_only[] = {&args};
+  void* args_handle[] = {&args, &handle};
+  cudaGraphNode_t start, loop, propose, accept, force;
+  e = kernel_node(&start, graph, nullptr, reinterpret_cast<void*>(PairingGraphStartKernel<T>), 1,
+                  1, args_handle);
+  if (e != cudaSuccess) return fail(e, "start node");
+  cudaGraphNodeParams cp{};
+  cp.type = cudaGraphNodeTypeConditional;
+  cp.conditional.handle = handle;
+  cp.conditional.type = cudaGraphCondTypeWhile;
+  cp.conditional.size = 1;
+  e = cudaGraphAddNode(&loop, graph, &start, nullptr, 1, &cp);
+  if (e != cudaSuccess) return fail(e, "while node");
+  cudaGraph_t body = cp.conditional.phGraph_out[0];
+  e = kernel_node(&propose, body, nullptr,
+                  reinterpret_cast<void*>(PairingGraphProposeKernel<T>), blocks, 256, args_only);
+  if (e != cudaSuccess) return fail(e, "propose node");
+  e = kernel_node(&accept, body, &propose,
+                  reinterpret_cast<void*>(PairingGraphAcceptKernel<T>), blocks, 256, args_handle);
+  if (e != cudaSuccess) return fail(e, "accept node");
+  e = kernel_node(&force, graph, &loop, reinterpret_cast<void*>(PairingGraphForceKernel<T>),
+                  blocks, 256, args_only);
+  if (e != cudaSuccess) return fail(e, "force node");
+  e = cudaGraphInstantiate(&g->exec, graph, 0);
+  if (e != cudaSuccess) return fail(e, "cudaGraphInstantiate");
+  cudaGraphDestroy(graph);  // the exec keeps its own copy
+  g->args = args;
+  return absl::OkStatus();
+}
+
+// Enqueues the whole pairing on `stream` as the cached graph. An error means nothing of the
+// pairing was enqueued (the caller falls back to separate launches); later calls on this stream
+// then skip the graph.
+template <class T>
+absl::Status LaunchPairingGraph(const Params<T>& p, const Schedule& sched, int device,
+                                cudaStream_t stream, unsigned blocks) {
+  PairingGraph* g = PairingGraphFor(device, stream, sizeof(T) == sizeof(double));
+  std::lock_guard<std::mutex> lock(g->mu);
+  if (g->failed) return absl::UnavailableError("pairing graph failed earlier on this stream");
+  if (g->exec == nullptr) {
+    absl::Status s = BuildPairingGraph<T>(g, blocks);
+    if (!s.ok()) {
+      g->failed = true;
+      cudaGetLastError();  // clear a non-sticky error for the fallback
+      std::fprintf(stderr, "fresnel unwrap: no pairing graph (%s); using separate launches\n",
+                   s.ToString().c_str());
+      return s;
+    }
+  }
+  auto* args = static_cast<PairingGraphArgs<T>*>(g->args);
+  PairingGraphSetupKernel<T><<<1, 1, 0, stream>>>(p, sched, args);
+  FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(PairingGraphSetupKernel<T>);
+  const cudaError_t e = cudaGraphLaunch(g->exec, stream);
+  if (e != cudaSuccess) {
+    g->failed = true;
+    cudaGetLastError();
+    std::fprintf(stderr, "fresnel unwrap: cudaGraphLaunch failed (%s); using separate launches\n",
+                 cudaGetErrorString(e));
+    return fresnel::cuda::ToStatus(e, "cudaGraphLaunch");
+  }
+  return absl::OkStatus();
+}
+
+template <class T>
+absl::Status LaunchPairingRounds(const Params<T>& p, const Schedule& sched, cudaStream_t stream,
+                                 unsigned blocks) {
+  for (int ri = 0; ri < sched.num_radii; ++ri) {
+    for (int it = 0; it < sched.iterations; ++it) {
+      const int step = ri * sched.iterations + it;
+      const int prev = it > 0 ? step - 1 : -1;
+      ProposeKernel<T><<<blocks, 256, 0, stream>>>(p, sched.radii[ri], step, prev);
+      FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(ProposeKernel<T>);
+      AcceptKernel<T><<<blocks, 256, 0, stream>>>(p, sched.radii[ri], step, prev);
+      FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(AcceptKernel<T>);
+    }
+  }
+  ForceToFrameKernel<T><<<blocks, 256, 0, stream>>>(p, sched.radii[sched.num_radii - 1]);
+  FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(ForceToFrameKernel<T>);
+  return absl::OkStatus();
 }
 
 template <class T>
@@ -309,34 +577,33 @@ absl::StatusOr<GoldsteinResult> Run(const Device& device, const HostArray& phase
   }
   PairingInitKernel<T><<<1, 1, 0, stream>>>(p);
   FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(PairingInitKernel<T>);
-  int cooperative = 0;
-  FRESNEL_CUDA_RETURN_IF_ERROR(
-      cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device.ordinal));
-  int per_sm = 0;
-  FRESNEL_CUDA_RETURN_IF_ERROR(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      &per_sm, PairingCooperativeKernel<T>, 256, 0));
-  if (cooperative != 0 && per_sm > 0 && !CooperativeDisabled()) {
-    // Four resident blocks per SM: enough warps for the proposals, and a cheaper grid barrier
-    // than a full device.
-    const unsigned blocks = static_cast<unsigned>(sms) * std::min(per_sm, 4);
-    void* args[] = {&p, &sched};
-    FRESNEL_CUDA_RETURN_IF_ERROR(cudaLaunchCooperativeKernel(
-        reinterpret_cast<void*>(PairingCooperativeKernel<T>), dim3(blocks), dim3(256), args, 0,
-        stream));
-  } else {
-    const unsigned blocks = static_cast<unsigned>(sms) * 4;
-    for (int ri = 0; ri < sched.num_radii; ++ri) {
-      for (int it = 0; it < sched.iterations; ++it) {
-        const int step = ri * sched.iterations + it;
-        const int prev = it > 0 ? step - 1 : -1;
-        ProposeKernel<T><<<blocks, 256, 0, stream>>>(p, sched.radii[ri], step, prev);
-        FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(ProposeKernel<T>);
-        AcceptKernel<T><<<blocks, 256, 0, stream>>>(p, sched.radii[ri], step, prev);
-        FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(AcceptKernel<T>);
-      }
+  PairingMode mode = PairingModeFromEnv();
+  if (mode == PairingMode::kCooperative) {
+    int cooperative = 0;
+    FRESNEL_CUDA_RETURN_IF_ERROR(
+        cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device.ordinal));
+    int per_sm = 0;
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &per_sm, PairingCooperativeKernel<T>, 256, 0));
+    if (cooperative != 0 && per_sm > 0) {
+      // Four resident blocks per SM: enough warps for the proposals, and a cheaper grid barrier
+      // than a full device.
+      const unsigned blocks = static_cast<unsigned>(sms) * std::min(per_sm, 4);
+      void* args[] = {&p, &sched};
+      FRESNEL_CUDA_RETURN_IF_ERROR(cudaLaunchCooperativeKernel(
+          reinterpret_cast<void*>(PairingCooperativeKernel<T>), dim3(blocks), dim3(256), args, 0,
+          stream));
+    } else {
+      mode = PairingMode::kLaunches;
     }
-    ForceToFrameKernel<T><<<blocks, 256, 0, stream>>>(p, sched.radii[sched.num_radii - 1]);
-    FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(ForceToFrameKernel<T>);
+  }
+  const unsigned pairing_blocks = static_cast<unsigned>(sms) * 4;
+  if (mode == PairingMode::kGraph &&
+      !LaunchPairingGraph(p, sched, device.ordinal, stream, pairing_blocks).ok()) {
+    mode = PairingMode::kLaunches;  // graph API unavailable or failed: nothing was enqueued
+  }
+  if (mode == PairingMode::kLaunches) {
+    FRESNEL_RETURN_IF_ERROR(LaunchPairingRounds(p, sched, stream, pairing_blocks));
   }
   FRESNEL_RETURN_IF_ERROR(DumpPairing(p, bins, sched, stream));
   DrawResidueCutsKernel<T><<<static_cast<unsigned>(sms) * 8, 256, 0, stream>>>(p);
@@ -352,7 +619,7 @@ absl::StatusOr<GoldsteinResult> Run(const Device& device, const HostArray& phase
 
   // Stage 3: tiles, tile graph, labels, output.
   const int tiles_y = (rows + kTile - 1) / kTile, tiles_x = (cols + kTile - 1) / kTile;
-  if (EnvFlag("FRESNEL_UNWRAP_TILE_SCAN")) {
+  if (TileScanFromEnv()) {
     TileIntegrateScanKernel<T><<<dim3(tiles_x, tiles_y), dim3(32, 8), 0, stream>>>(p);
     FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(TileIntegrateScanKernel<T>);
   } else {

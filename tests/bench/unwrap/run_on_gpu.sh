@@ -1,37 +1,61 @@
 #!/usr/bin/env bash
-# The GPU session behind docs/bench/unwrap.md: CPU tests, [gpu] tests in each kernel
-# configuration, compute-sanitizer, the benchmark and scikit-image on the same inputs. Expects the
-# binaries on PATH (source .gpu-unwrap/env.sh after shared/tools/gpu-bundle) and writes to $OUT.
+# GPU sessions behind docs/bench/unwrap.md. Expects the binaries on PATH (source
+# .gpu-unwrap/env.sh after shared/tools/gpu-bundle) and writes to $OUT.
+#
+#   run_on_gpu.sh check   [gpu] tests with the pairing graph and each tile kernel (both forced by
+#                         environment), one memcheck case, a short benchmark per configuration
+#   run_on_gpu.sh final   [gpu] tests and the benchmark in the default configuration (no switch
+#                         set), CPU reference timed in the same run up to 4096^2
+#   run_on_gpu.sh skimage scikit-image on the benchmark's inputs (after a bench with --npy-dir)
 set -o pipefail
+what=${1:-final}
 out=${OUT:-/tmp/unwrap-out}
 mkdir -p "$out" /tmp/npy
 log=$out/log.txt
 here=$(cd "$(dirname "$0")" && pwd)
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv | tee "$log"
-timeout 20 test_unwrap "~[gpu]" 2>&1 | tail -2 | tee -a "$log"
-for cfg in default FRESNEL_UNWRAP_NO_COOPERATIVE FRESNEL_UNWRAP_TILE_SCAN; do
-  echo "== [gpu] tests, $cfg" | tee -a "$log"
-  if [ $cfg = default ]; then env=(); else env=("$cfg=1"); fi
-  env "${env[@]}" timeout 60 test_unwrap "[gpu]" -d yes >"$out/gpu_$cfg.txt" 2>&1
-  echo "rc=$?" | tee -a "$log"
-  grep -E "^[0-9.]+ s:|passed|failed|differ|FAILED|with expansion" -A1 "$out/gpu_$cfg.txt" | grep -v "^--" | head -40 | tee -a "$log"
-done
-for cfg in coop sep; do
-  if [ $cfg = coop ]; then env=(); else env=(FRESNEL_UNWRAP_NO_COOPERATIVE=1); fi
-  env "${env[@]}" FRESNEL_UNWRAP_DEBUG_DUMP="$out/dump_$cfg.bin" timeout 30 test_unwrap \
-    "GPU mask diagnostics" -s 2>&1 | grep -E "cpu:|gpu:" | tee -a "$log"
-done
-echo "== memcheck" | tee -a "$log"
-timeout 60 compute-sanitizer --tool memcheck --error-exitcode 9 test_unwrap \
-  "GPU Goldstein equals the CPU with masks, quality maps and seeds" 2>&1 | tail -4 | tee -a "$log"
-timeout 40 compute-sanitizer --tool memcheck --error-exitcode 9 test_unwrap \
-  "GPU Goldstein equals the CPU bit for bit on random phase" 2>&1 | tail -3 | tee -a "$log"
-echo "== bench" | tee -a "$log"
-timeout 130 fresnel_bench_unwrap --npy-dir /tmp/npy 2>&1 | tee "$out/bench.txt" | tail -42 | tee -a "$log"
-for cfg in FRESNEL_UNWRAP_NO_COOPERATIVE FRESNEL_UNWRAP_TILE_SCAN; do
-  echo "== bench subset, $cfg=1" | tee -a "$log"
-  env "$cfg=1" timeout 40 fresnel_bench_unwrap --sizes 1024,8192 --densities 1e-3 --reps 3 \
-    --cpu-max 0 2>&1 | grep -A4 "^Goldstein" | tee -a "$log"
-done
-echo "== scikit-image" | tee -a "$log"
-timeout 70 python3 "$here/bench_skimage.py" /tmp/npy 2>&1 | tee -a "$log"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv | tee -a "$log"
+unset FRESNEL_UNWRAP_PAIRING FRESNEL_UNWRAP_TILE_SCAN FRESNEL_UNWRAP_COOPERATIVE \
+  FRESNEL_UNWRAP_NO_COOPERATIVE
+
+gpu_tests() {  # name, env assignments...
+  local name=$1
+  shift
+  echo "== [gpu] tests, $name" | tee -a "$log"
+  local t0=$SECONDS
+  env "$@" timeout 90 test_unwrap "[gpu]" -d yes >"$out/gpu_$name.txt" 2>&1
+  echo "rc=$? ($((SECONDS - t0)) s)" | tee -a "$log"
+  grep -E "^[0-9.]+ s:|passed|failed|differ|FAILED|with expansion|error|graph|launches" -A1 "$out/gpu_$name.txt" |
+    grep -v "^--" | head -40 | tee -a "$log"
+}
+
+case $what in
+check)
+  timeout 20 test_unwrap "~[gpu]" 2>&1 | tail -2 | tee -a "$log"
+  gpu_tests graph_scan FRESNEL_UNWRAP_PAIRING=graph FRESNEL_UNWRAP_TILE_SCAN=1
+  gpu_tests graph_prop FRESNEL_UNWRAP_PAIRING=graph FRESNEL_UNWRAP_TILE_SCAN=0
+  echo "== memcheck (graph pairing, scan tiles)" | tee -a "$log"
+  FRESNEL_UNWRAP_PAIRING=graph FRESNEL_UNWRAP_TILE_SCAN=1 timeout 60 compute-sanitizer \
+    --tool memcheck --error-exitcode 9 test_unwrap \
+    "GPU Goldstein equals the CPU bit for bit on random phase" 2>&1 | tail -3 | tee -a "$log"
+  for cfg in "graph 1" "graph 0" "launches 0"; do
+    set -- $cfg
+    echo "== bench subset, pairing $1, tile_scan $2" | tee -a "$log"
+    FRESNEL_UNWRAP_PAIRING=$1 FRESNEL_UNWRAP_TILE_SCAN=$2 timeout 60 fresnel_bench_unwrap \
+      --sizes 1024,8192 --densities 1e-3 --reps 3 --cpu-max 1024 2>&1 |
+      grep -E -A3 "^Goldstein|pairing graph|launches" | tee -a "$log"
+  done
+  ;;
+final)
+  timeout 20 test_unwrap "~[gpu]" 2>&1 | tail -2 | tee -a "$log"
+  gpu_tests default
+  echo "== memcheck (default configuration, masks)" | tee -a "$log"
+  timeout 60 compute-sanitizer --tool memcheck --error-exitcode 9 test_unwrap \
+    "GPU Goldstein equals the CPU with masks*" 2>&1 | tail -3 | tee -a "$log"
+  echo "== bench (default configuration)" | tee -a "$log"
+  timeout 200 fresnel_bench_unwrap --sizes 1024,4096,8192 --densities 0,1e-4,1e-3 --reps 5 \
+    --cpu-max 4096 2>&1 | tee "$out/bench.txt" | grep -v "done:" | tail -40 | tee -a "$log"
+  ;;
+skimage)
+  timeout 70 python3 "$here/bench_skimage.py" /tmp/npy 2>&1 | tee -a "$log"
+  ;;
+esac
