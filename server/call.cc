@@ -1,5 +1,6 @@
 #include "server/call.h"
 
+#include <algorithm>
 #include <random>
 
 #include "absl/strings/str_format.h"
@@ -85,27 +86,35 @@ void UnaryJobCall::FinishWith(const absl::Status& status) {
 }
 
 absl::Status JobSlot::Submit(DevicePool* pool, std::shared_ptr<Job> job) {
+  const Job* raw = job.get();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    job_ = job;
+    jobs_.push_back(job);
   }
   absl::Status submitted = pool->Submit(std::move(job));
-  if (!submitted.ok()) Clear();
+  if (!submitted.ok()) Remove(raw);
   return submitted;
 }
 
 void JobSlot::Clear() {
   std::lock_guard<std::mutex> lock(mu_);
-  job_.reset();
+  jobs_.clear();
+}
+
+void JobSlot::Remove(const Job* job) {
+  std::lock_guard<std::mutex> lock(mu_);
+  jobs_.erase(std::remove_if(jobs_.begin(), jobs_.end(),
+                             [job](const std::shared_ptr<Job>& j) { return j.get() == job; }),
+              jobs_.end());
 }
 
 void JobSlot::Cancel() {
-  std::shared_ptr<Job> job;
+  std::vector<std::shared_ptr<Job>> jobs;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    job = job_;
+    jobs = jobs_;
   }
-  if (job) job->Cancel();
+  for (const std::shared_ptr<Job>& job : jobs) job->Cancel();
 }
 
 }  // namespace fresnel::server

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "fresnel/interp/interp.h"
@@ -38,21 +39,22 @@ DevicePreference PreferenceOf(const v1::DeviceHint& hint);
 std::string RequestIdOr(const std::string& given);
 void FillExecutionInfo(const JobReport& report, double total_s, v1::ExecutionInfo* info);
 
-// The job a streaming reactor has in flight, so that OnCancel can cancel it. Thread-safe.
-// Cancel() must not hold the lock while cancelling: a queued job completes on the cancelling
-// thread, and its completion calls Clear().
+// The jobs a streaming reactor has in flight (one, or several for a pipelined stream), so that
+// OnCancel can cancel them. Thread-safe. Cancel() must not hold the lock while cancelling: a
+// queued job completes on the cancelling thread, and its completion calls Clear() / Remove().
 class JobSlot {
  public:
   // Remembers `job` and submits it to `pool`; forgets it again when the pool refuses it.
   absl::Status Submit(DevicePool* pool, std::shared_ptr<Job> job);
-  // From the job's completion.
+  // From a job's completion: forgets every job (one-job reactors) or just `job`.
   void Clear();
+  void Remove(const Job* job);
   // From OnCancel.
   void Cancel();
 
  private:
   std::mutex mu_;
-  std::shared_ptr<Job> job_;
+  std::vector<std::shared_ptr<Job>> jobs_;
 };
 
 // One unary RPC: Start() either submits the job or finishes at once with the error; the job's

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -15,6 +16,7 @@
 #include "format.h"
 #include "fresnel/core/npy.h"
 #include "fresnel/core/png.h"
+#include "fresnel/core/status.h"
 #include "fresnel/hologram/point_cloud.h"
 #include "fresnel/v1/array_convert.h"
 
@@ -114,8 +116,97 @@ HostArray CloudArray(const hologram::PointCloud& cloud) {
   return a;
 }
 
+// The cloud turned by `deg` degrees about the vertical (y) axis through its bounding box's
+// centre.
+hologram::PointCloud Turned(const hologram::PointCloud& cloud, double deg) {
+  if (deg == 0 || cloud.empty()) return cloud;
+  double lo[2] = {INFINITY, INFINITY}, hi[2] = {-INFINITY, -INFINITY};
+  for (const hologram::Point& p : cloud) {
+    lo[0] = std::min(lo[0], p.x_m);
+    hi[0] = std::max(hi[0], p.x_m);
+    lo[1] = std::min(lo[1], p.z_m);
+    hi[1] = std::max(hi[1], p.z_m);
+  }
+  const double cx = 0.5 * (lo[0] + hi[0]), cz = 0.5 * (lo[1] + hi[1]);
+  const double a = deg * 3.14159265358979323846 / 180.0, c = std::cos(a), s = std::sin(a);
+  hologram::PointCloud out = cloud;
+  for (hologram::Point& p : out) {
+    const double dx = p.x_m - cx, dz = p.z_m - cz;
+    p.x_m = cx + c * dx + s * dz;
+    p.z_m = cz - s * dx + c * dz;
+  }
+  return out;
+}
+
+// The q-quantile (0..1) of `v` by nearest rank; v must not be empty.
+double Quantile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  const size_t i = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size()))) - 1;
+  return v[std::min(i, v.size() - 1)];
+}
+
 std::string Um(double m) { return absl::StrFormat("%g um", m * 1e6); }
 std::string Nm(double m) { return absl::StrFormat("%g nm", m * 1e9); }
+
+struct StreamStats {
+  double latency_p50_s = 0, latency_p99_s = 0;  // frame handed to gRPC -> its answer complete
+  double compute_mean_s = 0, server_mean_s = 0;  // ExecutionInfo compute / total, mean
+  int64_t failed = 0;
+};
+
+// --frames: the request's config and source as o.frames frames of one Stream call (a --points
+// cloud turned by --spin per frame). Returns the last frame that rendered; a failed frame does
+// not end the stream, but if every frame failed the first failure is returned.
+absl::StatusOr<HologramRender> StreamFrames(Client& client, const HologramCmdOptions& o,
+                                            const v1::RenderRequest& request,
+                                            const hologram::PointCloud& cloud,
+                                            StreamStats* stats) {
+  using Clock = std::chrono::steady_clock;
+  std::vector<Clock::time_point> sent(static_cast<size_t>(o.frames));
+  std::vector<double> latency, compute, server;
+  std::optional<HologramRender> last;
+  absl::Status first_failure;
+  int64_t next = 0;
+  auto next_frame = [&](v1::HologramFrameRequest* frame) {
+    if (next == o.frames) return false;
+    if (next == 0) *frame->mutable_config() = request.config();
+    if (request.has_points()) {
+      if (next == 0 || o.spin_deg == 0) {
+        *frame->mutable_points() = request.points();
+      } else {
+        ToProto(CloudArray(Turned(cloud, o.spin_deg * static_cast<double>(next))),
+                frame->mutable_points());
+      }
+    } else {
+      *frame->mutable_image() = request.image();
+    }
+    sent[static_cast<size_t>(next++)] = Clock::now();
+    return true;
+  };
+  auto on_frame = [&](int64_t index, const absl::Status& status, HologramRender* result) {
+    if (!status.ok()) {
+      ++stats->failed;
+      if (first_failure.ok()) first_failure = status;
+      return;
+    }
+    latency.push_back(
+        std::chrono::duration<double>(Clock::now() - sent[static_cast<size_t>(index)]).count());
+    compute.push_back(result->header.info().compute_seconds());
+    server.push_back(result->header.info().total_seconds());
+    last = std::move(*result);
+  };
+  FRESNEL_RETURN_IF_ERROR(client.RenderStream(next_frame, on_frame));
+  if (!last.has_value()) {
+    return first_failure.ok() ? absl::InternalError("the stream answered no frame") : first_failure;
+  }
+  stats->latency_p50_s = Quantile(latency, 0.5);
+  stats->latency_p99_s = Quantile(latency, 0.99);
+  double c = 0, t = 0;
+  for (size_t i = 0; i < compute.size(); ++i) c += compute[i], t += server[i];
+  stats->compute_mean_s = c / static_cast<double>(compute.size());
+  stats->server_mean_s = t / static_cast<double>(server.size());
+  return *std::move(last);
+}
 
 }  // namespace
 
@@ -170,6 +261,11 @@ absl::Status ValidateHologramOptions(HologramCmdOptions* o) {
   if (!(o->pitch_m > 0)) return absl::InvalidArgumentError("--pitch must be > 0 (metres)");
   if (!(o->wavelength_m > 0)) return absl::InvalidArgumentError("--wavelength must be > 0 (metres)");
   if (!std::isfinite(o->min_snr_db)) return absl::InvalidArgumentError("--min-snr must be finite");
+  if (o->frames < 1) return absl::InvalidArgumentError("--frames must be >= 1");
+  if (!std::isfinite(o->spin_deg)) return absl::InvalidArgumentError("--spin must be finite");
+  if (o->spin_deg != 0 && o->points.empty()) {
+    return absl::InvalidArgumentError("--spin turns a --points cloud; an --image plane cannot turn");
+  }
   if (o->reconstruct_m < 0) return absl::InvalidArgumentError("--reconstruct must be > 0 (metres)");
   if ((o->reconstruct_m > 0) != !o->reconstruct_png.empty()) {
     return absl::InvalidArgumentError("--reconstruct DEPTH and --reconstruct-png FILE go together");
@@ -295,6 +391,13 @@ CLI::App* AddHologramCommand(CLI::App* app, HologramCmdOptions* o) {
   cmd->add_option("--device", o->device, "Where the server may run the request")
       ->check(CLI::IsMember({"any", "gpu", "cpu"}))
       ->capture_default_str();
+  cmd->add_option("--frames", o->frames,
+                  "Holographic video: send N frames over one Stream call and report frames/s "
+                  "(files are written from the last frame)")
+      ->capture_default_str();
+  cmd->add_option("--spin", o->spin_deg,
+                  "With --frames and --points: turn the cloud by this many degrees per frame "
+                  "about the vertical axis through its centre");
   cmd->add_flag("--json", o->json, "Print the summary as JSON");
   cmd->footer(kExitCodeHelp);
   return cmd;
@@ -308,11 +411,13 @@ int RunHologram(const GlobalOptions& global, HologramCmdOptions o, std::ostream&
 
   v1::RenderRequest request;
   std::string source_text;
+  hologram::PointCloud cloud;  // --points, kept for the frames of --frames
   if (!o.points.empty()) {
-    absl::StatusOr<hologram::PointCloud> cloud = LoadPointCloud(o);
-    if (!cloud.ok()) return ReportError(err, kExitIo, cloud.status());
-    ToProto(CloudArray(*cloud), request.mutable_points());
-    source_text = absl::StrCat(o.points, " -> ", cloud->size(), " points");
+    absl::StatusOr<hologram::PointCloud> loaded = LoadPointCloud(o);
+    if (!loaded.ok()) return ReportError(err, kExitIo, loaded.status());
+    cloud = *std::move(loaded);
+    ToProto(CloudArray(cloud), request.mutable_points());
+    source_text = absl::StrCat(o.points, " -> ", cloud.size(), " points");
   } else {
     absl::StatusOr<HostArray> gray = ReadGrayPng(o.image);
     if (!gray.ok()) return ReportError(err, kExitIo, gray.status());
@@ -345,7 +450,13 @@ int RunHologram(const GlobalOptions& global, HologramCmdOptions o, std::ostream&
   absl::StatusOr<std::unique_ptr<Client>> client = ConnectClient(global);
   if (!client.ok()) return ReportError(err, kExitRpc, client.status(), global.server);
   const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<HologramRender> r = (*client)->Render(std::move(request));
+  absl::StatusOr<HologramRender> r;
+  StreamStats stream;
+  if (o.frames == 1) {
+    r = (*client)->Render(std::move(request));
+  } else {
+    r = StreamFrames(**client, o, request, cloud, &stream);
+  }
   if (!r.ok()) return ReportError(err, kExitRpc, r.status(), global.server);
   const double round_trip_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -400,6 +511,15 @@ int RunHologram(const GlobalOptions& global, HologramCmdOptions o, std::ostream&
         .Add("d2h_seconds", exec.d2h_seconds())
         .Add("server_seconds", exec.total_seconds())
         .Add("round_trip_seconds", round_trip_s);
+    if (o.frames > 1) {
+      json.Add("frames", o.frames)
+          .Add("frames_per_second", static_cast<double>(o.frames) / round_trip_s)
+          .Add("frame_latency_p50_seconds", stream.latency_p50_s)
+          .Add("frame_latency_p99_seconds", stream.latency_p99_s)
+          .Add("frame_compute_mean_seconds", stream.compute_mean_s)
+          .Add("frame_server_mean_seconds", stream.server_mean_s)
+          .Add("frames_failed", stream.failed);
+    }
     JsonObject files;
     if (!o.phase_png.empty()) files.Add("phase_png", o.phase_png);
     if (!o.field_npy.empty()) files.Add("field_npy", o.field_npy);
@@ -415,6 +535,15 @@ int RunHologram(const GlobalOptions& global, HologramCmdOptions o, std::ostream&
       << FormatSeconds(exec.total_seconds()) << " (queue " << FormatSeconds(exec.queue_wait_seconds())
       << ", compute " << FormatSeconds(exec.compute_seconds()) << ") | round trip "
       << FormatSeconds(round_trip_s) << "\n";
+  if (o.frames > 1) {
+    out << o.frames << " frames over one Stream call in " << FormatSeconds(round_trip_s) << ": "
+        << absl::StrFormat("%.1f", static_cast<double>(o.frames) / round_trip_s)
+        << " frames/s | frame latency p50 " << FormatSeconds(stream.latency_p50_s) << ", p99 "
+        << FormatSeconds(stream.latency_p99_s) << " | per frame on the server "
+        << FormatSeconds(stream.server_mean_s) << " (compute " << FormatSeconds(stream.compute_mean_s)
+        << ")" << (stream.failed > 0 ? absl::StrCat(" | ", stream.failed, " frame(s) failed") : "")
+        << " | files from the last frame\n";
+  }
   if (o.reconstruct_m > 0) {
     out << "reconstruction at " << absl::StrFormat("%g", o.reconstruct_m) << " m ("
         << o.reconstruct_source << "), peak amplitude "

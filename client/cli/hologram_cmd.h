@@ -44,6 +44,11 @@ struct HologramCmdOptions {
   std::string reconstruct_source = "field";  // field | phase
   std::string device = "any";
   bool json = false;
+  // Holographic video: send this many frames over HologramService.Stream and report frames per
+  // second; the files are the last frame's. With --points, frame i shows the cloud turned by
+  // i * spin_deg about the vertical axis through its centre.
+  int64_t frames = 1;
+  double spin_deg = 0;
 
   // Filled in by ValidateHologramOptions.
   int64_t width = 0, height = 0;

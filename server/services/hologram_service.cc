@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <vector>
@@ -239,22 +240,33 @@ class RenderCall : public grpc::ServerWriteReactor<v1::RenderResponse> {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Stream: frames in, each frame's header + chunks out, one frame at a time.
+// Stream: frames in, each frame's header + chunks out, in frame order. Pipelined: up to depth_
+// frames are read ahead and rendered at once (on every worker stream of every GPU), while the
+// answers go out strictly in order, one write at a time. A frame that fails validation or in the
+// kernel is answered with its status and the stream goes on; a failure of the server itself
+// (cancel, deadline, drain) ends the stream once no job of it is still running.
 
 class StreamCall
     : public grpc::ServerBidiReactor<v1::HologramFrameRequest, v1::HologramFrameResponse> {
  public:
   StreamCall(ServiceContext* ctx, const hologram::Limits& limits,
              grpc::CallbackServerContext* context)
-      : ctx_(ctx), limits_(limits), context_(context), accepted_(Clock::now()) {
+      : ctx_(ctx),
+        limits_(limits),
+        context_(context),
+        accepted_(Clock::now()),
+        depth_(PipelineDepth(*ctx->pool)) {
     if (ctx_->metrics) ctx_->metrics->InFlightAdd(kService, "Stream", 1);
     StartRead(&request_);
   }
 
   void OnReadDone(bool ok) override {
-    if (!ok) {
-      // The client half-closed; every frame it sent has been answered.
-      FinishWith(absl::OkStatus());
+    if (!ok) {  // the client half-closed: finish once every frame it sent is answered
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        reads_done_ = true;
+      }
+      MaybeFinish();
       return;
     }
     const int64_t index = next_frame_++;
@@ -264,63 +276,80 @@ class StreamCall
                                 static_cast<double>(request_.ByteSizeLong()));
     }
     if (!configured_) {
-      if (!request_.has_config()) {
-        FinishWith(absl::InvalidArgumentError("config: the first frame must carry the config"));
-        return;
-      }
-      absl::Status st = Configure(request_.config());
+      absl::Status st = request_.has_config()
+                            ? Configure(request_.config())
+                            : absl::InvalidArgumentError(
+                                  "config: the first frame must carry the config");
       if (!st.ok()) {
-        FinishWith(st);
+        Fail(st);
         return;
       }
       request_id_ = RequestIdOr(request_.request_id());
-    } else if (request_.has_config()) {
-      WriteFrameError(index, absl::InvalidArgumentError(
-                                 "config: only the first frame may carry the config (use "
-                                 "overrides for per-frame changes)"));
-      return;
     }
     auto work = std::make_shared<RenderWork>();
-    absl::Status prepared = PrepareFrame(work.get());
-    if (!prepared.ok()) {
-      WriteFrameError(index, prepared);
-      return;
+    absl::Status prepared =
+        index > 0 && request_.has_config()
+            ? absl::InvalidArgumentError(
+                  "config: only the first frame may carry the config (use overrides for "
+                  "per-frame changes)")
+            : PrepareFrame(work.get());
+    std::shared_ptr<Job> job;
+    if (prepared.ok()) {
+      const int64_t points = static_cast<int64_t>(work->points.size());
+      job = MakeRenderJob(work, limits_, "Stream", preference_, DeadlineOf(context_),
+                          /*kernel_errors_as_data=*/true);
+      const Job* raw = job.get();
+      job->done = [this, raw, work, points, index, received](const absl::Status& status,
+                                                             const JobReport& report) {
+        jobs_.Remove(raw);
+        OnFrameDone(index, work.get(), points, received, status, report);
+      };
     }
-    const int64_t points = static_cast<int64_t>(work->points.size());
-    std::shared_ptr<Job> job = MakeRenderJob(work, limits_, "Stream", preference_,
-                                             DeadlineOf(context_), /*kernel_errors_as_data=*/true);
-    job->done = [this, work, points, index, received](const absl::Status& status,
-                                                      const JobReport& report) {
-      slot_.Clear();
-      if (!status.ok()) {  // the server's own failure (cancelled, deadline, draining): fatal
-        FinishWith(status);
+    bool read_more = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (fatal_.has_value()) return;  // ending: take no more frames
+      ++in_flight_;
+      if (job) {
+        ++running_;
+      } else {
+        ready_.emplace(index, FrameError(index, prepared));
+      }
+      read_more = in_flight_ < depth_;
+      read_paused_ = !read_more;
+    }
+    if (job) {
+      absl::Status submitted = jobs_.Submit(ctx_->pool, job);
+      if (!submitted.ok()) {
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          --running_;
+        }
+        Fail(submitted);
         return;
       }
-      if (!work->error.ok()) {
-        WriteFrameError(index, work->error);
-        return;
-      }
-      response_.Clear();
-      response_.set_frame_index(index);
-      response_.mutable_status()->set_code(0);
-      v1::HologramResultHeader* header = response_.mutable_header();
-      header->set_request_id(request_id_);
-      FillResultHeader(work->result, points, work->options, header);
-      FillExecutionInfo(report, SecondsSince(received), header->mutable_info());
-      messages_.emplace(std::move(work->result), chunk_bytes_);
-      const int64_t out_bytes = messages_->BuildHeader(header);
-      if (ctx_->metrics) {
-        ctx_->metrics->AddPayload(kService, "Stream", "out", static_cast<double>(out_bytes));
-      }
-      StartWrite(&response_);
-    };
-    absl::Status submitted = slot_.Submit(ctx_->pool, job);
-    if (!submitted.ok()) FinishWith(submitted);
+    }
+    if (read_more) StartRead(&request_);
+    TryWrite();
   }
 
   void OnWriteDone(bool ok) override {
     if (!ok) {
-      FinishWith(absl::CancelledError("the client stopped reading"));
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        writing_ = false;
+      }
+      Fail(absl::CancelledError("the client stopped reading"));
+      return;
+    }
+    bool stop = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop = fatal_.has_value();
+      if (stop) writing_ = false;
+    }
+    if (stop) {  // ending: the rest of this frame is not sent
+      MaybeFinish();
       return;
     }
     if (messages_) {
@@ -333,14 +362,40 @@ class StreamCall
       }
       messages_.reset();
     }
-    StartRead(&request_);  // the frame is answered: take the next one
+    bool resume = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      writing_ = false;
+      ++next_write_;
+      --in_flight_;
+      resume = read_paused_ && !reads_done_ && !fatal_.has_value();
+      if (resume) read_paused_ = false;
+    }
+    if (resume) StartRead(&request_);  // a slot is free: take the next frame
+    TryWrite();
+    MaybeFinish();
   }
 
-  void OnCancel() override { slot_.Cancel(); }
+  void OnCancel() override { Fail(absl::CancelledError("the client cancelled the stream")); }
 
   void OnDone() override { delete this; }
 
  private:
+  // A frame's answer, ready to go: the header message and the chunks still to come.
+  struct Answer {
+    v1::HologramFrameResponse header;
+    std::optional<ResultMessages> messages;
+  };
+
+  // Frames rendered at once: one per worker of the devices that run them, plus one being read.
+  static int PipelineDepth(const DevicePool& pool) {
+    int gpu_workers = 0, cpu_workers = 0;
+    for (const DeviceSnapshot& d : pool.Snapshot()) {
+      (d.kind == DeviceKind::kCuda ? gpu_workers : cpu_workers) += d.workers;
+    }
+    return std::clamp((gpu_workers > 0 ? gpu_workers : cpu_workers) + 1, 2, 16);
+  }
+
   absl::Status Configure(const v1::HologramConfig& config) {
     FRESNEL_ASSIGN_OR_RETURN(base_, ParseHologramConfig(config, limits_));
     FRESNEL_RETURN_IF_ERROR(
@@ -365,19 +420,125 @@ class StreamCall
     return hologram::ValidateHologram(work->points, work->options, limits_);
   }
 
-  // Answers frame `index` with a header carrying only the failure; the stream goes on.
-  void WriteFrameError(int64_t index, const absl::Status& status) {
-    messages_.reset();
-    response_.Clear();
-    response_.set_frame_index(index);
-    response_.mutable_header()->set_request_id(request_id_);
-    response_.mutable_status()->set_code(static_cast<int>(status.code()));
-    response_.mutable_status()->set_message(std::string(status.message()));
-    StartWrite(&response_);
+  // Frame `index`'s answer when it failed: a header carrying only the status.
+  Answer FrameError(int64_t index, const absl::Status& status) const {
+    Answer a;
+    a.header.set_frame_index(index);
+    a.header.mutable_header()->set_request_id(request_id_);
+    a.header.mutable_status()->set_code(static_cast<int>(status.code()));
+    a.header.mutable_status()->set_message(std::string(status.message()));
+    return a;
+  }
+
+  // On a worker thread: turns the frame's result into its messages (the copy into the header
+  // happens here, in parallel across frames) and hands them to the writer.
+  void OnFrameDone(int64_t index, RenderWork* work, int64_t points, Clock::time_point received,
+                   const absl::Status& status, const JobReport& report) {
+    if (!status.ok()) {  // the server's own failure (cancelled, deadline, draining): fatal
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!fatal_.has_value()) fatal_ = status;
+      }
+      jobs_.Cancel();  // not under mu_: a cancelled job completes on this thread
+      JobEnded(index, std::nullopt);
+      return;
+    }
+    Answer answer;
+    if (!work->error.ok()) {
+      answer = FrameError(index, work->error);
+    } else {
+      answer.header.set_frame_index(index);
+      answer.header.mutable_status()->set_code(0);
+      v1::HologramResultHeader* header = answer.header.mutable_header();
+      header->set_request_id(request_id_);
+      FillResultHeader(work->result, points, work->options, header);
+      FillExecutionInfo(report, SecondsSince(received), header->mutable_info());
+      answer.messages.emplace(std::move(work->result), chunk_bytes_);
+      const int64_t out_bytes = answer.messages->BuildHeader(header);
+      if (ctx_->metrics) {
+        ctx_->metrics->AddPayload(kService, "Stream", "out", static_cast<double>(out_bytes));
+      }
+    }
+    JobEnded(index, std::move(answer));
+  }
+
+  // A job's last touch of the reactor. While running_ counts the job the stream cannot finish,
+  // so the decrement, the choice of what to do next and the hand-over happen in one critical
+  // section, and after it this thread only starts the write or the finish it chose.
+  void JobEnded(int64_t index, std::optional<Answer> answer) {
+    bool write = false, finish = false;
+    absl::Status status;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (answer.has_value()) ready_.emplace(index, *std::move(answer));
+      --running_;
+      write = TakeNextLocked();
+      if (!write) finish = FinishDecisionLocked(&status);
+    }
+    if (write) {
+      StartWrite(&response_);
+    } else if (finish) {
+      FinishWith(status);
+    }
+  }
+
+  // With mu_ held: moves the next frame in order into response_ when it is ready and no write
+  // is in flight.
+  bool TakeNextLocked() {
+    if (writing_ || fatal_.has_value()) return false;
+    auto it = ready_.find(next_write_);
+    if (it == ready_.end()) return false;
+    writing_ = true;
+    response_ = std::move(it->second.header);
+    messages_ = std::move(it->second.messages);
+    ready_.erase(it);
+    return true;
+  }
+
+  // With mu_ held: whether the stream ends now (nothing runs or is being written, and it failed
+  // or every frame was answered after the client half-closed), and with which status.
+  bool FinishDecisionLocked(absl::Status* status) {
+    if (finishing_ || running_ > 0 || writing_) return false;
+    if (fatal_.has_value()) {
+      *status = *fatal_;
+    } else if (!reads_done_ || in_flight_ > 0) {
+      return false;
+    }
+    finishing_ = true;
+    return true;
+  }
+
+  // From gRPC reactions (OnReadDone / OnWriteDone / OnCancel) only.
+  void TryWrite() {
+    bool write;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      write = TakeNextLocked();
+    }
+    if (write) StartWrite(&response_);
+  }
+  void MaybeFinish() {
+    absl::Status status;
+    bool finish;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      finish = FinishDecisionLocked(&status);
+    }
+    if (finish) FinishWith(status);
+  }
+
+  // Ends the stream with `status` once nothing of it runs or is being written; jobs still
+  // queued are cancelled.
+  void Fail(const absl::Status& status) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!fatal_.has_value()) fatal_ = status;
+    }
+    jobs_.Cancel();  // not under mu_: a cancelled job completes on this thread
+    MaybeFinish();
   }
 
   void FinishWith(const absl::Status& status) {
-    if (finished_.exchange(true)) return;
     if (ctx_->metrics) {
       ctx_->metrics->ObserveRequest(kService, "Stream", CodeName(status.code()),
                                     SecondsSince(accepted_));
@@ -390,8 +551,9 @@ class StreamCall
   hologram::Limits limits_;
   grpc::CallbackServerContext* context_;
   Clock::time_point accepted_;
+  const int depth_;
+  // Reader side (OnReadDone runs one at a time).
   v1::HologramFrameRequest request_;
-  v1::HologramFrameResponse response_;
   bool configured_ = false;
   hologram::HologramOptions base_;
   v1::DeviceHint hint_;
@@ -399,9 +561,21 @@ class StreamCall
   int64_t chunk_bytes_ = 0;
   std::string request_id_;
   int64_t next_frame_ = 0;
+  // Writer side (owned by the write in flight).
+  v1::HologramFrameResponse response_;
   std::optional<ResultMessages> messages_;
-  std::atomic<bool> finished_{false};
-  JobSlot slot_;  // the job in flight, for OnCancel
+  // Shared.
+  std::mutex mu_;
+  std::map<int64_t, Answer> ready_;  // answered frames not yet written
+  int64_t next_write_ = 0;
+  int in_flight_ = 0;  // frames read and not yet fully written
+  int running_ = 0;    // frames whose job has not completed
+  bool writing_ = false;
+  bool read_paused_ = false;
+  bool reads_done_ = false;
+  bool finishing_ = false;
+  std::optional<absl::Status> fatal_;
+  JobSlot jobs_;  // the jobs in flight, for OnCancel
 };
 
 // ---------------------------------------------------------------------------------------------

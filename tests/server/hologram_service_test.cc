@@ -248,6 +248,68 @@ TEST_CASE("Stream renders frames in order; a bad frame gets its own status and t
   CHECK(results[2].header.chunked_outputs_size() > 0);
 }
 
+// Frames are rendered several at a time (one per worker, plus one read ahead): a small frame
+// behind a large one finishes first, yet the answers come back in frame order, each equal to
+// the one-shot render.
+TEST_CASE("Stream renders frames concurrently and answers them in order", "[server][hologram]") {
+  server::ServerConfig config = TestServer::CpuConfig();
+  config.cpu_workers = 3;
+  TestServer ts(config);
+  auto client = Connect(ts);
+  constexpr int kFrames = 14;
+  std::vector<hologram::PointCloud> clouds;
+  for (int i = 0; i < kFrames; ++i) clouds.push_back(RandomCloud(i % 3 == 0 ? 900 : 4, 100 + i));
+  size_t next = 0;
+  std::vector<int64_t> seen;
+  std::vector<HologramRender> results(kFrames);
+  absl::Status st = client->RenderStream(
+      [&](v1::HologramFrameRequest* f) {
+        if (next == clouds.size()) return false;
+        if (next == 0) *f->mutable_config() = Config(96, 80, v1::HOLOGRAM_ALGORITHM_REFERENCE);
+        ToProto(CloudArray(clouds[next++]), f->mutable_points());
+        return true;
+      },
+      [&](int64_t index, const absl::Status& status, HologramRender* r) {
+        CHECK(status.ok());
+        seen.push_back(index);
+        if (r != nullptr) results[index] = std::move(*r);
+      });
+  REQUIRE(st.ok());
+  std::vector<int64_t> order(kFrames);
+  for (int i = 0; i < kFrames; ++i) order[i] = i;
+  REQUIRE(seen == order);
+  for (int i = 0; i < kFrames; ++i) {
+    auto want = hologram::ComputeHologram(Device::Cpu(), clouds[i],
+                                          KernelOptions(96, 80, hologram::Algorithm::kReference));
+    REQUIRE(want.ok());
+    CheckEqual(results[i], *want);
+  }
+}
+
+// A stream that runs out of time while frames are rendering ends with DEADLINE_EXCEEDED once its
+// jobs are done; the server keeps serving.
+TEST_CASE("Stream past its deadline ends cleanly with frames in flight", "[server][hologram]") {
+  TestServer ts;
+  auto client = Connect(ts);
+  int sent = 0;
+  CallOptions call;
+  call.timeout = std::chrono::milliseconds(300);
+  absl::Status st = client->RenderStream(
+      [&](v1::HologramFrameRequest* f) {
+        if (sent == 200) return false;
+        if (sent == 0) *f->mutable_config() = Config(256, 256, v1::HOLOGRAM_ALGORITHM_REFERENCE);
+        ToProto(CloudArray(RandomCloud(1500, 300 + sent++)), f->mutable_points());
+        return true;
+      },
+      [](int64_t, const absl::Status&, HologramRender*) {},
+      call);
+  CHECK(st.code() == absl::StatusCode::kDeadlineExceeded);
+  v1::RenderRequest request;
+  *request.mutable_config() = Config(32, 32, v1::HOLOGRAM_ALGORITHM_REFERENCE);
+  ToProto(CloudArray(RandomCloud(5, 7)), request.mutable_points());
+  CHECK(client->Render(std::move(request)).ok());
+}
+
 TEST_CASE("Stream without a config on the first frame is INVALID_ARGUMENT", "[server][hologram]") {
   TestServer ts;
   auto client = Connect(ts);

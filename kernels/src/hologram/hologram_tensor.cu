@@ -22,12 +22,15 @@
 // int8 IMMA requires; C_f is column-major M×N = row-major [N][M], pixel (u, v) at u + v·M. The
 // three products are one strided batched call.
 #include <cublasLt.h>
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <optional>
 #include <mutex>
@@ -55,7 +58,7 @@ constexpr float kInvSqrt2 = 0.70710678118654752f;
 // Phase of one point along one axis in fixed-point turns: T(m) = a·m² + b·m + c (mod 2^64,
 // units of 2^-64 turn), m = i − n/2 the pixel offset from the axis, so that T(m)/2^64 =
 // frac(((m·p − δ)² · inv2lz) + θ/2π) with a = p²·inv2lz, b = −2pδ·inv2lz, c = δ²·inv2lz (+ θ/2π
-// on the row side) reduced mod 1 on the host in long double. Along a run of pixels
+// on the row side) reduced mod 1 on the host in double. Along a run of pixels
 //   T(m + 1) = T(m) + D(m),  D(m) = a(2m + 1) + b,  D(m + 1) = D(m) + 2a
 // (exact modulo 2^64), so the build kernels need two 64-bit adds per element instead of
 // float64 arithmetic.
@@ -189,6 +192,76 @@ __global__ void __launch_bounds__(kBuildThreads)
     StoreFour(out + o, v1, qs);
     StoreFour(out + plane + o, v2, qs);
     StoreFour(out + 2 * plane + o, v3, qs);
+  }
+}
+
+// int8 operands from a phase table: the paper's 8-bit phase bytes, with the cosines stored
+// rather than approximated. Entry i holds the three plane bytes at the angle 2π·i/kLutSize
+// (bytes 0, 1, 2 = planes 1, 2, 3 as in TensorBuildKernel; for rows, B = 1: every point has the
+// same amplitude), built on the host in double precision. An element's phase T (64-bit turns,
+// advanced exactly as in TensorBuildKernel) picks the entry of the nearest table angle, so the
+// angle error is at most π/kLutSize (7.7e-4 rad, far below int8's quantisation step) and the
+// element costs one shared-memory load instead of two special-function ops and three roundings.
+// Blocks stay resident (grid = what fits on the device) and loop over tiles of 4·kLutThreads
+// columns × kBuildRun pixel rows, so each block fills its table once.
+constexpr int kLutBits = 12;
+constexpr int kLutSize = 1 << kLutBits;
+constexpr int kLutThreads = 256;
+
+__global__ void __launch_bounds__(kLutThreads)
+    TensorLutBuildKernel(const AxisPoly* __restrict__ poly, const int32_t* __restrict__ lo,
+                         const int32_t* __restrict__ hi, const uint32_t* __restrict__ table,
+                         int64_t col0, int64_t ncols, int64_t kc, int64_t n_pix, int64_t rows_pad,
+                         int8_t* __restrict__ out) {
+  __shared__ uint32_t lut[kLutSize];
+  for (int i = threadIdx.x; i < kLutSize; i += blockDim.x) lut[i] = table[i];
+  __syncthreads();
+  const int64_t col_tiles = (kc + 4 * kLutThreads - 1) / (4 * kLutThreads);
+  const int64_t tiles = col_tiles * ((rows_pad + kBuildRun - 1) / kBuildRun);
+  const int64_t plane = rows_pad * kc;
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const int64_t k4 = ((tile % col_tiles) * kLutThreads + threadIdx.x) * 4;
+    const int64_t i0 = (tile / col_tiles) * kBuildRun;
+    if (k4 >= kc) continue;
+    uint64_t t[4], d[4], a2[4];
+    int32_t l[4], h[4];
+    const uint64_t mm = static_cast<uint64_t>(AxisOffset(i0, n_pix));
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int64_t k = k4 + e;
+      if (k < ncols) {
+        const AxisPoly q = poly[col0 + k];
+        t[e] = q.a * (mm * mm) + q.b * mm + q.c;
+        d[e] = q.a * (2 * mm + 1) + q.b;
+        a2[e] = 2 * q.a;
+        l[e] = lo[col0 + k];
+        h[e] = min(hi[col0 + k], static_cast<int32_t>(n_pix - 1));
+      } else {
+        t[e] = d[e] = a2[e] = 0;
+        l[e] = 1;
+        h[e] = 0;
+      }
+    }
+    const int rows = static_cast<int>(min(static_cast<int64_t>(kBuildRun), rows_pad - i0));
+    for (int r = 0; r < rows; ++r) {
+      const int32_t i = static_cast<int32_t>(i0 + r);
+      uint32_t w[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const uint32_t turn = static_cast<uint32_t>(t[e] >> 32) + (1u << (31 - kLutBits));
+        const uint32_t word = lut[turn >> (32 - kLutBits)];
+        w[e] = (i >= l[e] && i <= h[e]) ? word : 0u;
+        t[e] += d[e];
+        d[e] += a2[e];
+      }
+      const int64_t o = (i0 + r) * kc + k4;
+      *reinterpret_cast<uint32_t*>(out + o) =
+          __byte_perm(__byte_perm(w[0], w[1], 0x0040), __byte_perm(w[2], w[3], 0x0040), 0x5410);
+      *reinterpret_cast<uint32_t*>(out + plane + o) =
+          __byte_perm(__byte_perm(w[0], w[1], 0x0051), __byte_perm(w[2], w[3], 0x0051), 0x5410);
+      *reinterpret_cast<uint32_t*>(out + 2 * plane + o) =
+          __byte_perm(__byte_perm(w[0], w[1], 0x0062), __byte_perm(w[2], w[3], 0x0062), 0x5410);
+    }
   }
 }
 
@@ -400,7 +473,7 @@ absl::Status BatchedGemm(const Device& device, TensorPrecision precision, const 
   const uint64_t ws = kGemmWorkspaceBytes;
   FRESNEL_RETURN_IF_ERROR(LtStatus(cublasLtMatmulPreferenceSetAttribute(
       p.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws), "workspace"));
-  constexpr int kCandidates = 8;
+  constexpr int kCandidates = 16;
   cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
   int returned = 0;
   FRESNEL_RETURN_IF_ERROR(LtStatus(
@@ -422,7 +495,7 @@ absl::Status BatchedGemm(const Device& device, TensorPrecision precision, const 
     if (run(&results[i].algo) != CUBLAS_STATUS_SUCCESS) continue;  // warm-up
     cudaEventRecord(start, stream);
     bool ok = true;
-    for (int r = 0; r < 2 && ok; ++r) ok = run(&results[i].algo) == CUBLAS_STATUS_SUCCESS;
+    for (int r = 0; r < 3 && ok; ++r) ok = run(&results[i].algo) == CUBLAS_STATUS_SUCCESS;
     cudaEventRecord(stop, stream);
     float ms = 0;
     if (!ok || cudaEventSynchronize(stop) != cudaSuccess ||
@@ -451,17 +524,59 @@ absl::Status BatchedGemm(const Device& device, TensorPrecision precision, const 
 // ---------------------------------------------------------------------------------------------
 
 // frac(v) · 2^64 as an unsigned fixed-point turn count.
-uint64_t TurnsFixed64(long double v) {
-  const long double f = v - std::floor(v);
-  const long double r = std::ldexp(f, 64);
-  return r >= std::ldexp(1.0L, 64) ? 0 : static_cast<uint64_t>(r);
+uint64_t TurnsFixed64(double v) {
+  const double f = v - std::floor(v);
+  const double r = std::ldexp(f, 64);
+  return r >= 18446744073709551616.0 ? 0 : static_cast<uint64_t>(r);
 }
 
-// The AxisPoly of coordinate `coord` along an axis of pitch p (see AxisPoly).
+// The AxisPoly of coordinate `coord` along an axis of pitch p (see AxisPoly). Double precision is
+// ample: the largest term, c = δ²/(2λζ) + θ/2π, is at most a few thousand turns, so its fraction
+// keeps ≥ 40 bits (1e-12 turn), and a = p²/(2λζ) < 1 is exact to 2^-53 relative, i.e. < 1e-12 turn
+// after m² ≤ 2^24; the tables resolve 2^-12 turn (int8) or ~2^-23 (sincos).
 AxisPoly MakePoly(double coord, double inv2lz, double pitch, double phase_turns) {
-  const long double inv = inv2lz, p = pitch, d = coord;
-  return AxisPoly{TurnsFixed64(p * p * inv), TurnsFixed64(-2 * p * d * inv),
-                  TurnsFixed64(d * d * inv + static_cast<long double>(phase_turns))};
+  return AxisPoly{TurnsFixed64(pitch * pitch * inv2lz), TurnsFixed64(-2 * pitch * coord * inv2lz),
+                  TurnsFixed64(coord * coord * inv2lz + phase_turns)};
+}
+
+// TensorLutBuildKernel's table: plane bytes round(127·v) at the angles 2π·i/kLutSize, X's
+// planes (cos(φ − π/4), cos φ, sin φ) or Y's with B = 1 (cos ψ, sin(ψ − π/4), cos(ψ − π/4)).
+std::vector<uint32_t> MakeByteTable(bool rows) {
+  std::vector<uint32_t> table(kLutSize);
+  const double r = 0.70710678118654752440;
+  for (int i = 0; i < kLutSize; ++i) {
+    const double angle = 6.283185307179586477 * i / kLutSize;
+    const double c = std::cos(angle), s = std::sin(angle);
+    const double v[3] = {rows ? c : (c + s) * r, rows ? (s - c) * r : c, rows ? (c + s) * r : s};
+    uint32_t word = 0;
+    for (int f = 0; f < 3; ++f) {
+      const auto byte = static_cast<int8_t>(std::nearbyint(127.0 * v[f]));
+      word |= static_cast<uint32_t>(static_cast<uint8_t>(byte)) << (8 * f);
+    }
+    table[i] = word;
+  }
+  return table;
+}
+const std::vector<uint32_t>& ByteTable(bool rows) {
+  static const std::vector<uint32_t> x = MakeByteTable(false), y = MakeByteTable(true);
+  return rows ? y : x;
+}
+
+// The table build is the default for int8; FRESNEL_HOLOGRAM_TENSOR_LUT=0 selects the sincos
+// build (TensorBuildKernel) for comparison.
+bool ByteTableBuildEnabled() {
+  const char* v = std::getenv("FRESNEL_HOLOGRAM_TENSOR_LUT");
+  return v == nullptr || v[0] != '0';
+}
+
+// Resident blocks of TensorLutBuildKernel on the device.
+absl::StatusOr<unsigned> LutBuildBlocks(const Device& device) {
+  int sms = 0, per_sm = 0;
+  FRESNEL_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device.ordinal));
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &per_sm, TensorLutBuildKernel, kLutThreads, 0));
+  return static_cast<unsigned>(std::max(1, sms * std::max(1, per_sm)));
 }
 
 template <class T, class Acc>
@@ -483,16 +598,27 @@ absl::Status RunTensorTyped(const Device& device, const PreparedPoints& p,
   const bool merged = groups.has_value();
   const int64_t ncols = merged ? groups->count() : n;
 
+  profiler->Mark("host_grouping");
+  // Per-column tables on all cores: video frames of 1e5-1e6 points.
+  auto parallel = [](int64_t count, const auto& body) {
+    tbb::parallel_for(tbb::blocked_range<int64_t>(0, count, 8192),
+                      [&](const tbb::blocked_range<int64_t>& r) {
+                        for (int64_t i = r.begin(); i < r.end(); ++i) body(i);
+                      });
+  };
   std::vector<AxisPoly> xpoly(static_cast<size_t>(ncols));
   std::vector<int32_t> xlo(static_cast<size_t>(ncols)), xhi(static_cast<size_t>(ncols));
-  for (int64_t g = 0; g < ncols; ++g) {
+  parallel(ncols, [&](int64_t g) {
     const int32_t j = merged ? groups->order[groups->starts[g]] : static_cast<int32_t>(g);
     xpoly[g] = MakePoly(p.x[j], p.inv2lz[j], p.pitch_m, 0.0);
     xlo[g] = p.ulo[j];
     xhi[g] = p.uhi[j];
-  }
+  });
   PackedUpload up;
   const size_t oxp = up.Add(xpoly), oxl = up.Add(xlo), oxh = up.Add(xhi);
+  // int8: X from the phase table always, Y too when every point has the same amplitude.
+  const bool table_build = std::is_same_v<T, int8_t> && ByteTableBuildEnabled();
+  bool uniform_amplitude = true;
   size_t oyp = 0, oyl = 0, oyh = 0, oya = 0, omy = 0, ominv = 0, omph = 0, ost = 0;
   if (merged) {
     std::vector<double> my(n), minv(n), mphase(n);
@@ -517,22 +643,25 @@ absl::Status RunTensorTyped(const Device& device, const PreparedPoints& p,
   } else {
     std::vector<AxisPoly> ypoly(static_cast<size_t>(n));
     std::vector<float> yamp(static_cast<size_t>(n));
-    for (int64_t j = 0; j < n; ++j) {
+    parallel(n, [&](int64_t j) {
       ypoly[j] = MakePoly(p.y[j], p.inv2lz[j], p.pitch_m, p.phase_turns[j]);
       yamp[j] = norm_amp(j);
-    }
+    });
+    for (int64_t j = 0; j < n && uniform_amplitude; ++j) uniform_amplitude = yamp[j] == 1.f;
     oyp = up.Add(ypoly);
     oya = up.Add(yamp);
     oyl = up.Add(p.vlo);
     oyh = up.Add(p.vhi);
   }
-  FRESNEL_RETURN_IF_ERROR(up.Upload(device));
-  FRESNEL_RETURN_IF_ERROR(clock->Mark());
-  profiler->Mark("upload");
-  const Members mem{up.Ptr<double>(omy),  up.Ptr<double>(ominv), up.Ptr<double>(omph),
-                    up.Ptr<float>(oya),   up.Ptr<int32_t>(oyl),  up.Ptr<int32_t>(oyh),
-                    up.Ptr<int64_t>(ost)};
-
+  size_t otx = 0, oty = 0;
+  unsigned lut_blocks = 0;
+  if (table_build) {
+    otx = up.Add(ByteTable(false));
+    oty = up.Add(ByteTable(true));
+    FRESNEL_ASSIGN_OR_RETURN(lut_blocks, LutBuildBlocks(device));
+  }
+  // Sizes, budget and buffers before the upload: cudaMemGetInfo and pool growth are host work
+  // that must not leave the device idle between the upload and the first kernel.
   const int64_t mpad = RoundUp(p.width, 16), npad = RoundUp(p.height, 16);
   const int64_t c_bytes = 3 * mpad * npad * static_cast<int64_t>(sizeof(Acc));
   const int64_t per_col = 3 * (mpad + npad) * static_cast<int64_t>(sizeof(T)) +
@@ -557,6 +686,14 @@ absl::Status RunTensorTyped(const Device& device, const PreparedPoints& p,
     FRESNEL_RETURN_IF_ERROR(bim.Allocate(device, npad * chunk));
     FRESNEL_RETURN_IF_ERROR(max_bits.Allocate(device, 1));
   }
+  profiler->Mark("host_tables");
+  FRESNEL_RETURN_IF_ERROR(up.Upload(device));
+  FRESNEL_RETURN_IF_ERROR(clock->Mark());
+  profiler->Mark("upload");
+  const Members mem{up.Ptr<double>(omy),  up.Ptr<double>(ominv), up.Ptr<double>(omph),
+                    up.Ptr<float>(oya),   up.Ptr<int32_t>(oyl),  up.Ptr<int32_t>(oyh),
+                    up.Ptr<int64_t>(ost)};
+
   const double sigma = std::sqrt(2.0) * amax / (static_cast<double>(qs) * qs);
 
   int64_t chunks = 0;
@@ -564,11 +701,21 @@ absl::Status RunTensorTyped(const Device& device, const PreparedPoints& p,
     const int64_t nc = std::min(chunk, ncols - c0);
     const int64_t kc = RoundUp(nc, kKAlign);
     const unsigned kblocks = static_cast<unsigned>(CeilDiv(kc, 4 * kBuildThreads));
-    TensorBuildKernel<T, false>
-        <<<dim3(kblocks, static_cast<unsigned>(CeilDiv(mpad, kBuildRun))), kBuildThreads, 0,
-           stream>>>(up.Ptr<AxisPoly>(oxp), up.Ptr<int32_t>(oxl), up.Ptr<int32_t>(oxh), nullptr,
-                     c0, nc, kc, p.width, mpad, qs, xbuf.get());
-    FRESNEL_CUDA_RETURN_IF_ERROR(cudaGetLastError());  // TensorBuildKernel (X)
+    if constexpr (std::is_same_v<T, int8_t>) {
+      if (table_build) {
+        TensorLutBuildKernel<<<lut_blocks, kLutThreads, 0, stream>>>(
+            up.Ptr<AxisPoly>(oxp), up.Ptr<int32_t>(oxl), up.Ptr<int32_t>(oxh),
+            up.Ptr<uint32_t>(otx), c0, nc, kc, p.width, mpad, xbuf.get());
+        FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(TensorLutBuildKernel);
+      }
+    }
+    if (!table_build) {
+      TensorBuildKernel<T, false>
+          <<<dim3(kblocks, static_cast<unsigned>(CeilDiv(mpad, kBuildRun))), kBuildThreads, 0,
+             stream>>>(up.Ptr<AxisPoly>(oxp), up.Ptr<int32_t>(oxl), up.Ptr<int32_t>(oxh),
+                       nullptr, c0, nc, kc, p.width, mpad, qs, xbuf.get());
+      FRESNEL_CUDA_RETURN_IF_ERROR(cudaGetLastError());  // TensorBuildKernel (X)
+    }
     profiler->Mark("build_x");
     if (merged) {
       FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(max_bits.get(), 0, sizeof(unsigned int), stream));
@@ -581,6 +728,13 @@ absl::Status RunTensorTyped(const Device& device, const PreparedPoints& p,
                                      stream>>>(bre.get(), bim.get(), elements, max_bits.get(),
                                                qs, ybuf.get());
       FRESNEL_CUDA_RETURN_IF_ERROR(cudaGetLastError());  // TensorGroupQuantiseKernel
+    } else if (table_build && uniform_amplitude) {
+      if constexpr (std::is_same_v<T, int8_t>) {
+        TensorLutBuildKernel<<<lut_blocks, kLutThreads, 0, stream>>>(
+            up.Ptr<AxisPoly>(oyp), up.Ptr<int32_t>(oyl), up.Ptr<int32_t>(oyh),
+            up.Ptr<uint32_t>(oty), c0, nc, kc, p.height, npad, ybuf.get());
+        FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(TensorLutBuildKernel);
+      }
     } else {
       TensorBuildKernel<T, true>
           <<<dim3(kblocks, static_cast<unsigned>(CeilDiv(npad, kBuildRun))), kBuildThreads, 0,

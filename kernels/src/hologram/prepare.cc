@@ -1,5 +1,8 @@
 // Per-point preparation shared by every algorithm: alias-free ranges, fixed-point quantities,
 // point grouping, and the algorithm / precision choice.
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -8,6 +11,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 
 #include "hologram/hologram_internal.h"
 
@@ -35,6 +39,16 @@ uint64_t Bits(double v) {
 std::optional<PointGroups> GroupBy(const std::vector<double>& coord,
                                    const std::vector<double>& inv2lz, int64_t max_groups) {
   const int64_t n = static_cast<int64_t>(coord.size());
+  // Merging only pays when it at least halves the columns. A point cloud of a surface rarely
+  // repeats a coordinate, so look at a prefix first: when nearly all of it is distinct, give up
+  // without hashing the whole cloud (a speed decision only; either result is exact).
+  constexpr int64_t kSample = 4096;
+  if (n > 4 * kSample && max_groups < n) {
+    absl::flat_hash_set<std::pair<uint64_t, uint64_t>> seen;
+    seen.reserve(kSample);
+    for (int64_t j = 0; j < kSample; ++j) seen.emplace(Bits(coord[j]), Bits(inv2lz[j]));
+    if (static_cast<int64_t>(seen.size()) > kSample * 9 / 10) return std::nullopt;
+  }
   absl::flat_hash_map<std::pair<uint64_t, uint64_t>, int32_t> ids;
   ids.reserve(static_cast<size_t>(std::min(n, max_groups) + 1));
   std::vector<int32_t> group(static_cast<size_t>(n));
@@ -77,28 +91,34 @@ PreparedPoints PreparePoints(const PointCloud& points, const HologramOptions& op
   p.vlo.resize(n);
   p.vhi.resize(n);
   const bool clip = options.alias == AliasPolicy::kClip;
-  for (size_t j = 0; j < n; ++j) {
+  for (const Point& pt : points) p.amax = std::max(p.amax, pt.amplitude);
+  auto one = [&](size_t j) {
     const Point& pt = points[j];
     p.x[j] = pt.x_m;
     p.y[j] = pt.y_m;
     p.inv2lz[j] = 1.0 / (2.0 * options.wavelength_m * pt.z_m);
     p.amplitude[j] = pt.amplitude;
     p.phase_turns[j] = pt.phase_rad / (2.0 * kPi);
-    p.amax = std::max(p.amax, pt.amplitude);
     if (clip) {
       // Local frequency |x − δ|/(λζ) ≤ 1/(2p)  ⟺  |x − δ| ≤ λζ/(2p).
       const double half = options.wavelength_m * pt.z_m / (2.0 * options.pitch_m);
       std::tie(p.ulo[j], p.uhi[j]) = AliasFreeRange(pt.x_m, half, p.width, p.pitch_m);
       std::tie(p.vlo[j], p.vhi[j]) = AliasFreeRange(pt.y_m, half, p.height, p.pitch_m);
-      if (p.ulo[j] != 0 || p.uhi[j] != p.width - 1 || p.vlo[j] != 0 || p.vhi[j] != p.height - 1) {
-        p.clipped = true;
-      }
     } else {
       p.ulo[j] = 0;
       p.uhi[j] = static_cast<int32_t>(p.width - 1);
       p.vlo[j] = 0;
       p.vhi[j] = static_cast<int32_t>(p.height - 1);
     }
+  };
+  // Video frames of 1e5-1e6 points: the per-point work runs on all cores.
+  tbb::parallel_for(tbb::blocked_range<size_t>(0, n, 16384),
+                    [&](const tbb::blocked_range<size_t>& r) {
+                      for (size_t j = r.begin(); j < r.end(); ++j) one(j);
+                    });
+  for (size_t j = 0; j < n && !p.clipped; ++j) {
+    p.clipped = p.ulo[j] != 0 || p.uhi[j] != p.width - 1 || p.vlo[j] != 0 ||
+                p.vhi[j] != p.height - 1;
   }
   return p;
 }

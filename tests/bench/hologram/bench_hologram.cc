@@ -42,6 +42,7 @@ struct Variant {
   TensorPrecision precision = TensorPrecision::kAuto;
   bool paper_intrinsics = false;
   bool grouping = true;
+  bool sincos_build = false;  // int8: FRESNEL_HOLOGRAM_TENSOR_LUT=0 (operands by sincos)
 };
 
 std::vector<Variant> AllVariants(bool with_direct) {
@@ -52,6 +53,7 @@ std::vector<Variant> AllVariants(bool with_direct) {
       {"PA (hand-scheduled)", Algorithm::kPiecewise},
       {"PA (paper intrinsics)", Algorithm::kPiecewise, TensorPrecision::kAuto, true},
       {"tensor int8", Algorithm::kTensor, TensorPrecision::kInt8},
+      {"tensor int8 sincos build", Algorithm::kTensor, TensorPrecision::kInt8, false, true, true},
       {"tensor fp16", Algorithm::kTensor, TensorPrecision::kFp16},
   };
   if (with_direct) {
@@ -69,8 +71,19 @@ struct Measurement {
 };
 
 // One warm-up call with the field and reconstruction, then timed calls without outputs.
+bool MeasureOnce(const Device& gpu, const PointCloud& pts, HologramOptions o, const Variant& v,
+                 double depth, int max_reps, Measurement* m);
+
 bool Measure(const Device& gpu, const PointCloud& pts, HologramOptions o, const Variant& v,
              double depth, int max_reps, Measurement* m) {
+  if (v.sincos_build) setenv("FRESNEL_HOLOGRAM_TENSOR_LUT", "0", 1);
+  const bool ok = MeasureOnce(gpu, pts, o, v, depth, max_reps, m);
+  unsetenv("FRESNEL_HOLOGRAM_TENSOR_LUT");
+  return ok;
+}
+
+bool MeasureOnce(const Device& gpu, const PointCloud& pts, HologramOptions o, const Variant& v,
+                 double depth, int max_reps, Measurement* m) {
   o.algorithm = v.algorithm;
   o.tensor_precision = v.precision;
   o.paper_intrinsics = v.paper_intrinsics;
@@ -314,6 +327,10 @@ int main(int argc, char** argv) {
               "the float reference ==\n");
   RunTable(gpu, b1e5, base, 0.2, AllVariants(false), max_reps);
   TensorProfile(gpu, b1e5, base, TensorPrecision::kInt8);
+  setenv("FRESNEL_HOLOGRAM_TENSOR_LUT", "0", 1);
+  std::printf("  (FRESNEL_HOLOGRAM_TENSOR_LUT=0: sincos operand build)\n");
+  TensorProfile(gpu, b1e5, base, TensorPrecision::kInt8);
+  unsetenv("FRESNEL_HOLOGRAM_TENSOR_LUT");
   TensorProfile(gpu, b1e5, base, TensorPrecision::kFp16);
 
   HologramOptions uhd = base;
