@@ -55,6 +55,9 @@ python3 scripts/make_demo_image.py "$out/hologram_source.png" 64
 $fresnel hologram --image "$out/hologram_source.png" --spacing 32e-6 --depth 0.1 \
   --size 512x512 --pitch 8e-6 --wavelength 532e-9 --phase-png "$out/hologram_phase.png" \
   --reconstruct 0.1 --reconstruct-png "$out/hologram_reconstruction.png"
+echo "holographic video: the same plane as 8 frames over one Stream call, rendered pipelined"
+$fresnel hologram --image "$out/hologram_source.png" --spacing 32e-6 --depth 0.1 \
+  --size 256x256 --pitch 8e-6 --wavelength 532e-9 --frames 8 --phase-png "$out/hologram_video_last.png"
 
 step "a few lines of the Prometheus metrics"
 python3 - "$metrics_port" "$out/metrics.txt" <<'PY'

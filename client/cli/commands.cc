@@ -96,6 +96,12 @@ void PrintServerInfo(const std::string& server, const std::string& health,
                                       absl::StrFormat("%g", l.job_ttl_seconds()), " s within ",
                                       FormatBytes(l.job_memory_bytes()))});
   }
+  if (l.hologram_max_pixels() > 0) {
+    head.AddRow({"hologram", absl::StrCat("<= ", l.hologram_max_width(), " x ",
+                                          l.hologram_max_height(), " px and ",
+                                          l.hologram_max_pixels(), " px, <= ",
+                                          l.hologram_max_points(), " points")});
+  }
   head.Print(out);
   out << "\n";
   Table devices;

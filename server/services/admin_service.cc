@@ -1,6 +1,7 @@
 #include "server/services/admin_service.h"
 
 #include "fresnel/core/gpu.h"
+#include "fresnel/hologram/hologram.h"
 
 #ifndef FRESNEL_VERSION
 #define FRESNEL_VERSION "dev"
@@ -35,6 +36,11 @@ grpc::ServerUnaryReactor* AdminService::GetServerInfo(grpc::CallbackServerContex
   limits->set_unwrap_max_pixels(ctx_->unwrap_limits.max_pixels);
   limits->set_max_jobs(config_.max_jobs);
   limits->set_job_ttl_seconds(config_.job_ttl_s);
+  const hologram::Limits hologram_defaults;
+  limits->set_hologram_max_width(hologram_defaults.max_width);
+  limits->set_hologram_max_height(hologram_defaults.max_height);
+  limits->set_hologram_max_pixels(config_.hologram_max_pixels);
+  limits->set_hologram_max_points(config_.hologram_max_points);
   limits->set_job_memory_bytes(config_.job_memory_bytes);
   for (const std::string& s : services_) response->add_services(s);
   auto* reactor = context->DefaultReactor();

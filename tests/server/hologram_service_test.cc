@@ -5,9 +5,13 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <filesystem>
 #include <random>
+#include <sstream>
 
+#include "commands.h"
 #include "fresnel/client/client.h"
+#include "fresnel/core/npy.h"
 #include "fresnel/hologram/hologram.h"
 #include "fresnel/hologram/point_cloud.h"
 #include "fresnel/v1/array_convert.h"
@@ -308,6 +312,50 @@ TEST_CASE("Stream past its deadline ends cleanly with frames in flight", "[serve
   *request.mutable_config() = Config(32, 32, v1::HOLOGRAM_ALGORITHM_REFERENCE);
   ToProto(CloudArray(RandomCloud(5, 7)), request.mutable_points());
   CHECK(client->Render(std::move(request)).ok());
+}
+
+// `fresnel hologram --frames`: the CLI's video mode against the server. Without --spin every
+// frame is the same cloud, so the last frame's field equals the one-shot render.
+TEST_CASE("fresnel hologram --frames streams frames and reports frames per second",
+          "[server][hologram][cli]") {
+  TestServer ts;
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("fresnel_hologram_frames_" + std::to_string(std::random_device{}()));
+  std::filesystem::create_directories(dir);
+  auto path = [&](const std::string& name) { return (dir / name).string(); };
+  const hologram::PointCloud cloud = RandomCloud(40, 77);
+  REQUIRE(WriteNpy(path("cloud.npy"), CloudArray(cloud)).ok());
+  auto cli = [&](std::vector<std::string> args, std::string* out) {
+    args.insert(args.begin(), {"fresnel", "--server", ts.address, "hologram", "--points",
+                               path("cloud.npy"), "--size", "64x48", "--pitch", "8e-6",
+                               "--wavelength", "532e-9", "--algorithm", "reference"});
+    std::vector<const char*> argv;
+    for (const std::string& a : args) argv.push_back(a.c_str());
+    std::ostringstream o, e;
+    const int code = cli::Main(static_cast<int>(argv.size()), argv.data(), o, e);
+    *out = o.str() + e.str();
+    return code;
+  };
+  std::string out;
+  REQUIRE(cli({"--frames", "5", "--field-npy", path("still.npy"), "--json"}, &out) == 0);
+  INFO(out);
+  CHECK(out.find("\"frames\": 5") != std::string::npos);
+  CHECK(out.find("\"frames_failed\": 0") != std::string::npos);
+  CHECK(out.find("\"frames_per_second\": ") != std::string::npos);
+  auto still = ReadNpy(path("still.npy"));
+  REQUIRE(still.ok());
+  auto want = hologram::ComputeHologram(Device::Cpu(), cloud,
+                                        KernelOptions(64, 48, hologram::Algorithm::kReference));
+  REQUIRE(want.ok());
+  CHECK(SameBytes(*still, want->field));
+
+  REQUIRE(cli({"--frames", "3", "--spin", "10", "--field-npy", path("spun.npy")}, &out) == 0);
+  CHECK(out.find("3 frames over one Stream call") != std::string::npos);
+  auto spun = ReadNpy(path("spun.npy"));
+  REQUIRE(spun.ok());
+  CHECK(spun->shape() == still->shape());
+  CHECK_FALSE(SameBytes(*spun, *still));  // the last frame shows the cloud turned by 20 degrees
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("Stream without a config on the first frame is INVALID_ARGUMENT", "[server][hologram]") {

@@ -62,6 +62,9 @@ TEST_CASE("server info lists the CPU pool, limits and services", "[server]") {
   CHECK(info.cpu_workers() == 2);
   CHECK(info.limits().max_message_bytes() == 64 << 20);
   CHECK(info.limits().queue_capacity() == 16);
+  CHECK(info.limits().hologram_max_width() == 16384);
+  CHECK(info.limits().hologram_max_pixels() == int64_t{1} << 27);
+  CHECK(info.limits().hologram_max_points() == int64_t{1} << 24);
   CHECK(info.services_size() >= 2);
 }
 
