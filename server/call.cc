@@ -41,10 +41,11 @@ void FillExecutionInfo(const JobReport& report, double total_s, v1::ExecutionInf
 
 UnaryJobCall::UnaryJobCall(ServiceContext* ctx, grpc::CallbackServerContext* context,
                            std::string service, std::string method)
-    : ctx_(ctx), context_(context), service_(std::move(service)), method_(std::move(method)),
-      accepted_(Clock::now()) {
-  if (ctx_->metrics) ctx_->metrics->InFlightAdd(service_, method_, 1);
-}
+    : ctx_(ctx),
+      context_(context),
+      service_(std::move(service)),
+      method_(std::move(method)),
+      record_(ctx->metrics, service_.c_str(), method_.c_str()) {}
 
 void UnaryJobCall::Reject(const absl::Status& status) { FinishWith(status); }
 
@@ -56,10 +57,7 @@ void UnaryJobCall::Start(std::shared_ptr<Job> job,
   job->done = [this, respond = std::move(respond)](const absl::Status& status,
                                                    const JobReport& report) {
     absl::Status final_status = status;
-    if (final_status.ok()) {
-      double total = std::chrono::duration<double>(Clock::now() - accepted_).count();
-      final_status = respond(report, total);
-    }
+    if (final_status.ok()) final_status = respond(report, record_.Elapsed());
     FinishWith(final_status);  // `this` may be deleted after this line
   };
   job_ = job;
@@ -77,12 +75,28 @@ void UnaryJobCall::OnCancel() {
 void UnaryJobCall::OnDone() { delete this; }
 
 void UnaryJobCall::FinishWith(const absl::Status& status) {
-  if (ctx_->metrics) {
-    double total = std::chrono::duration<double>(Clock::now() - accepted_).count();
-    ctx_->metrics->ObserveRequest(service_, method_, CodeName(status.code()), total);
-    ctx_->metrics->InFlightAdd(service_, method_, -1);
-  }
+  record_.Done(status);
   Finish(ToGrpcStatus(status));
+}
+
+RpcRecord::RpcRecord(Metrics* metrics, const char* service, const char* method)
+    : metrics_(metrics), service_(service), method_(method), accepted_(Clock::now()) {
+  if (metrics_) metrics_->InFlightAdd(service_, method_, 1);
+}
+
+void RpcRecord::Done(const absl::Status& status) {
+  if (done_ || !metrics_) return;
+  done_ = true;
+  metrics_->ObserveRequest(service_, method_, CodeName(status.code()), Elapsed());
+  metrics_->InFlightAdd(service_, method_, -1);
+}
+
+void RpcRecord::Payload(const char* direction, double bytes) {
+  if (metrics_) metrics_->AddPayload(service_, method_, direction, bytes);
+}
+
+double RpcRecord::Elapsed() const {
+  return std::chrono::duration<double>(Clock::now() - accepted_).count();
 }
 
 absl::Status JobSlot::Submit(DevicePool* pool, std::shared_ptr<Job> job) {

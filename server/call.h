@@ -39,6 +39,26 @@ DevicePreference PreferenceOf(const v1::DeviceHint& hint);
 std::string RequestIdOr(const std::string& given);
 void FillExecutionInfo(const JobReport& report, double total_s, v1::ExecutionInfo* info);
 
+// One RPC's request metrics: in flight from construction, then, on the first Done(), its
+// duration and status code. Not thread-safe: callers that can finish from two threads guard
+// Done() themselves.
+class RpcRecord {
+ public:
+  RpcRecord(Metrics* metrics, const char* service, const char* method);
+  void Done(const absl::Status& status);
+  void Payload(const char* direction, double bytes);
+  Clock::time_point accepted() const { return accepted_; }
+  // Seconds since the RPC was accepted.
+  double Elapsed() const;
+
+ private:
+  Metrics* metrics_;
+  const char* service_;
+  const char* method_;
+  Clock::time_point accepted_;
+  bool done_ = false;
+};
+
 // The jobs a streaming reactor has in flight (one, or several for a pipelined stream), so that
 // OnCancel can cancel them. Thread-safe. Cancel() must not hold the lock while cancelling: a
 // queued job completes on the cancelling thread, and its completion calls Clear() / Remove().
@@ -85,7 +105,7 @@ class UnaryJobCall : public grpc::ServerUnaryReactor {
   grpc::CallbackServerContext* context_;
   std::string service_;
   std::string method_;
-  Clock::time_point accepted_;
+  RpcRecord record_;
   std::shared_ptr<Job> job_;
 };
 

@@ -77,9 +77,7 @@ class BenchRequest {
                         : o.dtype == "complex64" ? DType::kComplex64
                                                  : DType::kFloat32;
     x_ = RandomSignal(dtype, o.channels, o.samples);
-    const v1::DeviceKind device = o.device == "gpu"   ? v1::DEVICE_KIND_GPU
-                                  : o.device == "cpu" ? v1::DEVICE_KIND_CPU
-                                                      : v1::DEVICE_KIND_ANY;
+    const v1::DeviceKind device = DeviceKindFromFlag(o.device);
     const int64_t g = Gcd(o.up, o.down);
     const double cutoff = 1.0 / static_cast<double>(std::max(o.up / g, o.down / g));
     if (o.op == "upfirdn") {

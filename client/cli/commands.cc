@@ -40,6 +40,12 @@ int ReportUsageError(std::ostream& err, const std::string& message, const std::s
   return kExitUsage;
 }
 
+v1::DeviceKind DeviceKindFromFlag(const std::string& name) {
+  if (name == "gpu") return v1::DEVICE_KIND_GPU;
+  if (name == "cpu") return v1::DEVICE_KIND_CPU;
+  return v1::DEVICE_KIND_ANY;
+}
+
 absl::StatusOr<std::unique_ptr<Client>> ConnectClient(const GlobalOptions& global) {
   ClientOptions options;
   options.address = global.server;
@@ -205,12 +211,6 @@ v1::Window WindowFromName(const std::string& name) {
   if (name == "blackman") return v1::BLACKMAN;
   if (name == "kaiser") return v1::KAISER;
   return v1::WINDOW_UNSPECIFIED;
-}
-
-v1::DeviceKind DeviceFromName(const std::string& name) {
-  if (name == "gpu") return v1::DEVICE_KIND_GPU;
-  if (name == "cpu") return v1::DEVICE_KIND_CPU;
-  return v1::DEVICE_KIND_ANY;
 }
 
 int64_t Gcd(int64_t a, int64_t b) { return b == 0 ? a : Gcd(b, a % b); }
@@ -420,7 +420,7 @@ int RunInterp(const GlobalOptions& global, InterpOptions o, std::ostream& out,
     upfirdn.set_down(o.down);
     upfirdn.set_mode(pad);
     upfirdn.set_cval(o.cval);
-    upfirdn.mutable_device()->set_kind(DeviceFromName(o.device));
+    upfirdn.mutable_device()->set_kind(DeviceKindFromFlag(o.device));
     if (taps) {
       ToProto(*taps, upfirdn.mutable_taps());
     } else {
@@ -442,7 +442,7 @@ int RunInterp(const GlobalOptions& global, InterpOptions o, std::ostream& out,
     resample.set_kaiser_beta(o.beta);
     resample.set_padtype(pad);
     resample.set_cval(o.cval);
-    resample.mutable_device()->set_kind(DeviceFromName(o.device));
+    resample.mutable_device()->set_kind(DeviceKindFromFlag(o.device));
     if (taps) ToProto(*taps, resample.mutable_taps());
   }
 

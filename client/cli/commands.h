@@ -41,6 +41,9 @@ struct GlobalOptions {
 
 absl::StatusOr<std::unique_ptr<Client>> ConnectClient(const GlobalOptions& global);
 
+// --device any|gpu|cpu as the request's DeviceKind (anything else: any).
+v1::DeviceKind DeviceKindFromFlag(const std::string& name);
+
 struct InfoOptions {
   bool stats = false;
   bool json = false;

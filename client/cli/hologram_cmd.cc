@@ -73,12 +73,6 @@ const char* PrecisionLabel(v1::HologramTensorPrecision p) {
   }
 }
 
-v1::DeviceKind DeviceKindFromFlag(const std::string& name) {
-  if (name == "gpu") return v1::DEVICE_KIND_GPU;
-  if (name == "cpu") return v1::DEVICE_KIND_CPU;
-  return v1::DEVICE_KIND_ANY;
-}
-
 // A PNG as uint8 [rows, cols] gray: RGB(A) by Rec. 601 luma, 16-bit by its high byte.
 absl::StatusOr<HostArray> ReadGrayPng(const std::string& path) {
   absl::StatusOr<HostArray> png = ReadPng(path);

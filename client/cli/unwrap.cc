@@ -40,12 +40,6 @@ std::string MapPath(const std::string& output, const char* name) {
   return absl::StrCat(stem, "_", name, ".npy");
 }
 
-v1::DeviceKind DeviceKindOf(const std::string& name) {
-  if (name == "gpu") return v1::DEVICE_KIND_GPU;
-  if (name == "cpu") return v1::DEVICE_KIND_CPU;
-  return v1::DEVICE_KIND_ANY;
-}
-
 const char* StateName(v1::JobState state) {
   switch (state) {
     case v1::JOB_STATE_QUEUED: return "queued";
@@ -365,7 +359,7 @@ int RunUnwrap(const GlobalOptions& global, UnwrapOptions o, std::ostream& out, s
   const bool want_maps = goldstein && (o.save_maps || !o.png.empty());
   v1::UnwrapRequest request;
   request.set_method(goldstein ? v1::UNWRAP_METHOD_GOLDSTEIN : v1::UNWRAP_METHOD_LEAST_SQUARES);
-  request.mutable_device()->set_kind(DeviceKindOf(o.device));
+  request.mutable_device()->set_kind(DeviceKindFromFlag(o.device));
   ToProto(*phase, request.mutable_phase());
   if (mask) ToProto(*mask, request.mutable_mask());
   if (quality) ToProto(*quality, request.mutable_quality());

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "fresnel/v1/array_convert.h"
+#include "call_util.h"
 #include "health_codec.h"
 
 namespace fresnel {
@@ -39,17 +40,8 @@ absl::Status FromGrpcStatus(int code, const std::string& message) {
 
 namespace {
 
-absl::Status FromGrpc(const grpc::Status& status) {
-  return FromGrpcStatus(static_cast<int>(status.error_code()), status.error_message());
-}
-
-void ApplyDeadline(grpc::ClientContext* context, const ClientOptions& options,
-                   const CallOptions& call) {
-  if (call.timeout.count() < 0) return;  // no deadline
-  const std::chrono::milliseconds timeout =
-      call.timeout.count() > 0 ? call.timeout : options.default_timeout;
-  if (timeout.count() > 0) context->set_deadline(std::chrono::system_clock::now() + timeout);
-}
+using internal::ApplyDeadline;
+using internal::FromGrpc;
 
 // gRPC takes an int; <= 0 means "no limit" here and -1 there.
 int ChannelMessageCap(int64_t bytes) {

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "call_util.h"
 #include "fresnel/client/client.h"
 #include "fresnel/v1/array_convert.h"
 
@@ -18,17 +19,8 @@ namespace {
 // Room for a message's other fields next to its array bytes.
 constexpr int64_t kEnvelopeBytes = 16 << 10;
 
-absl::Status FromGrpc(const grpc::Status& status) {
-  return FromGrpcStatus(static_cast<int>(status.error_code()), status.error_message());
-}
-
-void ApplyDeadline(grpc::ClientContext* context, const ClientOptions& options,
-                   const CallOptions& call) {
-  if (call.timeout.count() < 0) return;
-  const std::chrono::milliseconds timeout =
-      call.timeout.count() > 0 ? call.timeout : options.default_timeout;
-  if (timeout.count() > 0) context->set_deadline(std::chrono::system_clock::now() + timeout);
-}
+using internal::ApplyDeadline;
+using internal::FromGrpc;
 
 const char* OutputName(v1::HologramOutput which) {
   switch (which) {

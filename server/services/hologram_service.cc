@@ -153,8 +153,7 @@ class RenderCall : public grpc::ServerWriteReactor<v1::RenderResponse> {
  public:
   RenderCall(ServiceContext* ctx, const hologram::Limits& limits,
              grpc::CallbackServerContext* context, const v1::RenderRequest& request)
-      : ctx_(ctx), limits_(limits), context_(context), accepted_(Clock::now()) {
-    if (ctx_->metrics) ctx_->metrics->InFlightAdd(kService, "Render", 1);
+      : ctx_(ctx), limits_(limits), context_(context), record_(ctx->metrics, kService, "Render") {
     absl::Status started = Start(request);
     if (!started.ok()) FinishWith(started);
   }
@@ -186,10 +185,7 @@ class RenderCall : public grpc::ServerWriteReactor<v1::RenderResponse> {
     FRESNEL_ASSIGN_OR_RETURN(work->points, SourcePoints(request, limits_));
     FRESNEL_RETURN_IF_ERROR(hologram::ValidateHologram(work->points, work->options, limits_));
     chunk_bytes_ = ChunkBytes(ctx_->max_message_bytes, request.config().max_chunk_bytes());
-    if (ctx_->metrics) {
-      ctx_->metrics->AddPayload(kService, "Render", "in",
-                                static_cast<double>(request.ByteSizeLong()));
-    }
+    record_.Payload("in", static_cast<double>(request.ByteSizeLong()));
     const int64_t points = static_cast<int64_t>(work->points.size());
     std::shared_ptr<Job> job =
         MakeRenderJob(work, limits_, "Render", PreferenceOf(request.config().device()),
@@ -204,12 +200,9 @@ class RenderCall : public grpc::ServerWriteReactor<v1::RenderResponse> {
       v1::HologramResultHeader* header = response_.mutable_header();
       header->set_request_id(request_id_);
       FillResultHeader(work->result, points, work->options, header);
-      FillExecutionInfo(report, SecondsSince(accepted_), header->mutable_info());
+      FillExecutionInfo(report, record_.Elapsed(), header->mutable_info());
       messages_.emplace(std::move(work->result), chunk_bytes_);
-      const int64_t out_bytes = messages_->BuildHeader(header);
-      if (ctx_->metrics) {
-        ctx_->metrics->AddPayload(kService, "Render", "out", static_cast<double>(out_bytes));
-      }
+      record_.Payload("out", static_cast<double>(messages_->BuildHeader(header)));
       StartWrite(&response_);
     };
     absl::Status submitted = slot_.Submit(ctx_->pool, job);
@@ -219,18 +212,14 @@ class RenderCall : public grpc::ServerWriteReactor<v1::RenderResponse> {
 
   void FinishWith(const absl::Status& status) {
     if (finished_.exchange(true)) return;
-    if (ctx_->metrics) {
-      ctx_->metrics->ObserveRequest(kService, "Render", CodeName(status.code()),
-                                    SecondsSince(accepted_));
-      ctx_->metrics->InFlightAdd(kService, "Render", -1);
-    }
+    record_.Done(status);
     Finish(ToGrpcStatus(status));
   }
 
   ServiceContext* ctx_;
   hologram::Limits limits_;
   grpc::CallbackServerContext* context_;
-  Clock::time_point accepted_;
+  RpcRecord record_;
   std::string request_id_;
   int64_t chunk_bytes_ = 0;
   v1::RenderResponse response_;
@@ -254,9 +243,8 @@ class StreamCall
       : ctx_(ctx),
         limits_(limits),
         context_(context),
-        accepted_(Clock::now()),
+        record_(ctx->metrics, kService, "Stream"),
         depth_(PipelineDepth(*ctx->pool)) {
-    if (ctx_->metrics) ctx_->metrics->InFlightAdd(kService, "Stream", 1);
     StartRead(&request_);
   }
 
@@ -271,10 +259,7 @@ class StreamCall
     }
     const int64_t index = next_frame_++;
     const Clock::time_point received = Clock::now();
-    if (ctx_->metrics) {
-      ctx_->metrics->AddPayload(kService, "Stream", "in",
-                                static_cast<double>(request_.ByteSizeLong()));
-    }
+    record_.Payload("in", static_cast<double>(request_.ByteSizeLong()));
     if (!configured_) {
       absl::Status st = request_.has_config()
                             ? Configure(request_.config())
@@ -455,9 +440,7 @@ class StreamCall
       FillExecutionInfo(report, SecondsSince(received), header->mutable_info());
       answer.messages.emplace(std::move(work->result), chunk_bytes_);
       const int64_t out_bytes = answer.messages->BuildHeader(header);
-      if (ctx_->metrics) {
-        ctx_->metrics->AddPayload(kService, "Stream", "out", static_cast<double>(out_bytes));
-      }
+      record_.Payload("out", static_cast<double>(out_bytes));
     }
     JobEnded(index, std::move(answer));
   }
@@ -539,18 +522,14 @@ class StreamCall
   }
 
   void FinishWith(const absl::Status& status) {
-    if (ctx_->metrics) {
-      ctx_->metrics->ObserveRequest(kService, "Stream", CodeName(status.code()),
-                                    SecondsSince(accepted_));
-      ctx_->metrics->InFlightAdd(kService, "Stream", -1);
-    }
+    record_.Done(status);
     Finish(ToGrpcStatus(status));
   }
 
   ServiceContext* ctx_;
   hologram::Limits limits_;
   grpc::CallbackServerContext* context_;
-  Clock::time_point accepted_;
+  RpcRecord record_;
   const int depth_;
   // Reader side (OnReadDone runs one at a time).
   v1::HologramFrameRequest request_;
@@ -585,9 +564,11 @@ class ReconstructCall : public grpc::ServerReadReactor<v1::ReconstructRequest> {
  public:
   ReconstructCall(ServiceContext* ctx, const hologram::Limits& limits,
                   grpc::CallbackServerContext* context, v1::ReconstructResponse* response)
-      : ctx_(ctx), limits_(limits), context_(context), response_(response),
-        accepted_(Clock::now()) {
-    if (ctx_->metrics) ctx_->metrics->InFlightAdd(kService, "Reconstruct", 1);
+      : ctx_(ctx),
+        limits_(limits),
+        context_(context),
+        response_(response),
+        record_(ctx->metrics, kService, "Reconstruct") {
     StartRead(&request_);
   }
 
@@ -672,10 +653,7 @@ class ReconstructCall : public grpc::ServerReadReactor<v1::ReconstructRequest> {
     options.wavelength_m = config_.wavelength_m();
     options.depth_m = config_.depth_m();
     FRESNEL_ASSIGN_OR_RETURN(options.source, SourceFromProto(config_.source(), "source"));
-    if (ctx_->metrics) {
-      ctx_->metrics->AddPayload(kService, "Reconstruct", "in",
-                                static_cast<double>(field->nbytes()));
-    }
+    record_.Payload("in", static_cast<double>(field->nbytes()));
     auto result = std::make_shared<hologram::Reconstruction>();
     auto job = std::make_shared<Job>();
     job->service = kService;
@@ -698,12 +676,9 @@ class ReconstructCall : public grpc::ServerReadReactor<v1::ReconstructRequest> {
       if (status.ok()) {
         response_->set_request_id(request_id);
         response_->set_scale(result->scale);
-        if (ctx_->metrics) {
-          ctx_->metrics->AddPayload(kService, "Reconstruct", "out",
-                                    static_cast<double>(result->image.nbytes()));
-        }
+        record_.Payload("out", static_cast<double>(result->image.nbytes()));
         ToProto(std::move(result->image), response_->mutable_image());
-        FillExecutionInfo(report, SecondsSince(accepted_), response_->mutable_info());
+        FillExecutionInfo(report, record_.Elapsed(), response_->mutable_info());
       }
       FinishWith(status);
     };
@@ -714,11 +689,7 @@ class ReconstructCall : public grpc::ServerReadReactor<v1::ReconstructRequest> {
 
   void FinishWith(const absl::Status& status) {
     if (finished_.exchange(true)) return;
-    if (ctx_->metrics) {
-      ctx_->metrics->ObserveRequest(kService, "Reconstruct", CodeName(status.code()),
-                                    SecondsSince(accepted_));
-      ctx_->metrics->InFlightAdd(kService, "Reconstruct", -1);
-    }
+    record_.Done(status);
     Finish(ToGrpcStatus(status));
   }
 
@@ -726,7 +697,7 @@ class ReconstructCall : public grpc::ServerReadReactor<v1::ReconstructRequest> {
   hologram::Limits limits_;
   grpc::CallbackServerContext* context_;
   v1::ReconstructResponse* response_;
-  Clock::time_point accepted_;
+  RpcRecord record_;
   v1::ReconstructRequest request_;
   v1::ReconstructConfig config_;
   bool have_config_ = false;

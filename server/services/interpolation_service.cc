@@ -169,8 +169,7 @@ class ResampleStreamCall
     : public grpc::ServerBidiReactor<v1::ResampleStreamRequest, v1::ResampleStreamResponse> {
  public:
   ResampleStreamCall(ServiceContext* ctx, grpc::CallbackServerContext* context)
-      : ctx_(ctx), context_(context), accepted_(Clock::now()) {
-    if (ctx_->metrics) ctx_->metrics->InFlightAdd(kService, "ResampleStream", 1);
+      : ctx_(ctx), context_(context), record_(ctx->metrics, kService, "ResampleStream") {
     StartRead(&request_);
   }
 
@@ -221,10 +220,7 @@ class ResampleStreamCall
         FinishWith(fits);
         return;
       }
-      if (ctx_->metrics) {
-        ctx_->metrics->AddPayload(kService, "ResampleStream", "in",
-                                  static_cast<double>(a->nbytes()));
-      }
+      record_.Payload("in", static_cast<double>(a->nbytes()));
       chunk = std::move(*a);
     } else if (!request_.end()) {
       FinishWith(absl::InvalidArgumentError("chunk: a message needs a chunk or end"));
@@ -325,10 +321,7 @@ class ResampleStreamCall
       response_.Clear();
       response_.set_request_id(request_id_);
       response_.set_chunk_index(index);
-      if (ctx_->metrics) {
-        ctx_->metrics->AddPayload(kService, "ResampleStream", "out",
-                                  static_cast<double>(output->nbytes()));
-      }
+      record_.Payload("out", static_cast<double>(output->nbytes()));
       ToProto(std::move(*output), response_.mutable_y());
       response_.set_samples_out(resampler_->samples_out());
       double total = std::chrono::duration<double>(Clock::now() - received).count();
@@ -342,17 +335,13 @@ class ResampleStreamCall
   }
 
   void FinishWith(const absl::Status& status) {
-    if (ctx_->metrics) {
-      double total = std::chrono::duration<double>(Clock::now() - accepted_).count();
-      ctx_->metrics->ObserveRequest(kService, "ResampleStream", CodeName(status.code()), total);
-      ctx_->metrics->InFlightAdd(kService, "ResampleStream", -1);
-    }
+    record_.Done(status);
     Finish(ToGrpcStatus(status));
   }
 
   ServiceContext* ctx_;
   grpc::CallbackServerContext* context_;
-  Clock::time_point accepted_;
+  RpcRecord record_;
   v1::ResampleStreamRequest request_;
   v1::ResampleStreamResponse response_;
   std::optional<interp::StreamingResampler> resampler_;

@@ -19,31 +19,6 @@ constexpr char kService[] = "fresnel.v1.UnwrapService";
 // Room for a message's other fields next to its array bytes.
 constexpr int64_t kEnvelopeBytes = 16 << 10;
 
-// Request metrics of one call: in flight from construction, duration and code at Done().
-class RpcRecord {
- public:
-  RpcRecord(Metrics* metrics, const char* method)
-      : metrics_(metrics), method_(method), accepted_(Clock::now()) {
-    if (metrics_) metrics_->InFlightAdd(kService, method_, 1);
-  }
-  void Done(const absl::Status& status) {
-    if (done_ || !metrics_) return;
-    done_ = true;
-    const double s = std::chrono::duration<double>(Clock::now() - accepted_).count();
-    metrics_->ObserveRequest(kService, method_, CodeName(status.code()), s);
-    metrics_->InFlightAdd(kService, method_, -1);
-  }
-  void Payload(const char* direction, double bytes) {
-    if (metrics_) metrics_->AddPayload(kService, method_, direction, bytes);
-  }
-
- private:
-  Metrics* metrics_;
-  const char* method_;
-  Clock::time_point accepted_;
-  bool done_ = false;
-};
-
 void SetTime(std::chrono::system_clock::time_point t, google::protobuf::Timestamp* out) {
   const auto ns =
       std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
@@ -108,7 +83,10 @@ class SubmitCall : public grpc::ServerReadReactor<v1::SubmitRequest> {
  public:
   SubmitCall(ServiceContext* ctx, grpc::CallbackServerContext* context,
              v1::SubmitResponse* response)
-      : ctx_(ctx), context_(context), response_(response), record_(ctx->metrics, "Submit") {
+      : ctx_(ctx),
+        context_(context),
+        response_(response),
+        record_(ctx->metrics, kService, "Submit") {
     const int64_t pixels = ctx_->unwrap_limits.max_pixels;
     const int64_t cap = ctx_->jobs->options().memory_bytes;
     // No array can be larger than the limits allow, nor than the job store could hold.
@@ -268,7 +246,7 @@ class SubmitCall : public grpc::ServerReadReactor<v1::SubmitRequest> {
 class WatchCall : public grpc::ServerWriteReactor<v1::UnwrapJob> {
  public:
   WatchCall(ServiceContext* ctx, const v1::WatchRequest* request)
-      : ctx_(ctx), record_(ctx->metrics, "Watch"), job_id_(request->job_id()) {
+      : ctx_(ctx), record_(ctx->metrics, kService, "Watch"), job_id_(request->job_id()) {
     if (absl::Status st = RequireJobId(job_id_); !st.ok()) {
       FinishOnce(st);
       return;
@@ -397,7 +375,7 @@ class WatchCall : public grpc::ServerWriteReactor<v1::UnwrapJob> {
 class GetCall : public grpc::ServerWriteReactor<v1::GetUnwrapResultResponse> {
  public:
   GetCall(ServiceContext* ctx, const v1::GetUnwrapResultRequest* request)
-      : ctx_(ctx), record_(ctx->metrics, "Get") {
+      : ctx_(ctx), record_(ctx->metrics, kService, "Get") {
     absl::Status st = Start(*request);
     if (!st.ok()) {
       record_.Done(st);
@@ -556,7 +534,7 @@ grpc::ServerWriteReactor<v1::GetUnwrapResultResponse>* UnwrapService::Get(
 grpc::ServerUnaryReactor* UnwrapService::Cancel(grpc::CallbackServerContext* context,
                                                 const v1::CancelUnwrapRequest* request,
                                                 v1::UnwrapJob* response) {
-  RpcRecord record(ctx_->metrics, "Cancel");
+  RpcRecord record(ctx_->metrics, kService, "Cancel");
   absl::Status status = RequireJobId(request->job_id());
   if (status.ok()) {
     absl::StatusOr<JobSnapshot> snap = ctx_->jobs->Cancel(request->job_id());
@@ -572,7 +550,7 @@ grpc::ServerUnaryReactor* UnwrapService::Cancel(grpc::CallbackServerContext* con
 grpc::ServerUnaryReactor* UnwrapService::List(grpc::CallbackServerContext* context,
                                               const v1::ListUnwrapJobsRequest* request,
                                               v1::ListUnwrapJobsResponse* response) {
-  RpcRecord record(ctx_->metrics, "List");
+  RpcRecord record(ctx_->metrics, kService, "List");
   absl::StatusOr<JobStore::Page> page =
       ctx_->jobs->List(request->page_size(), request->page_token());
   if (page.ok()) {

@@ -624,7 +624,7 @@ absl::Status RunTensorTyped(const Device& device, const PreparedPoints& p,
     std::vector<double> my(n), minv(n), mphase(n);
     std::vector<int32_t> mlo(n), mhi(n);
     std::vector<float> mamp(n);
-    for (int64_t i = 0; i < n; ++i) {
+    parallel(n, [&](int64_t i) {
       const int32_t j = groups->order[i];
       my[i] = p.y[j];
       minv[i] = p.inv2lz[j];
@@ -632,7 +632,7 @@ absl::Status RunTensorTyped(const Device& device, const PreparedPoints& p,
       mamp[i] = norm_amp(j);
       mlo[i] = p.vlo[j];
       mhi[i] = p.vhi[j];
-    }
+    });
     omy = up.Add(my);
     ominv = up.Add(minv);
     omph = up.Add(mphase);
