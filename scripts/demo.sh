@@ -77,4 +77,4 @@ tail -n 2 "$out/fresneld.log"
 echo
 echo "Results in $out/: chirp_48k.wav, chirp_up4.npy, resample_160_147.png, upfirdn_x4.png,"
 echo "  phase_unwrapped.npy, unwrap_before_after.png, hologram_phase.png,"
-echo "  hologram_reconstruction.png, metrics.txt"
+echo "  hologram_reconstruction.png, hologram_video_last.png, metrics.txt"
