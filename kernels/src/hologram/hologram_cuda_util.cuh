@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -26,22 +27,99 @@ using ::fresnel::cuda::StreamOf;
 inline int64_t RoundUp(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 inline int64_t CeilDiv(int64_t v, int64_t m) { return (v + m - 1) / m; }
 
-// Several host vectors copied to the device in one allocation and one transfer.
+// The calling thread's host staging buffer for PackedUpload: pinned (page-locked) when the
+// driver allows, reused by every call on the thread, so that per-frame tables cost neither page
+// faults nor a pageable copy. `done` marks the end of the last upload from it.
+struct HostStaging {
+  char* data = nullptr;
+  size_t capacity = 0;
+  bool pinned = false;
+  cudaEvent_t done = nullptr;
+  int event_device = -1;
+  bool pending = false;
+  HostStaging() = default;
+  HostStaging(const HostStaging&) = delete;
+  HostStaging& operator=(const HostStaging&) = delete;
+  ~HostStaging() {
+    if (done != nullptr) cudaEventDestroy(done);
+    if (data != nullptr) pinned ? static_cast<void>(cudaFreeHost(data)) : std::free(data);
+  }
+};
+inline HostStaging& ThreadStaging() {
+  thread_local HostStaging staging;
+  return staging;
+}
+
+// Several host tables copied to the device in one allocation and one transfer, through the
+// thread's staging buffer. Two phases: the layout (Reserve / Add), then Stage() — after which
+// tables are written in place with Host<T>() — and Upload(). Add(v) copies `v` at Upload(), so
+// `v` must stay alive and unchanged until then.
 class PackedUpload {
  public:
   template <class T>
-  size_t Add(const std::vector<T>& v) {
-    const size_t offset = RoundUp(static_cast<int64_t>(host_.size()), 256);
-    host_.resize(offset + v.size() * sizeof(T));
-    if (!v.empty()) std::memcpy(&host_[offset], v.data(), v.size() * sizeof(T));
+  size_t Reserve(size_t count) {
+    const size_t offset = static_cast<size_t>(RoundUp(static_cast<int64_t>(size_), 256));
+    size_ = offset + count * sizeof(T);
     return offset;
   }
-  absl::Status Upload(const Device& device) {
-    FRESNEL_RETURN_IF_ERROR(dev_.Allocate(device, static_cast<int64_t>(host_.size())));
-    if (!host_.empty()) {
-      FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev_.get(), host_.data(), host_.size(),
-                                                   cudaMemcpyHostToDevice, StreamOf(device)));
+  template <class T>
+  size_t Add(const std::vector<T>& v) {
+    const size_t offset = Reserve<T>(v.size());
+    if (!v.empty()) copies_.push_back({offset, v.data(), v.size() * sizeof(T)});
+    return offset;
+  }
+  // Makes Host<T>() valid for the layout so far; waits until this thread's previous upload has
+  // left the staging buffer.
+  absl::Status Stage() {
+    HostStaging& s = ThreadStaging();
+    if (s.pending) {
+      FRESNEL_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(s.done));
+      s.pending = false;
     }
+    if (s.capacity < size_) {
+      const size_t capacity = std::max({size_, s.capacity * 3 / 2, size_t{1} << 20});
+      if (s.data != nullptr) s.pinned ? static_cast<void>(cudaFreeHost(s.data)) : std::free(s.data);
+      s.data = nullptr;
+      s.capacity = 0;
+      void* p = nullptr;
+      s.pinned = cudaHostAlloc(&p, capacity, cudaHostAllocPortable) == cudaSuccess;
+      if (!s.pinned) {
+        cudaGetLastError();
+        p = std::malloc(capacity);
+        if (p == nullptr) {
+          return absl::ResourceExhaustedError(
+              absl::StrCat("host staging: cannot allocate ", capacity, " bytes"));
+        }
+      }
+      s.data = static_cast<char*>(p);
+      s.capacity = capacity;
+    }
+    host_ = s.data;
+    return absl::OkStatus();
+  }
+  template <class T>
+  T* Host(size_t offset) {
+    return reinterpret_cast<T*>(host_ + offset);
+  }
+  absl::Status Upload(const Device& device) {
+    if (host_ == nullptr) FRESNEL_RETURN_IF_ERROR(Stage());
+    for (const Copy& c : copies_) std::memcpy(host_ + c.offset, c.source, c.bytes);
+    FRESNEL_RETURN_IF_ERROR(dev_.Allocate(device, static_cast<int64_t>(size_)));
+    if (size_ == 0) return absl::OkStatus();
+    const cudaStream_t stream = StreamOf(device);
+    FRESNEL_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(dev_.get(), host_, size_, cudaMemcpyHostToDevice, stream));
+    HostStaging& s = ThreadStaging();
+    if (s.done != nullptr && s.event_device != device.ordinal) {
+      cudaEventDestroy(s.done);
+      s.done = nullptr;
+    }
+    if (s.done == nullptr) {
+      FRESNEL_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
+      s.event_device = device.ordinal;
+    }
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaEventRecord(s.done, stream));
+    s.pending = true;
     return absl::OkStatus();
   }
   template <class T>
@@ -50,7 +128,14 @@ class PackedUpload {
   }
 
  private:
-  std::string host_;
+  struct Copy {
+    size_t offset;
+    const void* source;
+    size_t bytes;
+  };
+  size_t size_ = 0;
+  std::vector<Copy> copies_;
+  char* host_ = nullptr;
   DeviceBuffer<char> dev_;
 };
 

@@ -606,50 +606,23 @@ absl::Status RunTensorTyped(const Device& device, const PreparedPoints& p,
                         for (int64_t i = r.begin(); i < r.end(); ++i) body(i);
                       });
   };
-  std::vector<AxisPoly> xpoly(static_cast<size_t>(ncols));
-  std::vector<int32_t> xlo(static_cast<size_t>(ncols)), xhi(static_cast<size_t>(ncols));
-  parallel(ncols, [&](int64_t g) {
-    const int32_t j = merged ? groups->order[groups->starts[g]] : static_cast<int32_t>(g);
-    xpoly[g] = MakePoly(p.x[j], p.inv2lz[j], p.pitch_m, 0.0);
-    xlo[g] = p.ulo[j];
-    xhi[g] = p.uhi[j];
-  });
-  PackedUpload up;
-  const size_t oxp = up.Add(xpoly), oxl = up.Add(xlo), oxh = up.Add(xhi);
   // int8: X from the phase table always, Y too when every point has the same amplitude.
   const bool table_build = std::is_same_v<T, int8_t> && ByteTableBuildEnabled();
-  bool uniform_amplitude = true;
+  PackedUpload up;
+  const size_t oxp = up.Reserve<AxisPoly>(ncols), oxl = up.Reserve<int32_t>(ncols),
+               oxh = up.Reserve<int32_t>(ncols);
   size_t oyp = 0, oyl = 0, oyh = 0, oya = 0, omy = 0, ominv = 0, omph = 0, ost = 0;
   if (merged) {
-    std::vector<double> my(n), minv(n), mphase(n);
-    std::vector<int32_t> mlo(n), mhi(n);
-    std::vector<float> mamp(n);
-    parallel(n, [&](int64_t i) {
-      const int32_t j = groups->order[i];
-      my[i] = p.y[j];
-      minv[i] = p.inv2lz[j];
-      mphase[i] = p.phase_turns[j];
-      mamp[i] = norm_amp(j);
-      mlo[i] = p.vlo[j];
-      mhi[i] = p.vhi[j];
-    });
-    omy = up.Add(my);
-    ominv = up.Add(minv);
-    omph = up.Add(mphase);
-    oya = up.Add(mamp);
-    oyl = up.Add(mlo);
-    oyh = up.Add(mhi);
+    omy = up.Reserve<double>(n);
+    ominv = up.Reserve<double>(n);
+    omph = up.Reserve<double>(n);
+    oya = up.Reserve<float>(n);
+    oyl = up.Reserve<int32_t>(n);
+    oyh = up.Reserve<int32_t>(n);
     ost = up.Add(groups->starts);
   } else {
-    std::vector<AxisPoly> ypoly(static_cast<size_t>(n));
-    std::vector<float> yamp(static_cast<size_t>(n));
-    parallel(n, [&](int64_t j) {
-      ypoly[j] = MakePoly(p.y[j], p.inv2lz[j], p.pitch_m, p.phase_turns[j]);
-      yamp[j] = norm_amp(j);
-    });
-    for (int64_t j = 0; j < n && uniform_amplitude; ++j) uniform_amplitude = yamp[j] == 1.f;
-    oyp = up.Add(ypoly);
-    oya = up.Add(yamp);
+    oyp = up.Reserve<AxisPoly>(n);
+    oya = up.Reserve<float>(n);
     oyl = up.Add(p.vlo);
     oyh = up.Add(p.vhi);
   }
@@ -660,6 +633,44 @@ absl::Status RunTensorTyped(const Device& device, const PreparedPoints& p,
     oty = up.Add(ByteTable(true));
     FRESNEL_ASSIGN_OR_RETURN(lut_blocks, LutBuildBlocks(device));
   }
+  // The tables are written straight into the thread's (pinned) staging buffer.
+  FRESNEL_RETURN_IF_ERROR(up.Stage());
+  AxisPoly* const xpoly = up.Host<AxisPoly>(oxp);
+  int32_t* const xlo = up.Host<int32_t>(oxl);
+  int32_t* const xhi = up.Host<int32_t>(oxh);
+  parallel(ncols, [&](int64_t g) {
+    const int32_t j = merged ? groups->order[groups->starts[g]] : static_cast<int32_t>(g);
+    xpoly[g] = MakePoly(p.x[j], p.inv2lz[j], p.pitch_m, 0.0);
+    xlo[g] = p.ulo[j];
+    xhi[g] = p.uhi[j];
+  });
+  profiler->Mark("host_x_tables");
+  float* const yamp = up.Host<float>(oya);
+  bool uniform_amplitude = true;
+  if (merged) {
+    double* const my = up.Host<double>(omy);
+    double* const minv = up.Host<double>(ominv);
+    double* const mphase = up.Host<double>(omph);
+    int32_t* const mlo = up.Host<int32_t>(oyl);
+    int32_t* const mhi = up.Host<int32_t>(oyh);
+    parallel(n, [&](int64_t i) {
+      const int32_t j = groups->order[i];
+      my[i] = p.y[j];
+      minv[i] = p.inv2lz[j];
+      mphase[i] = p.phase_turns[j];
+      yamp[i] = norm_amp(j);
+      mlo[i] = p.vlo[j];
+      mhi[i] = p.vhi[j];
+    });
+  } else {
+    AxisPoly* const ypoly = up.Host<AxisPoly>(oyp);
+    parallel(n, [&](int64_t j) {
+      ypoly[j] = MakePoly(p.y[j], p.inv2lz[j], p.pitch_m, p.phase_turns[j]);
+      yamp[j] = norm_amp(j);
+    });
+    for (int64_t j = 0; j < n && uniform_amplitude; ++j) uniform_amplitude = yamp[j] == 1.f;
+  }
+  profiler->Mark("host_y_tables");
   // Sizes, budget and buffers before the upload: cudaMemGetInfo and pool growth are host work
   // that must not leave the device idle between the upload and the first kernel.
   const int64_t mpad = RoundUp(p.width, 16), npad = RoundUp(p.height, 16);
@@ -686,7 +697,7 @@ absl::Status RunTensorTyped(const Device& device, const PreparedPoints& p,
     FRESNEL_RETURN_IF_ERROR(bim.Allocate(device, npad * chunk));
     FRESNEL_RETURN_IF_ERROR(max_bits.Allocate(device, 1));
   }
-  profiler->Mark("host_tables");
+  profiler->Mark("host_buffers");
   FRESNEL_RETURN_IF_ERROR(up.Upload(device));
   FRESNEL_RETURN_IF_ERROR(clock->Mark());
   profiler->Mark("upload");
