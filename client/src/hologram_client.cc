@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "call_util.h"
 #include "fresnel/client/client.h"
+#include "fresnel/core/status.h"
 #include "fresnel/v1/array_convert.h"
 
 namespace fresnel {
@@ -115,6 +116,13 @@ absl::StatusOr<HologramRender> Client::Render(v1::RenderRequest request, const C
   if (request.config().max_chunk_bytes() == 0) {
     request.mutable_config()->set_max_chunk_bytes(ClientChunkBytes(options_));
   }
+  // A cloud larger than one message goes as one Stream frame in parts (points_continue). The
+  // server's cap is asked for only when the request could exceed the smallest cap it may have.
+  const int64_t request_bytes = static_cast<int64_t>(request.ByteSizeLong());
+  if (request.has_points() && request_bytes + kEnvelopeBytes > (int64_t{64} << 10)) {
+    const int64_t cap = MessageCap(call);
+    if (request_bytes + kEnvelopeBytes > cap) return RenderInParts(std::move(request), cap, call);
+  }
   std::unique_ptr<v1::HologramService::Stub> stub = v1::HologramService::NewStub(channel());
   grpc::ClientContext context;
   ApplyDeadline(&context, options_, call);
@@ -150,6 +158,51 @@ absl::StatusOr<HologramRender> Client::Render(v1::RenderRequest request, const C
   if (!assembler.complete()) {
     return absl::DataLossError("the Render stream ended before every output was complete");
   }
+  return result;
+}
+
+absl::StatusOr<HologramRender> Client::RenderInParts(v1::RenderRequest request, int64_t cap,
+                                                     const CallOptions& call) {
+  const v1::NdArray& points = request.points();
+  if (points.shape_size() != 2 || points.shape(0) < 1 || points.shape(1) < 1) {
+    return absl::InvalidArgumentError("points: must be [N, 4] or [N, 5]");
+  }
+  const int64_t rows = points.shape(0), cols = points.shape(1);
+  const int64_t row_bytes = static_cast<int64_t>(points.data().size()) / rows;
+  if (row_bytes <= 0 || row_bytes * rows != static_cast<int64_t>(points.data().size())) {
+    return absl::InvalidArgumentError("points: data size does not match the shape");
+  }
+  const int64_t room = cap - kEnvelopeBytes - static_cast<int64_t>(request.config().ByteSizeLong());
+  const int64_t rows_per_part = std::max<int64_t>(1, room / row_bytes);
+  int64_t next_row = 0;
+  auto next_part = [&](v1::HologramFrameRequest* part) {
+    if (next_row >= rows) return false;
+    if (next_row == 0) {
+      *part->mutable_config() = request.config();
+      part->set_request_id(request.request_id());
+    }
+    const int64_t k = std::min(rows_per_part, rows - next_row);
+    v1::NdArray* p = part->mutable_points();
+    p->set_dtype(points.dtype());
+    p->add_shape(k);
+    p->add_shape(cols);
+    p->set_data(points.data().substr(static_cast<size_t>(next_row * row_bytes),
+                                     static_cast<size_t>(k * row_bytes)));
+    next_row += k;
+    part->set_points_continue(next_row < rows);
+    return true;
+  };
+  absl::StatusOr<HologramRender> result = absl::DataLossError("the server answered no frame");
+  FRESNEL_RETURN_IF_ERROR(RenderStream(
+      next_part,
+      [&result](int64_t, const absl::Status& status, HologramRender* r) {
+        if (status.ok()) {
+          result = std::move(*r);
+        } else {
+          result = status;
+        }
+      },
+      call));
   return result;
 }
 

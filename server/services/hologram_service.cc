@@ -250,15 +250,25 @@ class StreamCall
 
   void OnReadDone(bool ok) override {
     if (!ok) {  // the client half-closed: finish once every frame it sent is answered
+      bool answered = false;
+      if (partial_.has_value()) {  // it stopped inside a frame sent in parts
+        const int64_t index = next_frame_++;
+        partial_.reset();
+        std::lock_guard<std::mutex> lock(mu_);
+        ++in_flight_;
+        ready_.emplace(index, FrameError(index, absl::InvalidArgumentError(
+                                                    "points_continue: the stream ended before "
+                                                    "the frame's last part")));
+        answered = true;
+      }
       {
         std::lock_guard<std::mutex> lock(mu_);
         reads_done_ = true;
       }
+      if (answered) TryWrite();
       MaybeFinish();
       return;
     }
-    const int64_t index = next_frame_++;
-    const Clock::time_point received = Clock::now();
     record_.Payload("in", static_cast<double>(request_.ByteSizeLong()));
     if (!configured_) {
       absl::Status st = request_.has_config()
@@ -271,13 +281,30 @@ class StreamCall
       }
       request_id_ = RequestIdOr(request_.request_id());
     }
+    // The frame's input: this message, or the parts of a frame sent with points_continue.
+    FrameInput input;
+    if (partial_.has_value() || request_.points_continue()) {
+      AddPart();
+      if (request_.points_continue()) {
+        StartRead(&request_);  // the frame goes on in the next message
+        return;
+      }
+      input = *std::move(partial_);
+      partial_.reset();
+    } else {
+      input.received = Clock::now();
+      input.had_config = request_.has_config();
+      if (request_.has_overrides()) input.overrides = request_.overrides();
+    }
+    const int64_t index = next_frame_++;
+    const Clock::time_point received = input.received;
     auto work = std::make_shared<RenderWork>();
     absl::Status prepared =
-        index > 0 && request_.has_config()
+        index > 0 && input.had_config
             ? absl::InvalidArgumentError(
                   "config: only the first frame may carry the config (use overrides for "
                   "per-frame changes)")
-            : PrepareFrame(work.get());
+            : PrepareFrame(&input, work.get());
     std::shared_ptr<Job> job;
     if (prepared.ok()) {
       const int64_t points = static_cast<int64_t>(work->points.size());
@@ -392,16 +419,62 @@ class StreamCall
     return absl::OkStatus();
   }
 
-  absl::Status PrepareFrame(RenderWork* work) {
-    if (request_.has_overrides()) {
-      FRESNEL_ASSIGN_OR_RETURN(work->options,
-                               ApplyOverrides(base_, request_.overrides(), limits_));
+  // What one frame was sent as: the message that carried it, or (`points` set) its parts.
+  struct FrameInput {
+    Clock::time_point received;
+    bool had_config = false;
+    std::optional<v1::HologramFrameOverrides> overrides;
+    std::optional<hologram::PointCloud> points;
+    absl::Status error;  // a bad part: the frame is answered with it after its last part
+  };
+
+  // Adds request_ as the next part of partial_ (its first part when partial_ is empty).
+  void AddPart() {
+    if (!partial_.has_value()) {
+      partial_.emplace();
+      partial_->received = Clock::now();
+      partial_->had_config = request_.has_config();
+      if (request_.has_overrides()) partial_->overrides = request_.overrides();
+      partial_->points.emplace();
+    } else if (partial_->error.ok() && (request_.has_config() || request_.has_overrides())) {
+      partial_->error = absl::InvalidArgumentError(
+          "points_continue: only the first part of a frame may carry config or overrides");
+    }
+    if (!partial_->error.ok()) return;  // read on to the frame's last part, then answer
+    if (request_.source_case() != v1::HologramFrameRequest::kPoints) {
+      partial_->error = absl::InvalidArgumentError(
+          "points_continue: every part of a frame sent in parts carries `points`");
+      return;
+    }
+    absl::StatusOr<hologram::PointCloud> part = PointsFromProto(request_.points(), limits_);
+    if (!part.ok()) {
+      partial_->error = part.status();
+      return;
+    }
+    hologram::PointCloud& all = *partial_->points;
+    if (static_cast<int64_t>(all.size() + part->size()) > limits_.max_points) {
+      partial_->error = absl::InvalidArgumentError(absl::StrCat(
+          "points: the frame's parts hold more than the limit of ", limits_.max_points,
+          " points"));
+      return;
+    }
+    all.insert(all.end(), part->begin(), part->end());
+  }
+
+  absl::Status PrepareFrame(FrameInput* input, RenderWork* work) {
+    FRESNEL_RETURN_IF_ERROR(input->error);
+    if (input->overrides.has_value()) {
+      FRESNEL_ASSIGN_OR_RETURN(work->options, ApplyOverrides(base_, *input->overrides, limits_));
       FRESNEL_RETURN_IF_ERROR(
           CheckAlgorithmPlacement(work->options, hint_, ctx_->pool->gpu_count()));
     } else {
       work->options = base_;
     }
-    FRESNEL_ASSIGN_OR_RETURN(work->points, SourcePoints(request_, limits_));
+    if (input->points.has_value()) {
+      work->points = *std::move(input->points);
+    } else {
+      FRESNEL_ASSIGN_OR_RETURN(work->points, SourcePoints(request_, limits_));
+    }
     return hologram::ValidateHologram(work->points, work->options, limits_);
   }
 
@@ -540,6 +613,7 @@ class StreamCall
   int64_t chunk_bytes_ = 0;
   std::string request_id_;
   int64_t next_frame_ = 0;
+  std::optional<FrameInput> partial_;  // a frame arriving in parts
   // Writer side (owned by the write in flight).
   v1::HologramFrameResponse response_;
   std::optional<ResultMessages> messages_;

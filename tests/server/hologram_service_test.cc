@@ -358,6 +358,87 @@ TEST_CASE("fresnel hologram --frames streams frames and reports frames per secon
   std::filesystem::remove_all(dir);
 }
 
+// A cloud larger than the message cap: Render sends it as one Stream frame in parts
+// (points_continue) and gets exactly the one-shot hologram.
+TEST_CASE("Render sends a cloud larger than the message cap in parts", "[server][hologram]") {
+  server::ServerConfig config = TestServer::CpuConfig();
+  config.max_message_bytes = 64 << 10;
+  TestServer ts(config);
+  auto client = Connect(ts);
+  const hologram::PointCloud cloud = RandomCloud(3000, 91);  // 120 KB of float64 [N, 5]
+  v1::RenderRequest request;
+  *request.mutable_config() = Config(64, 48, v1::HOLOGRAM_ALGORITHM_REFERENCE);
+  request.set_request_id("big-cloud");
+  ToProto(CloudArray(cloud), request.mutable_points());
+  REQUIRE(request.ByteSizeLong() > (64u << 10));
+  auto r = client->Render(std::move(request));
+  REQUIRE(r.ok());
+  CHECK(r->header.points() == 3000);
+  CHECK(r->header.request_id() == "big-cloud");
+  auto want = hologram::ComputeHologram(Device::Cpu(), cloud,
+                                        KernelOptions(64, 48, hologram::Algorithm::kReference));
+  REQUIRE(want.ok());
+  CheckEqual(*r, *want);
+}
+
+// Frames in parts by hand: overrides ride on the first part; a later part with overrides, or a
+// stream that ends inside a frame, gets that frame an INVALID_ARGUMENT answer.
+TEST_CASE("Stream frames in parts: assembled in order, bad parts answered per frame",
+          "[server][hologram]") {
+  TestServer ts;
+  auto client = Connect(ts);
+  const hologram::PointCloud a = RandomCloud(30, 51), b = RandomCloud(25, 52);
+  auto part = [](const hologram::PointCloud& c, size_t from, size_t to) {
+    return CloudArray(hologram::PointCloud(c.begin() + from, c.begin() + to));
+  };
+  std::vector<v1::HologramFrameRequest> messages(6);
+  // Frame 0: three parts, the first with the config and an algorithm override.
+  *messages[0].mutable_config() = Config(64, 48, v1::HOLOGRAM_ALGORITHM_REFERENCE);
+  messages[0].mutable_overrides()->set_algorithm(v1::HOLOGRAM_ALGORITHM_TRIANGULAR);
+  ToProto(part(a, 0, 10), messages[0].mutable_points());
+  messages[0].set_points_continue(true);
+  ToProto(part(a, 10, 20), messages[1].mutable_points());
+  messages[1].set_points_continue(true);
+  ToProto(part(a, 20, 30), messages[2].mutable_points());
+  // Frame 1: a later part carries overrides.
+  ToProto(part(b, 0, 10), messages[3].mutable_points());
+  messages[3].set_points_continue(true);
+  ToProto(part(b, 10, 25), messages[4].mutable_points());
+  messages[4].mutable_overrides()->set_algorithm(v1::HOLOGRAM_ALGORITHM_TRIANGULAR);
+  // Frame 2: the stream ends after its first part.
+  ToProto(part(b, 0, 5), messages[5].mutable_points());
+  messages[5].set_points_continue(true);
+
+  size_t next = 0;
+  std::vector<int64_t> seen;
+  std::vector<absl::Status> statuses;
+  HologramRender first;
+  absl::Status st = client->RenderStream(
+      [&](v1::HologramFrameRequest* f) {
+        if (next == messages.size()) return false;
+        *f = messages[next++];
+        return true;
+      },
+      [&](int64_t index, const absl::Status& status, HologramRender* r) {
+        seen.push_back(index);
+        statuses.push_back(status);
+        if (index == 0 && r != nullptr) first = std::move(*r);
+      });
+  REQUIRE(st.ok());
+  REQUIRE(seen == std::vector<int64_t>{0, 1, 2});
+  REQUIRE(statuses[0].ok());
+  CHECK(first.header.points() == 30);
+  CHECK(first.header.algorithm() == v1::HOLOGRAM_ALGORITHM_TRIANGULAR);
+  auto want = hologram::ComputeHologram(Device::Cpu(), a,
+                                        KernelOptions(64, 48, hologram::Algorithm::kTriangular));
+  REQUIRE(want.ok());
+  CheckEqual(first, *want);
+  CHECK(statuses[1].code() == absl::StatusCode::kInvalidArgument);
+  CHECK(Mentions(statuses[1], "points_continue"));
+  CHECK(statuses[2].code() == absl::StatusCode::kInvalidArgument);
+  CHECK(Mentions(statuses[2], "last part"));
+}
+
 TEST_CASE("Stream without a config on the first frame is INVALID_ARGUMENT", "[server][hologram]") {
   TestServer ts;
   auto client = Connect(ts);

@@ -147,7 +147,9 @@ class Client {
 
   // Holograms (HologramService). Render sends one request (pass it with std::move to avoid
   // copying the points) and reassembles the outputs, however many chunks they came in. When
-  // config.max_chunk_bytes is 0 it is set to fit this client's max_message_bytes.
+  // config.max_chunk_bytes is 0 it is set to fit this client's max_message_bytes. A cloud too
+  // large for one message (the smaller of this client's and the server's cap) is sent as one
+  // Stream frame in parts instead; the result is the same.
   absl::StatusOr<HologramRender> Render(v1::RenderRequest request, const CallOptions& call = {});
   // Holographic video over one Stream call. `next_frame` fills the next frame and returns false
   // after the last; the first frame must carry the config. It is called from a second thread
@@ -170,6 +172,9 @@ class Client {
  private:
   struct Impl;
   Client(ClientOptions options, std::unique_ptr<Impl> impl);
+  // Render's path for clouds larger than `cap`: one Stream frame sent in parts.
+  absl::StatusOr<HologramRender> RenderInParts(v1::RenderRequest request, int64_t cap,
+                                               const CallOptions& call);
   // min(options_.max_message_bytes, the server's cap); asks the server once.
   int64_t MessageCap(const CallOptions& call);
   // The channel, for services whose calls live in their own source file (hologram_client.cc).
