@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <new>
 #include <string>
 #include <utility>
 #include <vector>
@@ -69,8 +71,18 @@ class PackedUpload {
     return offset;
   }
   // Makes Host<T>() valid for the layout so far; waits until this thread's previous upload has
-  // left the staging buffer.
+  // left the staging buffer. Layouts over kMaxRetainedBytes (clouds of millions of points) use a
+  // pageable buffer of their own instead, so that no worker keeps gigabytes pinned.
   absl::Status Stage() {
+    if (size_ > kMaxRetainedBytes) {
+      own_.reset(new (std::nothrow) char[size_]);
+      if (own_ == nullptr) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat("host staging: cannot allocate ", size_, " bytes"));
+      }
+      host_ = own_.get();
+      return absl::OkStatus();
+    }
     HostStaging& s = ThreadStaging();
     if (s.pending) {
       FRESNEL_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(s.done));
@@ -109,6 +121,9 @@ class PackedUpload {
     const cudaStream_t stream = StreamOf(device);
     FRESNEL_CUDA_RETURN_IF_ERROR(
         cudaMemcpyAsync(dev_.get(), host_, size_, cudaMemcpyHostToDevice, stream));
+    // From pageable memory the call returns once the source has been read; our own buffer is
+    // then free to go with this object.
+    if (own_ != nullptr) return absl::OkStatus();
     HostStaging& s = ThreadStaging();
     if (s.done != nullptr && s.event_device != device.ordinal) {
       cudaEventDestroy(s.done);
@@ -133,9 +148,11 @@ class PackedUpload {
     const void* source;
     size_t bytes;
   };
+  static constexpr size_t kMaxRetainedBytes = size_t{256} << 20;
   size_t size_ = 0;
   std::vector<Copy> copies_;
   char* host_ = nullptr;
+  std::unique_ptr<char[]> own_;
   DeviceBuffer<char> dev_;
 };
 
