@@ -207,22 +207,23 @@ int Main(int argc, const char* const* argv, std::ostream& out, std::ostream& err
       ->required();
   unwrap_cmd->add_option("--method", unwrap.method,
                          "goldstein = branch cuts (exact multiples of 2 pi, maps), lsq = "
-                         "unweighted least squares (smooth, for noisy data)")
-      ->check(CLI::IsMember({"goldstein", "lsq"}))
+                         "unweighted least squares (smooth, for noisy data), wlsq = weighted "
+                         "least squares (--quality in [0, 1] as weights)")
+      ->check(CLI::IsMember({"goldstein", "lsq", "wlsq"}))
       ->capture_default_str();
   unwrap_cmd->add_option("--mask", unwrap.mask,
                          "Mask image (.npy/.tif): nonzero EXCLUDES the pixel (NaN phase is fine "
                          "there)");
   unwrap_cmd->add_option("--quality", unwrap.quality,
                          "Quality map (.npy/.tif), larger = more trustworthy: picks each "
-                         "region's starting pixel (goldstein)");
+                         "region's starting pixel (goldstein); the weights in [0, 1] (wlsq)");
   unwrap_cmd->add_option("--seed", unwrap.seed,
                          "ROW,COL: the pixel whose region keeps k = 0 (goldstein)");
   unwrap_cmd->add_option("--iterations", unwrap.iterations,
                          "Pairing iterations per search radius, 1..64 (goldstein; default 8)")
       ->check(CLI::Range(1, 64));
   unwrap_cmd->add_flag("--no-congruent", unwrap.no_congruent,
-                       "lsq: return the least-squares solution itself instead of the input plus "
+                       "lsq, wlsq: return the least-squares solution itself instead of the input plus "
                        "whole multiples of 2 pi");
   unwrap_cmd->add_flag("--save-maps", unwrap.save_maps,
                        "goldstein: also write OUT_residues.npy, OUT_cuts.npy, OUT_regions.npy "

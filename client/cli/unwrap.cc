@@ -52,7 +52,11 @@ const char* StateName(v1::JobState state) {
 }
 
 const char* MethodName(v1::UnwrapMethod method) {
-  return method == v1::UNWRAP_METHOD_LEAST_SQUARES ? "lsq" : "goldstein";
+  switch (method) {
+    case v1::UNWRAP_METHOD_LEAST_SQUARES: return "lsq";
+    case v1::UNWRAP_METHOD_WEIGHTED_LEAST_SQUARES: return "wlsq";
+    default: return "goldstein";
+  }
 }
 
 bool Terminal(v1::JobState state) {
@@ -201,6 +205,10 @@ std::string StatsText(const UnwrapResult& r) {
   if (r.method == v1::UNWRAP_METHOD_LEAST_SQUARES) {
     return absl::StrCat("masked ", s.masked_pixels(), " px");
   }
+  if (r.method == v1::UNWRAP_METHOD_WEIGHTED_LEAST_SQUARES) {
+    return absl::StrCat("masked ", s.masked_pixels(), " px, ", s.pcg_iterations(),
+                        " PCG iteration(s), residual ", absl::StrFormat("%.3g", s.pcg_residual()));
+  }
   return absl::StrCat("residues ", s.positive_residues() + s.negative_residues(), " (+",
                       s.positive_residues(), "/-", s.negative_residues(), "), ", s.residue_pairs(),
                       " pair(s), ", s.border_cuts(), " to border, ", s.mask_cuts(),
@@ -222,7 +230,9 @@ JsonObject StatsJson(const v1::UnwrapStats& s) {
       .Add("regions", static_cast<int64_t>(s.regions()))
       .Add("unreached_pixels", static_cast<int64_t>(s.unreached_pixels()))
       .Add("masked_pixels", static_cast<int64_t>(s.masked_pixels()))
-      .Add("pairing_radius", static_cast<int>(s.pairing_radius()));
+      .Add("pairing_radius", static_cast<int>(s.pairing_radius()))
+      .Add("pcg_iterations", static_cast<int>(s.pcg_iterations()))
+      .Add("pcg_residual", s.pcg_residual());
   return j;
 }
 
@@ -277,13 +287,13 @@ absl::Status ValidateUnwrapOptions(UnwrapOptions* o) {
   if (!HasSuffix(o->output, ".npy")) {
     return absl::InvalidArgumentError(absl::StrCat("--out '", o->output, "' must end in .npy"));
   }
-  if (o->method != "goldstein" && o->method != "lsq") {
-    return absl::InvalidArgumentError("--method must be goldstein or lsq");
+  if (o->method != "goldstein" && o->method != "lsq" && o->method != "wlsq") {
+    return absl::InvalidArgumentError("--method must be goldstein, lsq or wlsq");
   }
-  const bool lsq = o->method == "lsq";
+  const bool lsq = o->method != "goldstein";
   if (lsq) {
-    if (!o->quality.empty()) {
-      return absl::InvalidArgumentError("--quality applies to --method goldstein only");
+    if (!o->quality.empty() && o->method == "lsq") {
+      return absl::InvalidArgumentError("--quality applies to --method goldstein or wlsq only");
     }
     if (!o->seed.empty()) {
       return absl::InvalidArgumentError("--seed applies to --method goldstein only");
@@ -296,7 +306,7 @@ absl::Status ValidateUnwrapOptions(UnwrapOptions* o) {
           "--save-maps applies to --method goldstein only (least squares has no maps)");
     }
   } else if (o->no_congruent) {
-    return absl::InvalidArgumentError("--no-congruent applies to --method lsq only");
+    return absl::InvalidArgumentError("--no-congruent applies to --method lsq or wlsq only");
   }
   if (o->iterations < 0 || o->iterations > 64) {
     return absl::InvalidArgumentError(
@@ -358,7 +368,9 @@ int RunUnwrap(const GlobalOptions& global, UnwrapOptions o, std::ostream& out, s
   // The request. Maps are asked for only when they are written or drawn.
   const bool want_maps = goldstein && (o.save_maps || !o.png.empty());
   v1::UnwrapRequest request;
-  request.set_method(goldstein ? v1::UNWRAP_METHOD_GOLDSTEIN : v1::UNWRAP_METHOD_LEAST_SQUARES);
+  request.set_method(goldstein             ? v1::UNWRAP_METHOD_GOLDSTEIN
+                     : o.method == "wlsq" ? v1::UNWRAP_METHOD_WEIGHTED_LEAST_SQUARES
+                                          : v1::UNWRAP_METHOD_LEAST_SQUARES);
   request.mutable_device()->set_kind(DeviceKindFromFlag(o.device));
   ToProto(*phase, request.mutable_phase());
   if (mask) ToProto(*mask, request.mutable_mask());
@@ -424,7 +436,8 @@ int RunUnwrap(const GlobalOptions& global, UnwrapOptions o, std::ostream& out, s
 
   const v1::ExecutionInfo& exec = result->info;
   const std::string method =
-      goldstein ? "goldstein" : (o.no_congruent ? "lsq (solution)" : "lsq (congruent)");
+      goldstein ? "goldstein"
+                : absl::StrCat(o.method, o.no_congruent ? " (solution)" : " (congruent)");
   if (o.json) {
     JsonObject json;
     json.Add("input", o.input)

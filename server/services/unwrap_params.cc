@@ -59,6 +59,16 @@ absl::Status CheckValues(const UnwrapInput& in) {
       return absl::InvalidArgumentError(
           absl::StrFormat("quality%s = %g is not finite", PixelName(q, bad_q), At(q, bad_q)));
     }
+    if (in.method == v1::UNWRAP_METHOD_WEIGHTED_LEAST_SQUARES) {
+      for (int64_t i = 0; i < q.size(); ++i) {
+        if (mask != nullptr && mask[i] != 0) continue;
+        if (At(q, i) < 0 || At(q, i) > 1) {
+          return absl::InvalidArgumentError(absl::StrFormat(
+              "quality%s = %g is not in [0, 1] (the weights of WEIGHTED_LEAST_SQUARES)",
+              PixelName(q, i), At(q, i)));
+        }
+      }
+    }
   }
   return absl::OkStatus();
 }
@@ -78,6 +88,8 @@ unwrap::LeastSquaresOptions LeastSquaresOptionsOf(const UnwrapInput& in) {
   unwrap::LeastSquaresOptions o;
   o.mask = in.mask ? &*in.mask : nullptr;
   o.congruent = in.congruent;
+  o.weighted = in.method == v1::UNWRAP_METHOD_WEIGHTED_LEAST_SQUARES;
+  o.weights = o.weighted && in.quality ? &*in.quality : nullptr;
   o.limits = in.limits;
   return o;
 }
@@ -99,6 +111,7 @@ const char* UnwrapMethodName(v1::UnwrapMethod method) {
   switch (method) {
     case v1::UNWRAP_METHOD_GOLDSTEIN: return "goldstein";
     case v1::UNWRAP_METHOD_LEAST_SQUARES: return "least_squares";
+    case v1::UNWRAP_METHOD_WEIGHTED_LEAST_SQUARES: return "weighted_least_squares";
     default: return "unknown";
   }
 }
@@ -124,8 +137,11 @@ int64_t UnwrapInput::DeviceBytes() const {
   }
   // Least squares on CUDA: phase in and out, the mask, and about six float32 work arrays of the
   // image's size (gradients, divergence, DCT buffers), plus cuFFT's workspace.
+  // Weighted: the weights and six more float32 arrays (edge weights, PCG's x, z, p, q).
   const int64_t n = rows() * cols();
-  return 2 * n * static_cast<int64_t>(DTypeSize(phase.dtype())) + n + 6 * 4 * n + (64 << 20);
+  int64_t bytes = 2 * n * static_cast<int64_t>(DTypeSize(phase.dtype())) + n + 6 * 4 * n;
+  if (method == v1::UNWRAP_METHOD_WEIGHTED_LEAST_SQUARES) bytes += 6 * 4 * n;
+  return bytes + (64 << 20);
 }
 
 uint64_t UnwrapInput::Fingerprint() const {
@@ -147,11 +163,12 @@ absl::StatusOr<UnwrapInput> ParseUnwrap(const v1::UnwrapRequest& request, HostAr
   in.request_id = request.request_id();
   switch (request.method()) {
     case v1::UNWRAP_METHOD_GOLDSTEIN:
-    case v1::UNWRAP_METHOD_LEAST_SQUARES: in.method = request.method(); break;
+    case v1::UNWRAP_METHOD_LEAST_SQUARES:
+    case v1::UNWRAP_METHOD_WEIGHTED_LEAST_SQUARES: in.method = request.method(); break;
     default:
-      return absl::InvalidArgumentError(absl::StrCat("method: unknown unwrap method ",
-                                                     static_cast<int>(request.method()),
-                                                     " (GOLDSTEIN or LEAST_SQUARES)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("method: unknown unwrap method ", static_cast<int>(request.method()),
+                       " (GOLDSTEIN, LEAST_SQUARES or WEIGHTED_LEAST_SQUARES)"));
   }
   const v1::UnwrapOptions& o = request.options();
   const bool goldstein = in.method == v1::UNWRAP_METHOD_GOLDSTEIN;
@@ -168,10 +185,10 @@ absl::StatusOr<UnwrapInput> ParseUnwrap(const v1::UnwrapRequest& request, HostAr
     if (o.has_seed()) in.seed = unwrap::Pixel{o.seed().row(), o.seed().col()};
     in.return_maps = !o.has_return_maps() || o.return_maps();
   } else {
-    if (quality) {
+    if (quality && in.method == v1::UNWRAP_METHOD_LEAST_SQUARES) {
       return absl::InvalidArgumentError(
           "quality: LEAST_SQUARES takes no quality map (it is unweighted); drop it or use "
-          "GOLDSTEIN");
+          "WEIGHTED_LEAST_SQUARES or GOLDSTEIN");
     }
     if (o.has_seed()) return absl::InvalidArgumentError("options.seed applies to GOLDSTEIN only");
     if (o.iterations_per_radius() != 0) {
@@ -274,6 +291,8 @@ absl::StatusOr<std::shared_ptr<UnwrapOutput>> RunUnwrap(const Device& device,
     FRESNEL_ASSIGN_OR_RETURN(unwrap::LeastSquaresResult r,
                              unwrap::UnwrapLeastSquares(device, input.phase, o, times));
     output->unwrapped = std::move(r.unwrapped);
+    output->pcg_iterations = r.iterations;
+    output->pcg_residual = r.residual;
     if (input.mask) {
       const uint8_t* m = input.mask->data<uint8_t>();
       for (int64_t i = 0; i < input.mask->size(); ++i) output->stats.masked_pixels += m[i] != 0;
@@ -298,6 +317,8 @@ void FillResultHeader(const UnwrapOutput& output, v1::UnwrapResponse* response) 
   stats->set_unreached_pixels(s.unreached_pixels);
   stats->set_masked_pixels(s.masked_pixels);
   stats->set_pairing_radius(s.pairing_radius);
+  stats->set_pcg_iterations(output.pcg_iterations);
+  stats->set_pcg_residual(output.pcg_residual);
   v1::UnwrapStageSeconds* t = response->mutable_stage_seconds();
   t->set_residues(output.stage_times.residues_s);
   t->set_branch_cuts(output.stage_times.branch_cuts_s);

@@ -19,7 +19,7 @@
 
 namespace fresnel::server {
 
-// "goldstein" / "least_squares": the job store's method label and the CLI's names.
+// "goldstein" / "least_squares" / "weighted_least_squares": the job store's method label.
 const char* UnwrapMethodName(v1::UnwrapMethod method);
 
 // A parsed and validated request.
@@ -70,6 +70,8 @@ class UnwrapOutput : public JobOutput {
   HostArray residues, cuts, regions, unreached;  // empty without maps
   unwrap::GoldsteinStats stats;                  // least squares: masked_pixels only
   unwrap::GoldsteinStageTimes stage_times;
+  int pcg_iterations = 0;    // weighted least squares
+  double pcg_residual = 0;
 
   int64_t bytes() const override;
   // The non-empty arrays, in the order Get sends them.

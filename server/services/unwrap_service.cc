@@ -45,9 +45,11 @@ bool TerminalProto(v1::JobState state) {
 void JobToProto(const JobSnapshot& s, v1::UnwrapJob* out) {
   out->set_job_id(s.id);
   out->set_state(StateToProto(s.state));
-  out->set_method(s.method == UnwrapMethodName(v1::UNWRAP_METHOD_LEAST_SQUARES)
-                      ? v1::UNWRAP_METHOD_LEAST_SQUARES
-                      : v1::UNWRAP_METHOD_GOLDSTEIN);
+  out->set_method(v1::UNWRAP_METHOD_GOLDSTEIN);
+  for (v1::UnwrapMethod m :
+       {v1::UNWRAP_METHOD_LEAST_SQUARES, v1::UNWRAP_METHOD_WEIGHTED_LEAST_SQUARES}) {
+    if (s.method == UnwrapMethodName(m)) out->set_method(m);
+  }
   out->set_dtype(ToProto(s.dtype));
   out->mutable_shape()->Assign(s.shape.begin(), s.shape.end());
   out->set_stage(s.stage);

@@ -427,6 +427,14 @@ TEST_CASE("bad input is INVALID_ARGUMENT naming the field, for Unwrap and Submit
          ToProto(RandomArray(DType::kFloat32, {20, 30}), r->mutable_quality());
        },
        "quality"},
+      {"weights (quality) above 1 with weighted least squares",
+       [&](v1::UnwrapRequest* r) {
+         r->set_method(v1::UNWRAP_METHOD_WEIGHTED_LEAST_SQUARES);
+         HostArray q(DType::kFloat32, {20, 30});
+         q.data<float>()[5] = 1.5f;
+         ToProto(q, r->mutable_quality());
+       },
+       "quality[0,5]"},
       {"non-finite quality",
        [&](v1::UnwrapRequest* r) {
          HostArray q = RandomArray(DType::kFloat32, {20, 30});
@@ -527,6 +535,36 @@ TEST_CASE("the synchronous Unwrap equals the job's result and the kernels'", "[s
       CHECK(sync->method == v1::UNWRAP_METHOD_LEAST_SQUARES);
       CHECK(async->stats.masked_pixels() > 0);
     }
+  }
+  SECTION("weighted least squares: quality as weights, PCG statistics") {
+    TestPhase p = MakePhase(64, 80, DType::kFloat32, 0.3, 1, true);
+    HostArray weights(DType::kFloat32, {64, 80});
+    for (int64_t i = 0; i < weights.size(); ++i) {
+      weights.data<float>()[i] = static_cast<float>(0.2 + 0.8 * ((i * 7919) % 101) / 100.0);
+    }
+    v1::UnwrapRequest r = Request(p, v1::UNWRAP_METHOD_WEIGHTED_LEAST_SQUARES);
+    ToProto(weights, r.mutable_quality());
+    auto sync = client->Unwrap(r);
+    REQUIRE(sync.ok());
+    const std::string id = Id(client->SubmitUnwrap(r));
+    REQUIRE(client->WatchUnwrap(id).ok());
+    auto async = client->GetUnwrapResult(id);
+    REQUIRE(async.ok());
+    unwrap::LeastSquaresOptions o;
+    o.mask = &p.mask;
+    o.weighted = true;
+    o.weights = &weights;
+    auto want = unwrap::UnwrapLeastSquares(Device::Cpu(), p.phase, o);
+    REQUIRE(want.ok());
+    CHECK(Same(sync->unwrapped, want->unwrapped));
+    CHECK(Same(async->unwrapped, want->unwrapped));
+    CHECK(sync->method == v1::UNWRAP_METHOD_WEIGHTED_LEAST_SQUARES);
+    CHECK(sync->stats.pcg_iterations() == want->iterations);
+    CHECK(sync->stats.pcg_iterations() > 1);
+    CHECK(sync->stats.pcg_residual() <= 1e-6);
+    auto job = client->GetUnwrapJob(id);
+    REQUIRE(job.ok());
+    CHECK(job->method() == v1::UNWRAP_METHOD_WEIGHTED_LEAST_SQUARES);
   }
 }
 

@@ -1,12 +1,17 @@
-// Unweighted least-squares unwrapping on CUDA, in float32: the same Neumann Poisson solve as
+// Least-squares unwrapping on CUDA, in float32: the same Neumann Poisson solve as
 // least_squares_cpu.cc, with each 1-D type-II DCT done by Makhoul's reordering, a batched cuFFT
 // C2C transform and a twiddle pass. Rows use a contiguous batched plan; columns a strided plan
 // (stride = cols, distance 1), which avoids two transposes.
+// The weighted path runs the CPU's PCG with float32 vectors: Q(p) is a 5-point stencil over the
+// edge weights (fused with the dot product p.Q(p)), the preconditioner is the Poisson solve above,
+// and each dot product is a block reduction in double finished by one atomicAdd per block. alpha
+// and beta are formed on the host: three small device-to-host copies per iteration.
 #include <cuda_runtime.h>
 #include <cufft.h>
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 
 #include "core/cuda_util.cuh"
 #include "fresnel/core/status.h"
@@ -72,9 +77,11 @@ __device__ __forceinline__ cufftComplex Twiddle(int k, int n, double sign) {
 
 // rho = div(wrapped gradient), gradients with a masked end = 0; also records the first invalid
 // unmasked phase value.
+// With edge weights (wx, wy non-null: the step right / down from each pixel), the weighted
+// divergence b of the weighted normal equations; multiplying by 1.0 otherwise is exact.
 template <class T>
-__global__ void RhoKernel(const T* phase, const uint8_t* mask, int rows, int cols, float* rho,
-                          int* bad) {
+__global__ void RhoKernel(const T* phase, const uint8_t* mask, const float* wx, const float* wy,
+                          int rows, int cols, float* rho, int* bad) {
   const int x = blockIdx.x * 32 + threadIdx.x, y = blockIdx.y * 8 + threadIdx.y;
   if (y >= rows || x >= cols) return;
   const int i = y * cols + x;
@@ -88,12 +95,94 @@ __global__ void RhoKernel(const T* phase, const uint8_t* mask, int rows, int col
     return (static_cast<double>(phase[b]) - static_cast<double>(phase[a])) -
            kTwoPi * EdgeWrap(phase[a], phase[b]);
   };
+  auto ew = [&](const float* w, int j) { return w != nullptr ? static_cast<double>(w[j]) : 1.0; };
   double r = 0;
-  if (x + 1 < cols) r += grad(i, i + 1);
-  if (x > 0) r -= grad(i - 1, i);
-  if (y + 1 < rows) r += grad(i, i + cols);
-  if (y > 0) r -= grad(i - cols, i);
+  if (x + 1 < cols) r += ew(wx, i) * grad(i, i + 1);
+  if (x > 0) r -= ew(wx, i - 1) * grad(i - 1, i);
+  if (y + 1 < rows) r += ew(wy, i) * grad(i, i + cols);
+  if (y > 0) r -= ew(wy, i - cols) * grad(i - cols, i);
   rho[i] = static_cast<float>(r);
+}
+
+// Edge weights min(w(p), w(q))^2 right (wx) and down (wy) of each pixel, 0 off the image; w is
+// `weights` (1 when null) and 0 on masked pixels.
+template <class W>
+__global__ void EdgeWeightKernel(const W* weights, const uint8_t* mask, int rows, int cols,
+                                 float* wx, float* wy) {
+  const int x = blockIdx.x * 32 + threadIdx.x, y = blockIdx.y * 8 + threadIdx.y;
+  if (y >= rows || x >= cols) return;
+  const int i = y * cols + x;
+  auto w = [&](int j) -> double {
+    if (mask != nullptr && mask[j] != 0) return 0.0;
+    return weights != nullptr ? static_cast<double>(weights[j]) : 1.0;
+  };
+  const double wi = w(i);
+  const double a = x + 1 < cols ? fmin(wi, w(i + 1)) : 0.0;
+  const double b = y + 1 < rows ? fmin(wi, w(i + cols)) : 0.0;
+  wx[i] = static_cast<float>(a * a);
+  wy[i] = static_cast<float>(b * b);
+}
+
+constexpr int kReduceThreads = 256;
+
+// Adds the block's sum of v to *out (blockDim.x == kReduceThreads).
+__device__ void BlockSumAdd(double v, double* out) {
+  __shared__ double warp_sums[kReduceThreads / 32];
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+  if ((threadIdx.x & 31) == 0) warp_sums[threadIdx.x >> 5] = v;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    v = threadIdx.x < kReduceThreads / 32 ? warp_sums[threadIdx.x] : 0.0;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+    if (threadIdx.x == 0) atomicAdd(out, v);
+  }
+}
+
+#define FRESNEL_GRID_STRIDE(i, n)                                                     \
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
+// *dot += a . b
+__global__ void DotKernel(const float* a, const float* b, int64_t n, double* dot) {
+  double acc = 0;
+  FRESNEL_GRID_STRIDE(i, n) acc += static_cast<double>(a[i]) * b[i];
+  BlockSumAdd(acc, dot);
+}
+
+// q = Q(p), the weighted Laplacian, and *dot += p . q.
+__global__ void ApplyQKernel(const float* p, const float* wx, const float* wy, int cols,
+                             int64_t n, float* q, double* dot) {
+  double acc = 0;
+  FRESNEL_GRID_STRIDE(i, n) {
+    const int x = static_cast<int>(i % cols);
+    const float v = p[i];
+    float r = 0.f;
+    if (x + 1 < cols) r += wx[i] * (p[i + 1] - v);
+    if (x > 0) r -= wx[i - 1] * (v - p[i - 1]);
+    if (i + cols < n) r += wy[i] * (p[i + cols] - v);
+    if (i >= cols) r -= wy[i - cols] * (v - p[i - cols]);
+    q[i] = r;
+    acc += static_cast<double>(v) * r;
+  }
+  BlockSumAdd(acc, dot);
+}
+
+// x += alpha p, r -= alpha q, *dot += r . r
+__global__ void UpdateXrKernel(const float* p, const float* q, float alpha, int64_t n, float* x,
+                               float* r, double* dot) {
+  double acc = 0;
+  FRESNEL_GRID_STRIDE(i, n) {
+    x[i] += alpha * p[i];
+    const float ri = r[i] - alpha * q[i];
+    r[i] = ri;
+    acc += static_cast<double>(ri) * ri;
+  }
+  BlockSumAdd(acc, dot);
+}
+
+// p = z + beta p
+__global__ void UpdatePKernel(const float* z, float beta, int64_t n, float* p) {
+  FRESNEL_GRID_STRIDE(i, n) p[i] = z[i] + beta * p[i];
 }
 
 // Forward DCT along rows (axis 1) or columns (axis 0): gather in Makhoul's order ...
@@ -163,6 +252,102 @@ __global__ void LsOutputKernel(const T* phase, const uint8_t* mask, const float*
 
 __global__ void SetIntKernel(int* p, int v) { *p = v; }
 
+// The DCT Poisson solve, in place on `real` (n floats), with `buf` (n complex) as scratch.
+struct PoissonSolver {
+  Plan row_plan, col_plan;
+  int rows = 0, cols = 0;
+  cufftComplex* buf = nullptr;
+  cudaStream_t stream = nullptr;
+
+  absl::Status Solve(float* real) {
+    const dim3 block(32, 8), grid((cols + 31) / 32, (rows + 7) / 8);
+    // Forward DCT-II along rows (axis 1), then columns (axis 0).
+    for (int axis : {1, 0}) {
+      GatherKernel<<<grid, block, 0, stream>>>(real, buf, rows, cols, axis);
+      FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(GatherKernel);
+      FRESNEL_RETURN_IF_ERROR((axis == 1 ? row_plan : col_plan).Exec(buf, CUFFT_FORWARD));
+      TwiddleKernel<<<grid, block, 0, stream>>>(buf, real, rows, cols, axis);
+      FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(TwiddleKernel);
+    }
+    // Divide by the eigenvalues and invert: columns, then rows.
+    for (int axis : {0, 1}) {
+      InversePrepKernel<<<grid, block, 0, stream>>>(real, buf, rows, cols, axis, axis == 0);
+      FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(InversePrepKernel);
+      FRESNEL_RETURN_IF_ERROR((axis == 1 ? row_plan : col_plan).Exec(buf, CUFFT_INVERSE));
+      ScatterKernel<<<grid, block, 0, stream>>>(buf, real, rows, cols, axis);
+      FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(ScatterKernel);
+    }
+    return absl::OkStatus();
+  }
+};
+
+// Preconditioned conjugate gradients on Q(x) = b (b in `b`, overwritten as the residual r); the
+// solution goes to `x`. Mirrors Solve in least_squares_cpu.cc.
+absl::Status Pcg(const Device& device, PoissonSolver& poisson, const float* wx, const float* wy,
+                 int64_t n, const LeastSquaresOptions& options, float* b, float* x,
+                 LeastSquaresResult& result) {
+  cudaStream_t stream = poisson.stream;
+  DeviceBuffer<float> d_z, d_p, d_q;
+  DeviceBuffer<double> d_dot;
+  FRESNEL_RETURN_IF_ERROR(d_z.Allocate(device, n));
+  FRESNEL_RETURN_IF_ERROR(d_p.Allocate(device, n));
+  FRESNEL_RETURN_IF_ERROR(d_q.Allocate(device, n));
+  FRESNEL_RETURN_IF_ERROR(d_dot.Allocate(device, 1));
+  float *r = b, *z = d_z.get(), *p = d_p.get(), *q = d_q.get();
+  const unsigned blocks = std::min<unsigned>(BlocksFor(n, kReduceThreads), 2048);
+  // Runs `launch` (which adds to the device scalar) and returns the scalar (synchronises).
+  auto reduce = [&](auto launch) -> absl::StatusOr<double> {
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(d_dot.get(), 0, sizeof(double), stream));
+    launch();
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    double v = 0;
+    FRESNEL_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(&v, d_dot.get(), sizeof(double), cudaMemcpyDeviceToHost, stream));
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    return v;
+  };
+  auto dot = [&](const float* u, const float* v) {
+    return reduce([&] { DotKernel<<<blocks, kReduceThreads, 0, stream>>>(u, v, n, d_dot.get()); });
+  };
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(x, 0, n * sizeof(float), stream));
+  FRESNEL_ASSIGN_OR_RETURN(const double bb, dot(r, r));
+  const double b_norm = std::sqrt(bb);
+  result.iterations = 0;
+  result.residual = b_norm > 0 ? 1.0 : 0.0;
+  if (b_norm == 0) return absl::OkStatus();
+  FRESNEL_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(z, r, n * sizeof(float), cudaMemcpyDeviceToDevice, stream));
+  FRESNEL_RETURN_IF_ERROR(poisson.Solve(z));
+  FRESNEL_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(p, z, n * sizeof(float), cudaMemcpyDeviceToDevice, stream));
+  FRESNEL_ASSIGN_OR_RETURN(double rz, dot(r, z));
+  while (result.iterations < options.max_iterations) {
+    FRESNEL_ASSIGN_OR_RETURN(const double pq, reduce([&] {
+      ApplyQKernel<<<blocks, kReduceThreads, 0, stream>>>(p, wx, wy, poisson.cols, n, q,
+                                                          d_dot.get());
+    }));
+    if (pq == 0.0 || rz == 0.0) break;
+    const float alpha = static_cast<float>(rz / pq);
+    FRESNEL_ASSIGN_OR_RETURN(const double rr, reduce([&] {
+      UpdateXrKernel<<<blocks, kReduceThreads, 0, stream>>>(p, q, alpha, n, x, r, d_dot.get());
+    }));
+    ++result.iterations;
+    result.residual = std::sqrt(rr) / b_norm;
+    FRESNEL_RETURN_IF_ERROR(Report(options.progress, Stage::kLeastSquares,
+                                   0.9 * result.iterations / options.max_iterations));
+    if (result.residual <= options.tolerance) break;
+    FRESNEL_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(z, r, n * sizeof(float), cudaMemcpyDeviceToDevice, stream));
+    FRESNEL_RETURN_IF_ERROR(poisson.Solve(z));
+    FRESNEL_ASSIGN_OR_RETURN(const double rz_next, dot(r, z));
+    const float beta = static_cast<float>(rz_next / rz);
+    rz = rz_next;
+    UpdatePKernel<<<blocks, kReduceThreads, 0, stream>>>(z, beta, n, p);
+    FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(UpdatePKernel);
+  }
+  return absl::OkStatus();
+}
+
 template <class T>
 absl::StatusOr<LeastSquaresResult> Run(const Device& device, const HostArray& phase,
                                        const LeastSquaresOptions& options, StageTimes* times) {
@@ -194,39 +379,68 @@ absl::StatusOr<LeastSquaresResult> Run(const Device& device, const HostArray& ph
   FRESNEL_RETURN_IF_ERROR(d_buf.Allocate(device, n));
   FRESNEL_RETURN_IF_ERROR(d_out.Allocate(device, n));
   FRESNEL_RETURN_IF_ERROR(d_bad.Allocate(device, 1));
-  Plan row_plan, col_plan;
-  FRESNEL_RETURN_IF_ERROR(row_plan.Make(device, cols, rows, 1, cols));
-  FRESNEL_RETURN_IF_ERROR(col_plan.Make(device, rows, cols, cols, 1));
+  PoissonSolver poisson;
+  poisson.rows = rows;
+  poisson.cols = cols;
+  poisson.buf = d_buf.get();
+  poisson.stream = stream;
+  FRESNEL_RETURN_IF_ERROR(poisson.row_plan.Make(device, cols, rows, 1, cols));
+  FRESNEL_RETURN_IF_ERROR(poisson.col_plan.Make(device, rows, cols, cols, 1));
 
   const dim3 block(32, 8), grid((cols + 31) / 32, (rows + 7) / 8);
   float* real = d_real.get();
-  cufftComplex* buf = d_buf.get();
+  LeastSquaresResult result;
+  const bool weighted = RunsWeighted(options);
+  DeviceBuffer<float> d_wx, d_wy, d_x;
+  if (weighted) {
+    FRESNEL_RETURN_IF_ERROR(d_wx.Allocate(device, n));
+    FRESNEL_RETURN_IF_ERROR(d_wy.Allocate(device, n));
+    FRESNEL_RETURN_IF_ERROR(d_x.Allocate(device, n));
+    const HostArray* w = options.weights;
+    if (w == nullptr) {
+      EdgeWeightKernel<float><<<grid, block, 0, stream>>>(nullptr, mask, rows, cols, d_wx.get(),
+                                                          d_wy.get());
+    } else {
+      // The weights travel in their own dtype through d_buf (8 bytes per pixel, enough for
+      // float64), which the Poisson solve only needs later.
+      FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_buf.get(), w->raw(), w->nbytes(),
+                                                   cudaMemcpyHostToDevice, stream));
+      if (w->dtype() == DType::kFloat32) {
+        EdgeWeightKernel<float><<<grid, block, 0, stream>>>(
+            reinterpret_cast<const float*>(d_buf.get()), mask, rows, cols, d_wx.get(),
+            d_wy.get());
+      } else {
+        EdgeWeightKernel<double><<<grid, block, 0, stream>>>(
+            reinterpret_cast<const double*>(d_buf.get()), mask, rows, cols, d_wx.get(),
+            d_wy.get());
+      }
+    }
+    FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(EdgeWeightKernel<float>);
+  }
   SetIntKernel<<<1, 1, 0, stream>>>(d_bad.get(), INT_MAX);
   FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(SetIntKernel);
-  RhoKernel<T><<<grid, block, 0, stream>>>(d_phase.get(), mask, rows, cols, real, d_bad.get());
+  RhoKernel<T><<<grid, block, 0, stream>>>(d_phase.get(), mask, d_wx.get(), d_wy.get(), rows,
+                                           cols, real, d_bad.get());
   FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(RhoKernel<T>);
-  // Forward DCT-II along rows (axis 1), then columns (axis 0).
-  for (int axis : {1, 0}) {
-    GatherKernel<<<grid, block, 0, stream>>>(real, buf, rows, cols, axis);
-    FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(GatherKernel);
-    FRESNEL_RETURN_IF_ERROR((axis == 1 ? row_plan : col_plan).Exec(buf, CUFFT_FORWARD));
-    TwiddleKernel<<<grid, block, 0, stream>>>(buf, real, rows, cols, axis);
-    FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(TwiddleKernel);
-  }
-  // Divide by the eigenvalues and invert: columns, then rows.
-  for (int axis : {0, 1}) {
-    InversePrepKernel<<<grid, block, 0, stream>>>(real, buf, rows, cols, axis, axis == 0);
-    FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(InversePrepKernel);
-    FRESNEL_RETURN_IF_ERROR((axis == 1 ? row_plan : col_plan).Exec(buf, CUFFT_INVERSE));
-    ScatterKernel<<<grid, block, 0, stream>>>(buf, real, rows, cols, axis);
-    FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(ScatterKernel);
+  const float* phi = real;
+  if (weighted) {
+    // Invalid phase would turn PCG's scalars into NaN: check first (PCG synchronises anyway).
+    int bad = INT_MAX;
+    FRESNEL_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(&bad, d_bad.get(), sizeof(int), cudaMemcpyDeviceToHost, stream));
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    if (bad != INT_MAX) return BadPhaseValue(phase, bad);
+    FRESNEL_RETURN_IF_ERROR(
+        Pcg(device, poisson, d_wx.get(), d_wy.get(), n, options, real, d_x.get(), result));
+    phi = d_x.get();
+  } else {
+    FRESNEL_RETURN_IF_ERROR(poisson.Solve(real));
   }
   LsOutputKernel<T><<<std::min<unsigned>(BlocksFor(n, 256), 4096), 256, 0, stream>>>(
-      d_phase.get(), mask, real, n, options.congruent, d_out.get());
+      d_phase.get(), mask, phi, n, options.congruent, d_out.get());
   FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(LsOutputKernel<T>);
   FRESNEL_RETURN_IF_ERROR(clock.Mark());
 
-  LeastSquaresResult result;
   result.unwrapped = HostArray(phase.dtype(), phase.shape());
   int bad = INT_MAX;
   FRESNEL_CUDA_RETURN_IF_ERROR(

@@ -88,6 +88,17 @@ int64_t FirstBadPhase(const T* p, const uint8_t* mask, int64_t n) {
   return -1;
 }
 
+// First unmasked weight that is not finite or lies outside [0, 1]; -1 when none.
+template <class T>
+int64_t FirstBadWeight(const T* p, const uint8_t* mask, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (mask != nullptr && mask[i] != 0) continue;
+    const double v = static_cast<double>(p[i]);
+    if (!(v >= 0.0 && v <= 1.0)) return i;  // NaN fails both comparisons
+  }
+  return -1;
+}
+
 template <class T>
 int64_t FirstNonFinite(const T* p, const uint8_t* mask, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
@@ -237,8 +248,40 @@ int64_t GoldsteinDeviceBytes(int64_t rows, int64_t cols, DType dtype, bool has_m
 
 absl::Status ValidateLeastSquares(const HostArray& phase, const LeastSquaresOptions& options) {
   FRESNEL_RETURN_IF_ERROR(ValidatePhaseShape(phase, options.limits));
-  return ValidateCompanion(phase, options.mask, "mask", /*real=*/false);
+  FRESNEL_RETURN_IF_ERROR(ValidateCompanion(phase, options.mask, "mask", /*real=*/false));
+  FRESNEL_RETURN_IF_ERROR(ValidateCompanion(phase, options.weights, "weights", /*real=*/true));
+  if (options.weights != nullptr && !options.weighted) {
+    return absl::InvalidArgumentError("weights requires weighted = true");
+  }
+  if (!(options.tolerance > 0.0 && options.tolerance < 1.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tolerance must be in (0, 1), got ", options.tolerance));
+  }
+  if (options.max_iterations < 1 || options.max_iterations > 10000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_iterations must be in [1, 10000], got ", options.max_iterations));
+  }
+  return absl::OkStatus();
 }
+
+namespace internal {
+
+absl::Status CheckWeightValues(const HostArray& weights, const HostArray* mask) {
+  const uint8_t* m = mask != nullptr ? mask->data<uint8_t>() : nullptr;
+  int64_t bad = weights.dtype() == DType::kFloat32
+                    ? FirstBadWeight(weights.data<float>(), m, weights.size())
+                    : FirstBadWeight(weights.data<double>(), m, weights.size());
+  if (bad < 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrFormat("weights%s = %g is not in [0, 1]",
+                                                    Index2(weights, bad),
+                                                    ElementAsDouble(weights, bad)));
+}
+
+bool RunsWeighted(const LeastSquaresOptions& options) {
+  return options.weighted && (options.weights != nullptr || options.mask != nullptr);
+}
+
+}  // namespace internal
 
 absl::StatusOr<LeastSquaresResult> UnwrapLeastSquares(const Device& device,
                                                       const HostArray& phase,
@@ -246,6 +289,9 @@ absl::StatusOr<LeastSquaresResult> UnwrapLeastSquares(const Device& device,
                                                       StageTimes* times) {
   FRESNEL_RETURN_IF_ERROR(internal::Report(options.progress, Stage::kValidate, 0.0));
   FRESNEL_RETURN_IF_ERROR(ValidateLeastSquares(phase, options));
+  if (options.weights != nullptr) {
+    FRESNEL_RETURN_IF_ERROR(internal::CheckWeightValues(*options.weights, options.mask));
+  }
   if (device.kind == DeviceKind::kCuda) {
 #if FRESNEL_WITH_CUDA
     return internal::UnwrapLeastSquaresCuda(device, phase, options, times);

@@ -136,4 +136,38 @@ inline int64_t CountResidues(const HostArray& wrapped, const uint8_t* mask = nul
   return count;
 }
 
+// A synthetic surface with strong noise (sigma `noise`, radians) inside a disc of radius
+// rows / 5 around (0.55 rows, 0.45 cols), and weights (float32) that are `low` there and 1
+// elsewhere: weighted least squares should keep the disc's residues from spreading.
+struct NoisyPatch {
+  Synthetic data;
+  HostArray weights;
+  std::vector<uint8_t> in_patch;
+};
+
+inline NoisyPatch MakeNoisyPatch(const SyntheticSpec& spec, double noise, float low) {
+  NoisyPatch out;
+  out.data = MakeSynthetic(spec, DType::kFloat32);
+  out.weights = HostArray(DType::kFloat32, {spec.rows, spec.cols});
+  out.in_patch.assign(static_cast<size_t>(spec.rows) * spec.cols, 0);
+  uint64_t state = spec.seed ^ 0x9e3779b97f4a7c15ull;
+  const double cy = 0.55 * spec.rows, cx = 0.45 * spec.cols, radius = spec.rows / 5.0;
+  for (int y = 0; y < spec.rows; ++y) {
+    for (int x = 0; x < spec.cols; ++x) {
+      const int64_t i = static_cast<int64_t>(y) * spec.cols + x;
+      const bool inside = (y - cy) * (y - cy) + (x - cx) * (x - cx) < radius * radius;
+      out.in_patch[i] = inside;
+      out.weights.data<float>()[i] = inside ? low : 1.f;
+      if (!inside) continue;
+      const double u1 = Uniform01(state), u2 = Uniform01(state);
+      const double t = out.data.truth[i] + noise * std::sqrt(-2 * std::log(u1)) *
+                                               std::cos(2 * kPi * u2);
+      float w = static_cast<float>(Wrap(t));
+      if (static_cast<double>(w) > kPi) w = static_cast<float>(-kPi);
+      out.data.wrapped.data<float>()[i] = w;
+    }
+  }
+  return out;
+}
+
 }  // namespace fresnel::unwrap::testing

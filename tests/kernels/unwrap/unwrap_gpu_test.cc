@@ -25,6 +25,7 @@ using fresnel::testing::TestGpu;
 using testing::At;
 using testing::CheckGoldsteinInvariants;
 using testing::FreshSeed;
+using testing::MakeNoisyPatch;
 using testing::MakeSynthetic;
 using testing::RandomMask;
 using testing::RandomPhase;
@@ -393,6 +394,77 @@ TEST_CASE("GPU least squares agrees with the CPU", "[unwrap][gpu]") {
       differ += At(cpu_c->unwrapped, i) != At(gpu_c->unwrapped, i);
     }
     CHECK(differ <= data.wrapped.size() / 10000);
+  }
+}
+
+TEST_CASE("GPU weighted least squares agrees with the CPU", "[unwrap][gpu]") {
+  if (SkipWithoutGpu()) return;
+  for (auto [rows, cols] : {std::pair{256, 256}, std::pair{333, 517}, std::pair{1024, 768}}) {
+    SyntheticSpec spec;
+    spec.rows = rows;
+    spec.cols = cols;
+    spec.turns = 6;
+    spec.sigma = 0.3;
+    spec.seed = FreshSeed();
+    INFO(rows << "x" << cols << " seed " << spec.seed);
+    auto patch = MakeNoisyPatch(spec, 2.0, 0.05f);
+    HostArray mask = RandomMask(rows, cols, 5, 20, 30, spec.seed);
+    LeastSquaresOptions o;
+    o.mask = &mask;
+    o.weighted = true;
+    o.weights = &patch.weights;
+    o.congruent = false;
+    auto cpu = UnwrapLeastSquares(Device::Cpu(), patch.data.wrapped, o);
+    auto gpu = UnwrapLeastSquares(*TestGpu(), patch.data.wrapped, o);
+    REQUIRE(cpu.ok());
+    REQUIRE(gpu.ok());
+    double worst = 0;
+    for (int64_t i = 0; i < patch.data.wrapped.size(); ++i) {
+      worst = std::max(worst, std::fabs(At(gpu->unwrapped, i) - At(cpu->unwrapped, i)));
+    }
+    WARN(rows << "x" << cols << ": CPU " << cpu->iterations << " iterations (residual "
+              << cpu->residual << "), GPU " << gpu->iterations << " (residual " << gpu->residual
+              << "), max |phi_gpu - phi_cpu| = " << worst << " rad");
+    CHECK(gpu->residual <= o.tolerance);
+    CHECK(std::abs(gpu->iterations - cpu->iterations) <= 3);
+    CHECK(worst < 0.05);
+    o.congruent = true;
+    auto cpu_c = UnwrapLeastSquares(Device::Cpu(), patch.data.wrapped, o);
+    auto gpu_c = UnwrapLeastSquares(*TestGpu(), patch.data.wrapped, o);
+    REQUIRE(cpu_c.ok());
+    REQUIRE(gpu_c.ok());
+    int64_t differ = 0;
+    for (int64_t i = 0; i < patch.data.wrapped.size(); ++i) {
+      differ += At(cpu_c->unwrapped, i) != At(gpu_c->unwrapped, i);
+    }
+    INFO(differ << " pixels differ");
+    CHECK(differ <= patch.data.wrapped.size() / 10000);
+  }
+}
+
+TEST_CASE("GPU weighted least squares timing", "[unwrap][gpu][timing]") {
+  if (SkipWithoutGpu()) return;
+  for (int side : {1024, 4096}) {
+    SyntheticSpec spec;
+    spec.rows = side;
+    spec.cols = side;
+    spec.turns = 20;
+    spec.sigma = 0.3;
+    spec.seed = FreshSeed();
+    auto patch = MakeNoisyPatch(spec, 2.0, 0.05f);
+    LeastSquaresOptions o;
+    StageTimes plain_t, t;
+    REQUIRE(UnwrapLeastSquares(*TestGpu(), patch.data.wrapped, o, &plain_t).ok());  // warm-up
+    REQUIRE(UnwrapLeastSquares(*TestGpu(), patch.data.wrapped, o, &plain_t).ok());
+    o.weighted = true;
+    o.weights = &patch.weights;
+    auto r = UnwrapLeastSquares(*TestGpu(), patch.data.wrapped, o, &t);
+    REQUIRE(r.ok());
+    WARN(side << "^2 float32: unweighted compute " << plain_t.compute_s * 1e3
+              << " ms; weighted compute " << t.compute_s * 1e3 << " ms, " << r->iterations
+              << " iterations (residual " << r->residual << "), "
+              << t.compute_s * 1e3 / std::max(1, r->iterations) << " ms/iteration; h2d "
+              << t.h2d_s * 1e3 << " ms, d2h " << t.d2h_s * 1e3 << " ms");
   }
 }
 

@@ -19,6 +19,7 @@ using testing::At;
 using testing::CheckGoldsteinInvariants;
 using testing::FreshSeed;
 using testing::kPi;
+using testing::MakeNoisyPatch;
 using testing::MakeSynthetic;
 using testing::RandomMask;
 using testing::RandomPhase;
@@ -387,6 +388,141 @@ TEST_CASE("least squares recovers a residue-free surface", "[unwrap]") {
     }
     CHECK(nonzero == 0);
   }
+}
+
+TEST_CASE("weighted least squares confines a low-quality noisy region", "[unwrap]") {
+  SyntheticSpec spec;
+  spec.rows = 200;
+  spec.cols = 240;
+  spec.turns = 4;
+  spec.seed = FreshSeed();
+  INFO("seed " << spec.seed);
+  auto patch = MakeNoisyPatch(spec, 2.0, 0.f);
+  const uint8_t* skip = patch.in_patch.data();
+  LeastSquaresOptions o;
+  auto plain = UnwrapLeastSquares(Device::Cpu(), patch.data.wrapped, o);
+  o.weighted = true;
+  o.weights = &patch.weights;
+  auto weighted = UnwrapLeastSquares(Device::Cpu(), patch.data.wrapped, o);
+  REQUIRE(plain.ok());
+  REQUIRE(weighted.ok());
+  const double wrong_plain = WrongFraction(plain->unwrapped, patch.data.truth, nullptr, skip);
+  const double wrong_weighted =
+      WrongFraction(weighted->unwrapped, patch.data.truth, nullptr, skip);
+  INFO("wrong outside the patch: unweighted " << wrong_plain << ", weighted " << wrong_weighted
+                                              << "; " << weighted->iterations
+                                              << " iterations, residual " << weighted->residual);
+  CHECK(plain->iterations == 0);
+  CHECK(weighted->iterations > 1);
+  CHECK(weighted->residual <= o.tolerance);
+  CHECK(wrong_weighted < wrong_plain);
+  CHECK(wrong_weighted < 0.001);
+  // Weights 0.05 inside the patch instead of 0: still far better than unweighted.
+  auto soft = MakeNoisyPatch(spec, 2.0, 0.05f);
+  o.weights = &soft.weights;
+  auto soft_r = UnwrapLeastSquares(Device::Cpu(), soft.data.wrapped, o);
+  REQUIRE(soft_r.ok());
+  CHECK(WrongFraction(soft_r->unwrapped, soft.data.truth, nullptr, skip) < wrong_plain);
+}
+
+TEST_CASE("weighted least squares with all-ones weights is the unweighted solution", "[unwrap]") {
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    SyntheticSpec spec;
+    spec.rows = 96;
+    spec.cols = 130;
+    spec.sigma = 0.5;
+    spec.seed = FreshSeed();
+    INFO("seed " << spec.seed);
+    auto data = MakeSynthetic(spec, dtype);
+    HostArray ones(dtype, {spec.rows, spec.cols});
+    for (int64_t i = 0; i < ones.size(); ++i) {
+      dtype == DType::kFloat32 ? void(ones.data<float>()[i] = 1.f)
+                               : void(ones.data<double>()[i] = 1.0);
+    }
+    LeastSquaresOptions o;
+    o.congruent = false;
+    auto plain = UnwrapLeastSquares(Device::Cpu(), data.wrapped, o);
+    o.weighted = true;
+    o.weights = &ones;
+    auto weighted = UnwrapLeastSquares(Device::Cpu(), data.wrapped, o);
+    REQUIRE(plain.ok());
+    REQUIRE(weighted.ok());
+    // The preconditioner is the exact inverse: one iteration.
+    CHECK(weighted->iterations == 1);
+    double worst = 0;
+    for (int64_t i = 0; i < data.wrapped.size(); ++i) {
+      worst = std::max(worst, std::fabs(At(weighted->unwrapped, i) - At(plain->unwrapped, i)));
+    }
+    CHECK(worst < 1e-4);
+    // weighted = true with neither weights nor a mask takes the direct solve.
+    o.weights = nullptr;
+    auto direct = UnwrapLeastSquares(Device::Cpu(), data.wrapped, o);
+    REQUIRE(direct.ok());
+    CHECK(direct->iterations == 0);
+  }
+}
+
+TEST_CASE("weighted least squares with a mask only", "[unwrap]") {
+  SyntheticSpec spec;
+  spec.seed = FreshSeed();
+  INFO("seed " << spec.seed);
+  auto data = MakeSynthetic(spec);
+  HostArray mask = RandomMask(256, 256, 4, 10, 10, spec.seed);
+  LeastSquaresOptions o;
+  o.mask = &mask;
+  o.weighted = true;
+  o.max_iterations = 300;
+  auto r = UnwrapLeastSquares(Device::Cpu(), data.wrapped, o);
+  REQUIRE(r.ok());
+  INFO(r->iterations << " iterations, residual " << r->residual);
+  CHECK(r->residual <= o.tolerance);
+  CHECK(WrongFraction(r->unwrapped, data.truth, mask.data<uint8_t>()) == 0);
+  int64_t nonzero = 0;
+  for (int64_t i = 0; i < mask.size(); ++i) {
+    nonzero += mask.data<uint8_t>()[i] && r->unwrapped.data<float>()[i] != 0;
+  }
+  CHECK(nonzero == 0);
+}
+
+TEST_CASE("weighted least squares validates weights and PCG options", "[unwrap]") {
+  HostArray phase = RandomPhase(DType::kFloat32, 16, 20, FreshSeed());
+  auto fails = [&](const LeastSquaresOptions& o, const std::string& needle) {
+    auto r = UnwrapLeastSquares(Device::Cpu(), phase, o);
+    REQUIRE_FALSE(r.ok());
+    INFO(r.status().message());
+    CHECK(r.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK(std::string(r.status().message()).find(needle) != std::string::npos);
+  };
+  HostArray good(DType::kFloat32, {16, 20});
+  for (int64_t i = 0; i < good.size(); ++i) good.data<float>()[i] = 0.5f;
+  LeastSquaresOptions o;
+  o.weights = &good;
+  fails(o, "weights requires weighted");
+  o.weighted = true;
+  REQUIRE(UnwrapLeastSquares(Device::Cpu(), phase, o).ok());
+  HostArray wrong_shape(DType::kFloat32, {20, 16});
+  o.weights = &wrong_shape;
+  fails(o, "weights.shape");
+  HostArray wrong_dtype(DType::kUint8, {16, 20});
+  o.weights = &wrong_dtype;
+  fails(o, "weights.dtype");
+  HostArray bad = good;
+  o.weights = &bad;
+  for (float v : {std::nanf(""), INFINITY, -0.25f, 1.5f}) {
+    bad.data<float>()[3 * 20 + 7] = v;
+    fails(o, "weights[3,7]");
+  }
+  // A masked pixel's weight is not read.
+  HostArray mask(DType::kUint8, {16, 20});
+  mask.data<uint8_t>()[3 * 20 + 7] = 1;
+  o.mask = &mask;
+  REQUIRE(UnwrapLeastSquares(Device::Cpu(), phase, o).ok());
+  o.weights = &good;
+  o.tolerance = 0;
+  fails(o, "tolerance");
+  o.tolerance = 1e-6;
+  o.max_iterations = 0;
+  fails(o, "max_iterations");
 }
 
 }  // namespace

@@ -125,9 +125,23 @@ int64_t GoldsteinDeviceBytes(int64_t rows, int64_t cols, DType dtype, bool has_m
                              bool has_quality);
 
 struct LeastSquaresOptions {
-  // Borrowed; gradients touching a masked pixel are set to zero (an unweighted approximation of
-  // the 0/1-weighted problem). Masked pixels are output as 0.
+  // Borrowed. Unweighted: gradients touching a masked pixel are set to zero (an approximation of
+  // the 0/1-weighted problem). Weighted: masked pixels have weight 0. Masked pixels are output as 0.
   const HostArray* mask = nullptr;
+  // Weighted least squares (Ghiglia & Romero 1994; Ghiglia & Pritt 5.3): minimise
+  // sum w (grad phi - wrapped grad psi)^2 with edge weights w_x(r,c) = min(w(r,c), w(r,c+1))^2
+  // (w_y likewise), w = weights (1 where absent) and 0 on masked pixels, by preconditioned
+  // conjugate gradients with the unweighted DCT Poisson solve as the preconditioner. Runs only
+  // when `weighted` is true and `weights` or `mask` is given; otherwise the unweighted direct
+  // solve runs (which is that problem's exact solution), with iterations = 0.
+  bool weighted = false;
+  // Borrowed, float32/float64 of the phase's shape, finite and in [0, 1] on unmasked pixels
+  // (checked on the host before dispatch); requires weighted = true.
+  const HostArray* weights = nullptr;
+  // PCG stops when |r| / |b| <= tolerance (r the residual of the weighted normal equations, b
+  // their right-hand side) or after max_iterations iterations.
+  double tolerance = 1e-6;
+  int max_iterations = 100;
   // true: return phase + 2*pi*round((phi - phase) / 2*pi), congruent with the input;
   // false: the least-squares solution phi itself (zero mean over the image).
   bool congruent = true;
@@ -137,13 +151,18 @@ struct LeastSquaresOptions {
 
 struct LeastSquaresResult {
   HostArray unwrapped;  // phase dtype
+  // Weighted path: PCG iterations run and the final relative residual |r| / |b|; 0 otherwise.
+  int iterations = 0;
+  double residual = 0;
 };
 
 absl::Status ValidateLeastSquares(const HostArray& phase, const LeastSquaresOptions& options);
 
-// Unweighted least-squares unwrapping (Ghiglia & Romero 1994): solves the Neumann Poisson equation
-// lap(phi) = div(wrapped gradient) with a type-II DCT (kissfft in double on the CPU, cuFFT in
-// float32 on CUDA).
+// Least-squares unwrapping (Ghiglia & Romero 1994): unweighted, solves the Neumann Poisson
+// equation lap(phi) = div(wrapped gradient) with a type-II DCT (kissfft in double on the CPU, cuFFT
+// in float32 on CUDA); weighted (options.weighted), PCG on the weighted Laplacian (double on the
+// CPU with TBB, float32 vectors with double dot products on CUDA, one host round trip per
+// reduction).
 absl::StatusOr<LeastSquaresResult> UnwrapLeastSquares(const Device& device,
                                                       const HostArray& phase,
                                                       const LeastSquaresOptions& options = {},
