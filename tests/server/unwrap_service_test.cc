@@ -513,10 +513,14 @@ TEST_CASE("the synchronous Unwrap equals the job's result and the kernels'", "[s
     r.mutable_options()->set_return_maps(false);
     auto sync = client->Unwrap(r);
     REQUIRE(sync.ok());
-    CHECK(Same(sync->unwrapped, DirectGoldstein(p).unwrapped));
+    const unwrap::GoldsteinResult want = DirectGoldstein(p);
+    CHECK(Same(sync->unwrapped, want.unwrapped));
     CHECK(sync->residues.ndim() == 0);
     CHECK(sync->cuts.ndim() == 0);
-    CHECK(sync->stats.positive_residues() == 1);
+    // The planted vortex pair; about one random image in 50 carries one more residue pair, so the
+    // kernel's own count is the reference.
+    CHECK(sync->stats.positive_residues() == want.stats.positive_residues);
+    CHECK(sync->stats.positive_residues() >= 1);
   }
   SECTION("least squares, float64, both outputs") {
     TestPhase p = MakePhase(64, 80, DType::kFloat64, 0.1, 0, true);
