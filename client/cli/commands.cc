@@ -40,6 +40,16 @@ int ReportUsageError(std::ostream& err, const std::string& message, const std::s
   return kExitUsage;
 }
 
+void AddExecutionJson(const v1::ExecutionInfo& exec, double round_trip_s, JsonObject* json) {
+  json->Add("device", exec.device())
+      .Add("queue_wait_seconds", exec.queue_wait_seconds())
+      .Add("h2d_seconds", exec.h2d_seconds())
+      .Add("compute_seconds", exec.compute_seconds())
+      .Add("d2h_seconds", exec.d2h_seconds())
+      .Add("server_seconds", exec.total_seconds())
+      .Add("round_trip_seconds", round_trip_s);
+}
+
 v1::DeviceKind DeviceKindFromFlag(const std::string& name) {
   if (name == "gpu") return v1::DEVICE_KIND_GPU;
   if (name == "cpu") return v1::DEVICE_KIND_CPU;
@@ -545,14 +555,8 @@ int RunInterp(const GlobalOptions& global, InterpOptions o, std::ostream& out,
         .Add("sample_rate_in_hz", rate_in)
         .Add("sample_rate_out_hz", rate_out)
         .Add("streamed", chunk > 0)
-        .Add("chunks", chunks)
-        .Add("device", exec.device())
-        .Add("queue_wait_seconds", exec.queue_wait_seconds())
-        .Add("h2d_seconds", exec.h2d_seconds())
-        .Add("compute_seconds", exec.compute_seconds())
-        .Add("d2h_seconds", exec.d2h_seconds())
-        .Add("server_seconds", exec.total_seconds())
-        .Add("round_trip_seconds", round_trip_s);
+        .Add("chunks", chunks);
+    AddExecutionJson(exec, round_trip_s, &json);
     out << json.Str() << "\n";
     return kExitOk;
   }

@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "format.h"
 #include "fresnel/client/client.h"
 
 namespace fresnel::cli {
@@ -40,6 +41,10 @@ struct GlobalOptions {
 };
 
 absl::StatusOr<std::unique_ptr<Client>> ConnectClient(const GlobalOptions& global);
+
+// Appends where and how long a call ran, in this order: device, queue_wait_seconds, h2d_seconds,
+// compute_seconds, d2h_seconds, server_seconds (the server's total) and round_trip_seconds.
+void AddExecutionJson(const v1::ExecutionInfo& exec, double round_trip_s, JsonObject* json);
 
 // --device any|gpu|cpu as the request's DeviceKind (anything else: any).
 v1::DeviceKind DeviceKindFromFlag(const std::string& name);

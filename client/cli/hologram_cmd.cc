@@ -497,14 +497,8 @@ int RunHologram(const GlobalOptions& global, HologramCmdOptions o, std::ostream&
         .Add("gemm_inner_dim", static_cast<int64_t>(h.gemm_inner_dim()))
         .Add("point_batches", static_cast<int64_t>(h.point_batches()))
         .Add("reconstruction_depth_m", o.reconstruct_m)
-        .Add("reconstruction_scale", h.reconstruction_scale())
-        .Add("device", exec.device())
-        .Add("queue_wait_seconds", exec.queue_wait_seconds())
-        .Add("h2d_seconds", exec.h2d_seconds())
-        .Add("compute_seconds", exec.compute_seconds())
-        .Add("d2h_seconds", exec.d2h_seconds())
-        .Add("server_seconds", exec.total_seconds())
-        .Add("round_trip_seconds", round_trip_s);
+        .Add("reconstruction_scale", h.reconstruction_scale());
+    AddExecutionJson(exec, round_trip_s, &json);
     if (o.frames > 1) {
       json.Add("frames", o.frames)
           .Add("frames_per_second", static_cast<double>(o.frames) / round_trip_s)

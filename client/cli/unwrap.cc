@@ -449,14 +449,8 @@ int RunUnwrap(const GlobalOptions& global, UnwrapOptions o, std::ostream& out, s
         .Add("masked", mask.has_value())
         .Add("sync", o.sync)
         .Add("job_id", job_id)
-        .Add("stats", StatsJson(result->stats))
-        .Add("device", exec.device())
-        .Add("queue_wait_seconds", exec.queue_wait_seconds())
-        .Add("h2d_seconds", exec.h2d_seconds())
-        .Add("compute_seconds", exec.compute_seconds())
-        .Add("d2h_seconds", exec.d2h_seconds())
-        .Add("server_seconds", exec.total_seconds())
-        .Add("round_trip_seconds", round_trip_s);
+        .Add("stats", StatsJson(result->stats));
+    AddExecutionJson(exec, round_trip_s, &json);
     out << json.Str() << "\n";
     return kExitOk;
   }
