@@ -11,6 +11,7 @@
 #include "commands.h"
 #include "fresnel/core/npy.h"
 #include "image_io.h"
+#include "support/cli_runner.h"
 #include "support/test_support.h"
 
 namespace fresnel::cli {
@@ -18,20 +19,8 @@ namespace {
 
 using testing::RandomArray;
 
-struct Result {
-  int code;
-  std::string out;
-  std::string err;
-};
-
-Result Run(std::vector<std::string> args) {
-  args.insert(args.begin(), "fresnel");
-  std::vector<const char*> argv;
-  for (const std::string& a : args) argv.push_back(a.c_str());
-  std::ostringstream out, err;
-  const int code = Main(static_cast<int>(argv.size()), argv.data(), out, err);
-  return {code, out.str(), err.str()};
-}
+using Result = testing::CliResult;
+Result Run(std::vector<std::string> args) { return testing::RunCli(std::move(args)); }
 
 bool Contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;

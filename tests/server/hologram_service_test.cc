@@ -7,9 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <random>
-#include <sstream>
 
-#include "commands.h"
 #include "fresnel/client/client.h"
 #include "fresnel/core/npy.h"
 #include "fresnel/hologram/hologram.h"
@@ -17,6 +15,7 @@
 #include "fresnel/v1/array_convert.h"
 #include "fresnel/v1/hologram.grpc.pb.h"
 #include "server_fixture.h"
+#include "support/cli_runner.h"
 #include "support/test_support.h"
 
 namespace fresnel::testing {
@@ -326,15 +325,12 @@ TEST_CASE("fresnel hologram --frames streams frames and reports frames per secon
   const hologram::PointCloud cloud = RandomCloud(40, 77);
   REQUIRE(WriteNpy(path("cloud.npy"), CloudArray(cloud)).ok());
   auto cli = [&](std::vector<std::string> args, std::string* out) {
-    args.insert(args.begin(), {"fresnel", "--server", ts.address, "hologram", "--points",
+    args.insert(args.begin(), {"--server", ts.address, "hologram", "--points",
                                path("cloud.npy"), "--size", "64x48", "--pitch", "8e-6",
                                "--wavelength", "532e-9", "--algorithm", "reference"});
-    std::vector<const char*> argv;
-    for (const std::string& a : args) argv.push_back(a.c_str());
-    std::ostringstream o, e;
-    const int code = cli::Main(static_cast<int>(argv.size()), argv.data(), o, e);
-    *out = o.str() + e.str();
-    return code;
+    const CliResult r = RunCli(std::move(args));
+    *out = r.out + r.err;
+    return r.code;
   };
   std::string out;
   REQUIRE(cli({"--frames", "5", "--field-npy", path("still.npy"), "--json"}, &out) == 0);

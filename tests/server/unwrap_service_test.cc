@@ -19,6 +19,7 @@
 #include "fresnel/unwrap/unwrap.h"
 #include "fresnel/v1/array_convert.h"
 #include "server_fixture.h"
+#include "support/cli_runner.h"
 #include "support/test_support.h"
 
 namespace fresnel::testing {
@@ -689,19 +690,9 @@ TEST_CASE("the unwrap service is listed, healthy and measured", "[server][unwrap
   CHECK(Contains(metrics, "method=\"Submit\""));
 }
 
-struct CliResult {
-  int code;
-  std::string out;
-  std::string err;
-};
-
 CliResult Cli(const TestServer& ts, std::vector<std::string> args) {
-  args.insert(args.begin(), {"fresnel", "--server", ts.address});
-  std::vector<const char*> argv;
-  for (const std::string& a : args) argv.push_back(a.c_str());
-  std::ostringstream out, err;
-  const int code = cli::Main(static_cast<int>(argv.size()), argv.data(), out, err);
-  return {code, out.str(), err.str()};
+  args.insert(args.begin(), {"--server", ts.address});
+  return RunCli(std::move(args));
 }
 
 HostArray ReadBack(const std::string& path) {
