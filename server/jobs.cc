@@ -76,6 +76,7 @@ std::string JobStore::NewIdLocked() {
   for (;;) {
     std::string id =
         absl::StrFormat("%08x%08x%08x%08x", random_(), random_(), random_(), random_());
+    if (!options_.instance.empty()) absl::StrAppend(&id, "@", options_.instance);
     if (jobs_.count(id) == 0 && dropped_.count(id) == 0) return id;
   }
 }
@@ -84,9 +85,19 @@ JobStore::Record* JobStore::FindLocked(const std::string& id, absl::Status* not_
   auto it = jobs_.find(id);
   if (it != jobs_.end()) return it->second.get();
   auto gone = dropped_.find(id);
-  *not_found = gone != dropped_.end()
-                   ? absl::NotFoundError(gone->second)
-                   : absl::NotFoundError(absl::StrCat("unknown job id '", id, "'"));
+  if (gone != dropped_.end()) {
+    *not_found = absl::NotFoundError(gone->second);
+    return nullptr;
+  }
+  const size_t at = id.rfind('@');
+  if (at != std::string::npos && !options_.instance.empty() &&
+      id.compare(at + 1, std::string::npos, options_.instance) != 0) {
+    *not_found = absl::NotFoundError(absl::StrCat("job ", id, " belongs to instance ",
+                                                  id.substr(at + 1), "; this is instance ",
+                                                  options_.instance));
+    return nullptr;
+  }
+  *not_found = absl::NotFoundError(absl::StrCat("unknown job id '", id, "'"));
   return nullptr;
 }
 

@@ -111,6 +111,9 @@ struct JobStoreOptions {
   int64_t memory_bytes = int64_t{4} << 30;
   int max_jobs = 64;              // unfinished jobs
   size_t max_remembered = 10000;  // ids of dropped jobs remembered for their NOT_FOUND message
+  // Non-empty: ids end in "@instance", and an id that names another instance is NOT_FOUND
+  // saying which instance it belongs to (many servers behind one load-balanced address).
+  std::string instance;
 };
 
 class JobStore {

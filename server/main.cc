@@ -44,7 +44,8 @@ int main(int argc, char** argv) {
     std::cerr << "fresneld: " << server.status() << "\n";
     return 1;
   }
-  std::cerr << "fresneld: listening on port " << (*server)->port() << " ("
+  std::cerr << "fresneld: listening on port " << (*server)->port() << " (instance "
+            << (*server)->instance() << ", "
             << fresnel::GpuCount() << " visible GPU(s), gpus=" << config->gpus
             << ", metrics " << config->metrics << ")" << std::endl;
 

@@ -46,6 +46,9 @@ FresnelServer::~FresnelServer() { Shutdown(); }
 absl::StatusOr<std::unique_ptr<FresnelServer>> FresnelServer::Start(const ServerConfig& config) {
   auto impl = std::make_unique<Impl>();
   impl->config = config;
+  absl::StatusOr<std::string> instance = ResolveInstance(config);
+  if (!instance.ok()) return instance.status();
+  impl->config.instance = *std::move(instance);
   impl->metrics = std::make_unique<Metrics>();
   if (!config.metrics.empty() && config.metrics != "off") {
     absl::Status st = impl->metrics->StartExposer(config.metrics);
@@ -75,6 +78,7 @@ absl::StatusOr<std::unique_ptr<FresnelServer>> FresnelServer::Start(const Server
   job_options.ttl_s = config.job_ttl_s;
   job_options.memory_bytes = config.job_memory_bytes;
   job_options.max_jobs = config.max_jobs;
+  job_options.instance = impl->config.instance;
   impl->jobs = std::make_unique<JobStore>(job_options, impl->pool.get(), impl->metrics.get());
   impl->ctx.jobs = impl->jobs.get();
   impl->ctx.started = Clock::now();
@@ -91,7 +95,7 @@ absl::StatusOr<std::unique_ptr<FresnelServer>> FresnelServer::Start(const Server
   hologram_limits.max_pixels = config.hologram_max_pixels;
   hologram_limits.max_points = config.hologram_max_points;
   impl->hologram = std::make_unique<HologramService>(&impl->ctx, hologram_limits);
-  impl->admin = std::make_unique<AdminService>(&impl->ctx, config, listed);
+  impl->admin = std::make_unique<AdminService>(&impl->ctx, impl->config, listed);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -116,6 +120,8 @@ absl::StatusOr<std::unique_ptr<FresnelServer>> FresnelServer::Start(const Server
 }
 
 int FresnelServer::port() const { return impl_->port; }
+
+const std::string& FresnelServer::instance() const { return impl_->config.instance; }
 
 std::string FresnelServer::MetricsText() const { return impl_->metrics->Serialize(); }
 
