@@ -34,7 +34,8 @@ RUN FRESNEL_BUILD_DIR=/build bash scripts/test.sh \
 FROM debian:12-slim AS runtime
 COPY --from=build /opt/fresnel/bin/ /opt/fresnel/bin/
 COPY --from=build /opt/fresnel/runtime-lib/ /opt/fresnel/lib/
-RUN useradd --system --uid 10001 --user-group --no-create-home --shell /usr/sbin/nologin fresnel
+RUN groupadd --system --gid 10001 fresnel \
+ && useradd --system --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin fresnel
 ENV PATH=/opt/fresnel/bin:/usr/local/bin:/usr/bin:/bin \
     LD_LIBRARY_PATH=/opt/fresnel/lib \
     NVIDIA_VISIBLE_DEVICES=all \

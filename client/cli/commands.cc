@@ -198,8 +198,8 @@ int RunHealth(const GlobalOptions& global, const HealthOptions& options, std::os
   const std::string name = HealthName(health);
   const std::string what = options.service.empty() ? "server" : options.service;
   if (*health != ServingStatus::kServing) {
-    return ReportError(err, kExitRpc,
-                       absl::UnavailableError(absl::StrCat(what, " is ", name)), global.server);
+    // The server answered: no "is fresneld running" hint.
+    return ReportError(err, kExitRpc, absl::UnavailableError(absl::StrCat(what, " is ", name)));
   }
   out << what << " " << name << "\n";
   return kExitOk;

@@ -2,11 +2,16 @@
 """Three fresneld on loopback ports behind one client address list, a real Prometheus scraping all
 three: `fresnel bench` across the list spreads over all three (per-instance request counters, as
 Prometheus sees them); one instance is killed; new work goes to the other two, and its job ids get
-a clear NOT_FOUND (through the list) or UNAVAILABLE (directly) naming it.
+a clear NOT_FOUND (through the list) or UNAVAILABLE (directly) naming it. Then a second instance
+drains (SIGTERM with work queued): clients' health checks take it out of the rotation, so new
+work goes to the last one without a failure while the drained work still finishes.
 Usage: multi_instance.py FRESNELD FRESNEL SOURCE_DIR"""
+import array
 import json
 import os
+import random
 import signal
+import struct
 import socket
 import subprocess
 import sys
@@ -32,6 +37,17 @@ def bench(h, target, seconds):
     if result["requests_failed"] != 0:
         fail(f"bench across {target}: {result['requests_failed']} failed: {result['errors']}")
     return result["requests_ok"]
+
+
+def write_random_phase(path, side):
+    """A [side, side] float32 .npy of wrapped phase in [-pi, pi): work for a least-squares unwrap."""
+    rng = random.Random(side)
+    values = array.array("f", [rng.uniform(-3.14, 3.14) for _ in range(side * side)])
+    header = "{'descr': '<f4', 'fortran_order': False, 'shape': (%d, %d), }" % (side, side)
+    header += " " * (63 - (10 + len(header)) % 64) + "\n"
+    with open(path, "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode())
+        values.tofile(f)
 
 
 def main():
@@ -101,6 +117,35 @@ def main():
                 fail(f"{name} gained {g:.0f} of {ok} requests after the kill")
         if gained[2] != 0:
             fail(f"the killed instance's counter moved: {gained[2]}")
+
+        # 5. The second instance drains with six unwraps accepted (two workers: four wait).
+        draining = servers[1]
+        write_random_phase(os.path.join(h.dir, "big.npy"), 2048)
+        unwraps = [subprocess.Popen([h.fresnel, "--server", draining.address, "unwrap", "big.npy",
+                                     "--method", "lsq", "--sync", "--out", f"big{i}.npy"],
+                                    cwd=h.dir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                    text=True) for i in range(6)]
+        def accepted():
+            stats = json.loads(h.cli(draining.address, "info", "--stats", "--json")[0])["stats"]
+            return sum(d.get("queued", 0) + d.get("running", 0) for d in stats["devices"]) == len(unwraps)
+        wait_for("every unwrap to be accepted", accepted, 20, interval_s=0.05)
+        draining.proc.send_signal(signal.SIGTERM)
+        wait_for("the drain to start", lambda: "draining" in draining.log(), 5, interval_s=0.05)
+        before = per_instance(h, servers)
+        ok = bench(h, everyone, 1)
+        if "all accepted work finished" in draining.log():
+            fail("the drain ended before the bench did: nothing was tested (make the unwraps larger)")
+        after = wait_for("Prometheus to scrape the third bench",
+                         lambda: (lambda c: c if c[0] - before[0] >= ok else None)(per_instance(h, servers)), 10)
+        print(f"bench while {names[1]} drains: {ok} requests, all on {names[0]} "
+              f"(+{after[0] - before[0]:.0f})")
+        for i, p in enumerate(unwraps):
+            _, err = p.communicate(timeout=60)
+            if p.returncode != 0:
+                fail(f"unwrap {i} accepted before the drain failed: {err}")
+        draining.proc.wait(timeout=30)
+        if draining.proc.returncode != 0 or "all accepted work finished" not in draining.log():
+            fail(f"the drained instance: exit {draining.proc.returncode}, log {draining.log()!r}")
     print(f"multi-instance check passed ({time.monotonic() - start:.1f} s)")
 
 
