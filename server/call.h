@@ -21,6 +21,7 @@
 namespace fresnel::server {
 
 class JobStore;
+class SessionStore;
 
 struct ServiceContext {
   DevicePool* pool = nullptr;
@@ -29,6 +30,7 @@ struct ServiceContext {
   interp::Limits interp_limits;
   unwrap::Limits unwrap_limits;
   JobStore* jobs = nullptr;  // asynchronous jobs (server/jobs.h)
+  SessionStore* sessions = nullptr;  // state kept on one device (server/sessions.h)
   Clock::time_point started = Clock::now();
 };
 

@@ -73,6 +73,25 @@ absl::StatusOr<ServerConfig> ParseConfig(int argc, char** argv) {
                  "most points per hologram (an image source counts one point per pixel)")
       ->envname("FRESNEL_HOLOGRAM_MAX_POINTS")->check(CLI::Range(int64_t{1}, int64_t{1} << 28))
       ->capture_default_str();
+  app.add_option("--session-ttl", c.session_ttl_s,
+                 "seconds a session (fusion volume, cached mesh) lives without a call")
+      ->envname("FRESNEL_SESSION_TTL")->check(CLI::Range(0.01, 1e7))->capture_default_str();
+  app.add_option("--max-sessions-per-device", c.max_sessions_per_device,
+                 "open sessions each device holds before RESOURCE_EXHAUSTED")
+      ->envname("FRESNEL_MAX_SESSIONS_PER_DEVICE")->check(CLI::Range(1, 1 << 16))
+      ->capture_default_str();
+  app.add_option("--max-sessions-per-client", c.max_sessions_per_client,
+                 "open sessions one client may hold")
+      ->envname("FRESNEL_MAX_SESSIONS_PER_CLIENT")->check(CLI::Range(1, 1 << 16))
+      ->capture_default_str();
+  app.add_option("--session-gpu-memory-bytes", c.session_gpu_memory_bytes,
+                 "device memory sessions may reserve on each GPU (0: 90% of its memory)")
+      ->envname("FRESNEL_SESSION_GPU_MEMORY_BYTES")->check(CLI::Range(int64_t{0}, int64_t{1} << 50))
+      ->capture_default_str();
+  app.add_option("--session-cpu-memory-bytes", c.session_cpu_memory_bytes,
+                 "host memory sessions on the CPU may reserve")
+      ->envname("FRESNEL_SESSION_CPU_MEMORY_BYTES")
+      ->check(CLI::Range(int64_t{1} << 20, int64_t{1} << 50))->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success&) {

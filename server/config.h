@@ -36,6 +36,12 @@ struct ServerConfig {
   // Hologram limits (hologram::Limits; width and height stay <= 16384 each).
   int64_t hologram_max_pixels = int64_t{1} << 27;  // FRESNEL_HOLOGRAM_MAX_PIXELS, width * height
   int64_t hologram_max_points = int64_t{1} << 24;  // FRESNEL_HOLOGRAM_MAX_POINTS, per hologram
+  // Sessions (server/sessions.h): state kept on one device across calls.
+  double session_ttl_s = 300;                      // FRESNEL_SESSION_TTL: idle time before expiry
+  int max_sessions_per_device = 64;                // FRESNEL_MAX_SESSIONS_PER_DEVICE
+  int max_sessions_per_client = 32;                // FRESNEL_MAX_SESSIONS_PER_CLIENT
+  int64_t session_gpu_memory_bytes = 0;            // FRESNEL_SESSION_GPU_MEMORY_BYTES; 0 = 90 %
+  int64_t session_cpu_memory_bytes = int64_t{8} << 30;  // FRESNEL_SESSION_CPU_MEMORY_BYTES
 };
 
 // Parses flags and environment. Returns the config, or a status whose message is the help text

@@ -14,10 +14,12 @@ namespace fresnel::server {
 // One device: its bounded queue, its workers and, for a GPU, its memory pool.
 class DeviceQueue {
  public:
-  DeviceQueue(std::string id, std::string name, DeviceKind kind, int ordinal, int capacity,
-              Metrics* metrics)
-      : id_(std::move(id)), name_(std::move(name)), kind_(kind), ordinal_(ordinal),
-        capacity_(capacity), metrics_(metrics) {}
+  DeviceQueue(DevicePool* owner, std::string id, std::string name, DeviceKind kind, int ordinal,
+              int capacity, Metrics* metrics)
+      : owner_(owner), id_(std::move(id)), name_(std::move(name)), kind_(kind), ordinal_(ordinal),
+        capacity_(capacity), metrics_(metrics) {
+    if (metrics_) metrics_->SetDeviceHealthy(id_, true);
+  }
 
   ~DeviceQueue() { Stop(); }
 
@@ -135,7 +137,27 @@ class DeviceQueue {
     s.rejected = rejected_;
     s.busy_seconds = busy_s_;
     s.memory_in_use_bytes = mem_pool_ ? mem_pool_->UsedBytes() : 0;
+    s.healthy = healthy_;
+    s.health_reason = health_reason_;
     return s;
+  }
+
+  bool healthy() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return healthy_;
+  }
+
+  // Returns true when this call changed the device to unhealthy.
+  bool SetUnhealthy(const std::string& reason) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!healthy_) return false;
+      healthy_ = false;
+      health_reason_ = reason;
+    }
+    std::cerr << "fresneld: " << id_ << " is unhealthy: " << reason << "\n";
+    if (metrics_) metrics_->SetDeviceHealthy(id_, false);
+    return true;
   }
 
   DeviceKind kind() const { return kind_; }
@@ -173,7 +195,15 @@ class DeviceQueue {
     Clock::time_point start = Clock::now();
     report.queue_wait_s = std::chrono::duration<double>(start - job.enqueued_).count();
     absl::Status status;
-    if (job.cancelled()) {
+    std::string unhealthy_reason;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!healthy_) unhealthy_reason = health_reason_;
+    }
+    if (!unhealthy_reason.empty()) {
+      status = absl::UnavailableError(
+          absl::StrCat(id_, " is unhealthy (", unhealthy_reason, "); the job was not run"));
+    } else if (job.cancelled()) {
       status = absl::CancelledError("cancelled while queued");
     } else if (job.deadline && start > *job.deadline) {
       status = absl::DeadlineExceededError(absl::StrCat(
@@ -188,6 +218,14 @@ class DeviceQueue {
       }
       report.run_s = std::chrono::duration<double>(Clock::now() - start).count();
       if (report.stages.compute_s == 0) report.stages.compute_s = report.run_s;
+      if (!status.ok() && kind_ == DeviceKind::kCuda) {
+        // A sticky error (illegal address, launch failure) poisons the context: every later
+        // call on this device would fail. Take the device out instead of pretending to recover.
+        absl::Status context = GpuContextStatus(ordinal_, device.stream);
+        if (!context.ok() && owner_ != nullptr) {
+          owner_->MarkUnhealthy(id_, std::string(context.message()));
+        }
+      }
       if (metrics_) {
         metrics_->ObserveQueueWait(job.service, job.method, id_, report.queue_wait_s);
         metrics_->ObserveCompute(job.service, job.method, id_, report.stages.compute_s);
@@ -210,6 +248,7 @@ class DeviceQueue {
     if (job.Claim()) job.Complete(status, report);
   }
 
+  DevicePool* const owner_;
   const std::string id_;
   const std::string name_;
   const DeviceKind kind_;
@@ -230,6 +269,8 @@ class DeviceQueue {
   int running_ = 0;
   int64_t completed_ = 0, failed_ = 0, rejected_ = 0;
   double busy_s_ = 0;
+  bool healthy_ = true;
+  std::string health_reason_;
 };
 
 void Job::Cancel() {
@@ -242,6 +283,10 @@ void Job::Cancel() {
   }
 }
 
+void Job::CompleteUnrun(const absl::Status& status) {
+  if (Claim()) Complete(status, JobReport{});
+}
+
 void Job::Complete(const absl::Status& status, const JobReport& report) {
   if (done) done(status, report);
 }
@@ -250,8 +295,9 @@ absl::StatusOr<std::unique_ptr<DevicePool>> DevicePool::Create(const DevicePoolO
                                                                Metrics* metrics) {
   std::unique_ptr<DevicePool> pool(new DevicePool());
   for (int ordinal : options.gpus) {
-    auto q = std::make_unique<DeviceQueue>(absl::StrCat("cuda:", ordinal), "", DeviceKind::kCuda,
-                                           ordinal, options.queue_capacity, metrics);
+    auto q = std::make_unique<DeviceQueue>(pool.get(), absl::StrCat("cuda:", ordinal), "",
+                                           DeviceKind::kCuda, ordinal, options.queue_capacity,
+                                           metrics);
     absl::Status st = q->Start(std::max(1, options.streams_per_gpu),
                                options.gpu_pool_release_threshold_bytes);
     if (!st.ok()) {
@@ -260,7 +306,7 @@ absl::StatusOr<std::unique_ptr<DevicePool>> DevicePool::Create(const DevicePoolO
     }
     pool->devices_.push_back(std::move(q));
   }
-  auto cpu = std::make_unique<DeviceQueue>("cpu", "host CPU", DeviceKind::kCpu, 0,
+  auto cpu = std::make_unique<DeviceQueue>(pool.get(), "cpu", "host CPU", DeviceKind::kCpu, 0,
                                            options.queue_capacity, metrics);
   absl::Status st = cpu->Start(std::max(1, options.cpu_workers), 0);
   if (!st.ok()) return st;
@@ -282,6 +328,19 @@ absl::Status DevicePool::Submit(std::shared_ptr<Job> job) {
   if (draining_.load()) {
     return absl::UnavailableError("server is shutting down and accepts no new work");
   }
+  if (!job->affinity.empty()) {
+    for (auto& d : devices_) {
+      if (d->id() != job->affinity) continue;
+      if (!d->healthy()) {
+        return absl::UnavailableError(absl::StrCat(
+            d->id(), " is unhealthy; state that lived on it is lost"));
+      }
+      if (d->TryPush(job)) return absl::OkStatus();
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the ", d->id(), " queue is full; retry later"));
+    }
+    return absl::NotFoundError(absl::StrCat("this server has no device ", job->affinity));
+  }
   bool want_gpu = job->preference == DevicePreference::kGpu ||
                   (job->preference == DevicePreference::kAny && gpu_count() > 0);
   if (job->preference == DevicePreference::kGpu && gpu_count() == 0) {
@@ -291,14 +350,20 @@ absl::Status DevicePool::Submit(std::shared_ptr<Job> job) {
   // Least loaded first; ties go to the lower ordinal.
   std::vector<DeviceQueue*> candidates;
   for (auto& d : devices_) {
-    if (d->kind() == kind && d->can_hold(job->device_bytes)) candidates.push_back(d.get());
+    if (d->kind() == kind && d->healthy() && d->can_hold(job->device_bytes)) {
+      candidates.push_back(d.get());
+    }
+  }
+  if (candidates.empty() && kind == DeviceKind::kCpu) {
+    return absl::UnavailableError("the CPU device is unhealthy and takes no work");
   }
   if (candidates.empty()) {
     if (job->preference == DevicePreference::kAny && kind == DeviceKind::kCuda) {
       candidates.push_back(devices_.back().get());  // too large for every GPU: use the CPU
     } else {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "the job needs about ", job->device_bytes, " bytes of device memory; no GPU has that"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the job needs about ", job->device_bytes,
+                       " bytes of device memory; no healthy GPU has that"));
     }
   }
   std::stable_sort(candidates.begin(), candidates.end(),
@@ -324,6 +389,30 @@ std::vector<DeviceSnapshot> DevicePool::Snapshot() const {
   std::vector<DeviceSnapshot> out;
   for (const auto& d : devices_) out.push_back(d->Snapshot());
   return out;
+}
+
+bool DevicePool::MarkUnhealthy(const std::string& device_id, const std::string& reason) {
+  for (auto& d : devices_) {
+    if (d->id() != device_id) continue;
+    if (d->SetUnhealthy(reason)) NotifyHealth(device_id, false, reason);
+    return true;
+  }
+  return false;
+}
+
+void DevicePool::AddHealthListener(
+    std::function<void(const std::string&, bool, const std::string&)> fn) {
+  std::lock_guard<std::mutex> lock(health_mu_);
+  health_listeners_.push_back(std::move(fn));
+}
+
+void DevicePool::NotifyHealth(const std::string& id, bool healthy, const std::string& reason) {
+  std::vector<std::function<void(const std::string&, bool, const std::string&)>> fns;
+  {
+    std::lock_guard<std::mutex> lock(health_mu_);
+    fns = health_listeners_;
+  }
+  for (auto& fn : fns) fn(id, healthy, reason);
 }
 
 int DevicePool::InFlight() const {

@@ -51,6 +51,10 @@ class Job {
   DevicePreference preference = DevicePreference::kAny;
   std::optional<Clock::time_point> deadline;
   int64_t device_bytes = 0;  // estimate of device memory the job needs
+  // Non-empty: the job must run on this device ("cpu", "cuda:N"), whatever the preference says,
+  // because state it needs lives there (a session). Submit answers UNAVAILABLE when that device
+  // is unhealthy and NOT_FOUND when the pool has no such device.
+  std::string affinity;
   std::function<absl::Status(const Device&, StageTimes*)> run;
   std::function<void(const absl::Status&, const JobReport&)> done;
 
@@ -58,6 +62,10 @@ class Job {
   // running one finishes normally (its result is discarded by the caller).
   void Cancel();
   bool cancelled() const { return cancelled_.load(); }
+
+  // Completes a job that its owner accepted but the pool then refused (a session's job queued
+  // behind another when the server began to drain), so that `done` still runs exactly once.
+  void CompleteUnrun(const absl::Status& status);
 
  private:
   friend class DevicePool;
@@ -93,6 +101,8 @@ struct DeviceSnapshot {
   int64_t completed = 0, failed = 0, rejected = 0;
   int64_t memory_in_use_bytes = 0;
   double busy_seconds = 0;
+  bool healthy = true;
+  std::string health_reason;  // why it is unhealthy
 };
 
 class DeviceQueue;
@@ -115,13 +125,27 @@ class DevicePool {
   bool Drain(std::chrono::milliseconds timeout);
 
   bool draining() const { return draining_.load(); }
+
+  // Takes a device out of placement for good: a sticky CUDA error poisons its context, so jobs
+  // that need it fail with UNAVAILABLE and new work goes elsewhere. Workers call this themselves
+  // when a job on a GPU leaves the context in a sticky error; tests call it to inject the fault.
+  // Returns false for an unknown id. Calls the health listener (outside the pool's locks).
+  bool MarkUnhealthy(const std::string& device_id, const std::string& reason);
+  // Adds a function called with (device id, healthy, reason) whenever a device's health
+  // changes, on the thread that noticed it. Add listeners before work is submitted.
+  void AddHealthListener(std::function<void(const std::string&, bool, const std::string&)> fn);
   int gpu_count() const;
   std::vector<DeviceSnapshot> Snapshot() const;
   int InFlight() const;
 
  private:
   DevicePool() = default;
+  friend class DeviceQueue;
+  void NotifyHealth(const std::string& id, bool healthy, const std::string& reason);
+
   std::vector<std::unique_ptr<DeviceQueue>> devices_;  // GPUs first, CPU last
+  std::mutex health_mu_;
+  std::vector<std::function<void(const std::string&, bool, const std::string&)>> health_listeners_;
   std::atomic<bool> draining_{false};
 };
 

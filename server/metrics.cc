@@ -55,6 +55,24 @@ Metrics::Metrics()
                          .Name("fresnel_device_memory_used_bytes")
                          .Help("Device memory handed out by the device's memory pool.")
                          .Register(*registry_)),
+      device_healthy_(prometheus::BuildGauge()
+                          .Name("fresnel_device_healthy")
+                          .Help("1 while the device takes work; 0 after a sticky CUDA error or "
+                                "an injected fault took it out of service.")
+                          .Register(*registry_)),
+      sessions_(prometheus::BuildGauge()
+                    .Name("fresnel_sessions")
+                    .Help("Open sessions (state kept on one device), by kind and device.")
+                    .Register(*registry_)),
+      session_reserved_bytes_(prometheus::BuildGauge()
+                                  .Name("fresnel_session_reserved_bytes")
+                                  .Help("Device memory reserved by open sessions.")
+                                  .Register(*registry_)),
+      sessions_dropped_(prometheus::BuildCounter()
+                            .Name("fresnel_sessions_dropped_total")
+                            .Help("Sessions ended other than by their client: idle TTL passed "
+                                  "(expired), memory wanted by another (evicted), device lost.")
+                            .Register(*registry_)),
       jobs_(prometheus::BuildGauge()
                 .Name("fresnel_jobs")
                 .Help("Asynchronous jobs the job store holds, by state.")
@@ -128,6 +146,22 @@ void Metrics::SetRunning(const std::string& device, double running) {
 
 void Metrics::SetDeviceMemory(const std::string& device, double bytes) {
   device_memory_.Add({{"device", device}}).Set(bytes);
+}
+
+void Metrics::SetDeviceHealthy(const std::string& device, bool healthy) {
+  device_healthy_.Add({{"device", device}}).Set(healthy ? 1 : 0);
+}
+
+void Metrics::SetSessions(const std::string& kind, const std::string& device, double count) {
+  sessions_.Add({{"kind", kind}, {"device", device}}).Set(count);
+}
+
+void Metrics::SetSessionReservedBytes(const std::string& device, double bytes) {
+  session_reserved_bytes_.Add({{"device", device}}).Set(bytes);
+}
+
+void Metrics::AddSessionsDropped(const std::string& kind, const std::string& reason) {
+  sessions_dropped_.Add({{"kind", kind}, {"reason", reason}}).Increment();
 }
 
 void Metrics::SetJobs(const std::string& state, double count) {

@@ -47,6 +47,13 @@ class Metrics {
   void SetQueueDepth(const std::string& device, double depth);
   void SetRunning(const std::string& device, double running);
   void SetDeviceMemory(const std::string& device, double bytes);
+  // 1 while the device takes work, 0 once a sticky error (or an injected fault) took it out.
+  void SetDeviceHealthy(const std::string& device, bool healthy);
+  // Sessions (server/sessions.h): open sessions by kind and device, and the device memory they
+  // have reserved; sessions dropped by reason ("expired", "evicted", "closed", "device_lost").
+  void SetSessions(const std::string& kind, const std::string& device, double count);
+  void SetSessionReservedBytes(const std::string& device, double bytes);
+  void AddSessionsDropped(const std::string& kind, const std::string& reason);
   // Asynchronous jobs (server/jobs.h): how many are in each state ("queued", "running", "done",
   // "failed", "cancelled"), the bytes the job store holds, and finished jobs dropped because
   // their TTL passed ("expired") or to stay under the memory cap ("evicted").
@@ -69,6 +76,10 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& queue_depth_;
   prometheus::Family<prometheus::Gauge>& running_;
   prometheus::Family<prometheus::Gauge>& device_memory_;
+  prometheus::Family<prometheus::Gauge>& device_healthy_;
+  prometheus::Family<prometheus::Gauge>& sessions_;
+  prometheus::Family<prometheus::Gauge>& session_reserved_bytes_;
+  prometheus::Family<prometheus::Counter>& sessions_dropped_;
   prometheus::Family<prometheus::Gauge>& jobs_;
   prometheus::Family<prometheus::Gauge>& job_store_bytes_;
   prometheus::Family<prometheus::Counter>& jobs_dropped_;

@@ -1,5 +1,7 @@
 #include "server/server.h"
 
+#include <unistd.h>
+
 #include <iostream>
 #include <mutex>
 
@@ -12,6 +14,7 @@
 #include "server/device_pool.h"
 #include "server/jobs.h"
 #include "server/metrics.h"
+#include "server/sessions.h"
 #include "server/services/admin_service.h"
 #include "server/services/hologram_service.h"
 #include "server/services/interpolation_service.h"
@@ -19,12 +22,26 @@
 
 namespace fresnel::server {
 
+namespace {
+
+// This server's name in session ids: host name and port of the listen address.
+std::string InstanceName(const std::string& listen) {
+  char host[256] = {0};
+  if (gethostname(host, sizeof host - 1) != 0) host[0] = 0;
+  const size_t colon = listen.rfind(':');
+  const std::string port = colon == std::string::npos ? listen : listen.substr(colon + 1);
+  return absl::StrCat(host[0] != 0 ? host : "fresneld", ":", port);
+}
+
+}  // namespace
+
 struct FresnelServer::Impl {
   ServerConfig config;
   std::unique_ptr<Metrics> metrics;
   // Declared before the pool so that it is destroyed after it: the pool's last jobs complete
   // into the store.
   std::unique_ptr<JobStore> jobs;
+  std::unique_ptr<SessionStore> sessions;
   std::unique_ptr<DevicePool> pool;
   ServiceContext ctx;
   std::unique_ptr<InterpolationService> interpolation;
@@ -81,6 +98,16 @@ absl::StatusOr<std::unique_ptr<FresnelServer>> FresnelServer::Start(const Server
   job_options.instance = impl->config.instance;
   impl->jobs = std::make_unique<JobStore>(job_options, impl->pool.get(), impl->metrics.get());
   impl->ctx.jobs = impl->jobs.get();
+  SessionStoreOptions session_options;
+  session_options.instance = InstanceName(config.listen);
+  session_options.ttl_s = config.session_ttl_s;
+  session_options.max_sessions_per_device = config.max_sessions_per_device;
+  session_options.max_sessions_per_client = config.max_sessions_per_client;
+  session_options.gpu_cap_bytes = config.session_gpu_memory_bytes;
+  session_options.cpu_cap_bytes = config.session_cpu_memory_bytes;
+  impl->sessions =
+      std::make_unique<SessionStore>(session_options, impl->pool.get(), impl->metrics.get());
+  impl->ctx.sessions = impl->sessions.get();
   impl->ctx.started = Clock::now();
 
   impl->service_names = {"fresnel.v1.InterpolationService", "fresnel.v1.UnwrapService",
@@ -111,10 +138,20 @@ absl::StatusOr<std::unique_ptr<FresnelServer>> FresnelServer::Start(const Server
   if (!impl->grpc_server || impl->port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", config.listen));
   }
+  impl->sessions->SetInstance(InstanceName(absl::StrCat(":", impl->port)));
   grpc::HealthCheckServiceInterface* health = impl->grpc_server->GetHealthCheckService();
   if (health != nullptr) {
     health->SetServingStatus(true);
     for (const std::string& name : impl->service_names) health->SetServingStatus(name, true);
+    // Each device also has a health entry, "fresnel.device.<id>" (e.g. fresnel.device.cuda:0),
+    // that turns NOT_SERVING when a sticky error takes the device out of service.
+    for (const DeviceSnapshot& d : impl->pool->Snapshot()) {
+      health->SetServingStatus(absl::StrCat("fresnel.device.", d.id), d.healthy);
+    }
+    impl->pool->AddHealthListener(
+        [health](const std::string& device, bool healthy, const std::string&) {
+          health->SetServingStatus(absl::StrCat("fresnel.device.", device), healthy);
+        });
   }
   return std::unique_ptr<FresnelServer>(new FresnelServer(std::move(impl)));
 }

@@ -30,11 +30,21 @@ const Device* TestGpu() {
   return available ? &device : nullptr;
 }
 
+namespace {
+std::set<std::string>& SkippedCases() {
+  static std::set<std::string> names;
+  return names;
+}
+}  // namespace
+
 bool SkipWithoutGpu() {
   if (TestGpu() != nullptr) return false;
   WARN("no CUDA device visible: skipping GPU test");
+  SkippedCases().insert(Catch::getResultCapture().getCurrentTestName());
   return true;
 }
+
+const std::set<std::string>& GpuSkippedCases() { return SkippedCases(); }
 
 std::string SourcePath(const std::string& relative) {
   return std::string(FRESNEL_SOURCE_DIR) + "/" + relative;

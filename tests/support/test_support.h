@@ -4,6 +4,7 @@
 #include <complex>
 #include <cstdint>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -16,8 +17,13 @@ namespace fresnel::testing {
 // The GPU test cases call this and return early (after a WARN) when it is null.
 const Device* TestGpu();
 
-// Returns true (and logs a WARN) when a [gpu] test must skip because no GPU is visible.
+// Returns true (and logs a WARN) when a [gpu] test must skip because no GPU is visible, and
+// records the running test case as skipped: an executable whose every case skipped exits with
+// kSkipReturnCode, which CTest reports as "Skipped" (tests/catch_main.cc, SKIP_RETURN_CODE).
 bool SkipWithoutGpu();
+inline constexpr int kSkipReturnCode = 77;
+// Names of the test cases that called SkipWithoutGpu() and skipped.
+const std::set<std::string>& GpuSkippedCases();
 
 // Path of a file under the repository, e.g. "tests/kernels/interp/golden/x.npy".
 std::string SourcePath(const std::string& relative);

@@ -13,8 +13,11 @@
 
 namespace fresnel::cuda {
 
-// Converts a CUDA error into an absl::Status, clearing the sticky per-thread error so that the
-// next call on this thread does not report it again.
+// Converts a CUDA error into an absl::Status. cudaGetLastError() resets the per-thread error of
+// a non-sticky failure (a bad launch configuration, an allocation that failed) so that the next
+// call on this thread does not report it again. A sticky error (illegal address, launch failure)
+// cannot be cleared: it poisons the device's context until the process exits, and the server's
+// DevicePool takes such a device out of service (GpuContextStatus in fresnel/core/gpu.h).
 inline absl::Status ToStatus(cudaError_t err, const char* what) {
   if (err == cudaSuccess) return absl::OkStatus();
   cudaGetLastError();

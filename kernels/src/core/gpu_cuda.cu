@@ -53,6 +53,13 @@ GpuStream::~GpuStream() {
   cudaGetLastError();
 }
 
+absl::Status GpuContextStatus(int ordinal, void* stream) {
+  cudaError_t err = cudaSetDevice(ordinal);
+  if (err == cudaSuccess) err = cudaStreamQuery(static_cast<cudaStream_t>(stream));
+  if (err == cudaSuccess || err == cudaErrorNotReady) return absl::OkStatus();
+  return cuda::ToStatus(err, "the device's context");
+}
+
 absl::Status GpuStream::Synchronize() {
   FRESNEL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)));
   return absl::OkStatus();

@@ -31,6 +31,12 @@ absl::StatusOr<GpuProperties> GetGpuProperties(int ordinal);
 // Free device memory in bytes, as cudaMemGetInfo reports it.
 absl::StatusOr<int64_t> GpuFreeMemoryBytes(int ordinal);
 
+// OK while the device's context is usable; otherwise the sticky error that poisoned it (an
+// illegal address or a failed launch: every later CUDA call on the device fails the same way, and
+// only a new process recovers). Checks `stream` (a cudaStream_t of that device) without
+// waiting for it. Always OK in a build without CUDA.
+absl::Status GpuContextStatus(int ordinal, void* stream);
+
 // A non-blocking CUDA stream on one device. Destroying it synchronises the stream first.
 class GpuStream {
  public:

@@ -1,0 +1,303 @@
+// SessionStore: placement and reservations, one-at-a-time ordered jobs on the session's device,
+// the per-session queue bound, TTL, eviction, closing while a job runs, per-client limits, ids
+// that name their instance, and sessions lost with an unhealthy device. Jobs block on gates, so
+// every outcome is decided by the test, not by timing.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <condition_variable>
+#include <future>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "server/device_pool.h"
+#include "server/sessions.h"
+
+namespace fresnel::server {
+namespace {
+
+// Jobs wait on a gate until the test opens it. Declare gates before the pool, and a GateGuard
+// after it, so that a failing REQUIRE opens them and the pool's destructor does not hang.
+class Gate {
+ public:
+  void Open() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+  void Wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return open_; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = false;
+};
+
+struct GateGuard {
+  std::vector<Gate*> gates;
+  ~GateGuard() {
+    for (Gate* g : gates) g->Open();
+  }
+};
+
+// Counts live states, so tests see when the store released one.
+struct CountedState : SessionState {
+  explicit CountedState(std::atomic<int>* live) : live_(live) { ++*live_; }
+  ~CountedState() override { --*live_; }
+  std::atomic<int>* live_;
+  int value = 0;
+};
+
+std::unique_ptr<DevicePool> CpuPool(int workers) {
+  DevicePoolOptions o;
+  o.cpu_workers = workers;
+  o.queue_capacity = 64;
+  auto pool = DevicePool::Create(o, nullptr);
+  REQUIRE(pool.ok());
+  return std::move(*pool);
+}
+
+SessionStoreOptions Options() {
+  SessionStoreOptions o;
+  o.instance = "test-a:1";
+  o.cpu_cap_bytes = 1000;
+  o.sweep_interval_s = 0.01;
+  return o;
+}
+
+SessionSpec Spec(int64_t bytes, const std::string& client = "alice") {
+  SessionSpec s;
+  s.kind = "test";
+  s.client = client;
+  s.preference = DevicePreference::kCpu;
+  s.device_bytes = bytes;
+  return s;
+}
+
+std::shared_ptr<Job> JobRunning(std::function<void()> body, std::promise<absl::Status>* done,
+                                std::string* device_seen = nullptr) {
+  auto job = std::make_shared<Job>();
+  job->service = "test";
+  job->method = "Call";
+  job->run = [body = std::move(body), device_seen](const Device& d, StageTimes*) {
+    if (device_seen) *device_seen = d.Name();
+    body();
+    return absl::OkStatus();
+  };
+  job->done = [done](const absl::Status& s, const JobReport&) {
+    if (done) done->set_value(s);
+  };
+  return job;
+}
+
+void WaitFor(const std::function<bool()>& cond) {
+  for (int i = 0; i < 4000 && !cond(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  REQUIRE(cond());
+}
+
+TEST_CASE("sessions run their jobs one at a time, in order, on their device", "[server][sessions]") {
+  Gate first;
+  auto pool = CpuPool(4);
+  SessionStore store(Options(), pool.get(), nullptr);
+  GateGuard guard{{&first}};
+  std::atomic<int> live{0};
+  auto opened = store.Open(Spec(100), std::make_shared<CountedState>(&live));
+  REQUIRE(opened.ok());
+  std::shared_ptr<Session> s = *opened;
+  CHECK(s->device() == "cpu");
+  CHECK(s->id().rfind("s-", 0) == 0);
+  CHECK(s->id().find("@test-a:1") != std::string::npos);
+
+  constexpr int kJobs = 8;
+  std::vector<int> order;
+  std::mutex order_mu;
+  std::atomic<int> concurrent{0}, most{0};
+  std::vector<std::promise<absl::Status>> done(kJobs);
+  std::vector<std::string> seen(kJobs);
+  for (int i = 0; i < kJobs; ++i) {
+    auto job = JobRunning(
+        [&, i] {
+          const int now = ++concurrent;
+          most = std::max(most.load(), now);
+          if (i == 0) first.Wait();  // the rest queue behind it
+          static_cast<CountedState*>(s->state())->value += 1;
+          {
+            std::lock_guard<std::mutex> lock(order_mu);
+            order.push_back(i);
+          }
+          --concurrent;
+        },
+        &done[i], &seen[i]);
+    REQUIRE(s->Submit(job).ok());
+  }
+  CHECK(s->pending() == kJobs);
+  first.Open();
+  for (auto& d : done) CHECK(d.get_future().get().ok());
+  std::vector<int> expected(kJobs);
+  for (int i = 0; i < kJobs; ++i) expected[i] = i;
+  CHECK(order == expected);
+  CHECK(most.load() == 1);
+  for (const std::string& d : seen) CHECK(d == "cpu");
+  CHECK(static_cast<CountedState*>(s->state())->value == kJobs);
+}
+
+TEST_CASE("a session's queue is bounded and says so", "[server][sessions]") {
+  Gate gate;
+  auto pool = CpuPool(2);
+  SessionStore store(Options(), pool.get(), nullptr);
+  GateGuard guard{{&gate}};
+  SessionSpec spec = Spec(10);
+  spec.max_pending = 2;
+  auto s = store.Open(spec);
+  REQUIRE(s.ok());
+  std::vector<std::promise<absl::Status>> done(3);
+  REQUIRE((*s)->Submit(JobRunning([&] { gate.Wait(); }, &done[0])).ok());
+  REQUIRE((*s)->Submit(JobRunning([] {}, &done[1])).ok());
+  REQUIRE((*s)->Submit(JobRunning([] {}, &done[2])).ok());
+  absl::Status refused = (*s)->Submit(JobRunning([] {}, nullptr));
+  CHECK(refused.code() == absl::StatusCode::kResourceExhausted);
+  CHECK(std::string(refused.message()).find("limit 2") != std::string::npos);
+  gate.Open();
+  for (auto& d : done) CHECK(d.get_future().get().ok());
+}
+
+TEST_CASE("session ids: other clients, other instances and unknown ids are NOT_FOUND",
+          "[server][sessions]") {
+  auto pool = CpuPool(1);
+  SessionStore store(Options(), pool.get(), nullptr);
+  auto s = store.Open(Spec(10, "alice"));
+  REQUIRE(s.ok());
+  CHECK(store.Find((*s)->id(), "alice").ok());
+  auto other_client = store.Find((*s)->id(), "mallory");
+  CHECK(other_client.status().code() == absl::StatusCode::kNotFound);
+  CHECK(store.Close((*s)->id(), "mallory").code() == absl::StatusCode::kNotFound);
+  auto other = store.Find("s-0123456789abcdef0123456789abcdef@test-b:2", "alice");
+  REQUIRE(other.status().code() == absl::StatusCode::kNotFound);
+  CHECK(std::string(other.status().message()).find("belongs to instance test-b:2") !=
+        std::string::npos);
+  CHECK(std::string(other.status().message()).find("this is instance test-a:1") !=
+        std::string::npos);
+  auto unknown = store.Find("s-nothing@test-a:1", "alice");
+  CHECK(unknown.status().code() == absl::StatusCode::kNotFound);
+  const std::string huge(100000, 'x');
+  auto long_id = store.Find(huge, "alice");
+  CHECK(long_id.status().message().size() < 400);  // ids are not echoed whole
+}
+
+TEST_CASE("memory caps, per-client limits and LRU eviction of evictable sessions",
+          "[server][sessions]") {
+  auto pool = CpuPool(1);
+  SessionStoreOptions o = Options();
+  o.max_sessions_per_client = 3;
+  SessionStore store(o, pool.get(), nullptr);
+  auto a = store.Open(Spec(600));
+  REQUIRE(a.ok());
+  auto b = store.Open(Spec(600));
+  REQUIRE(b.status().code() == absl::StatusCode::kResourceExhausted);
+  CHECK(std::string(b.status().message()).find("600 bytes") != std::string::npos);
+  CHECK(std::string(b.status().message()).find("400 bytes") != std::string::npos);
+  REQUIRE(store.Close((*a)->id(), "alice").ok());
+  auto closed = store.Find((*a)->id(), "alice");
+  CHECK(closed.status().code() == absl::StatusCode::kNotFound);
+  CHECK(std::string(closed.status().message()).find("closed") != std::string::npos);
+
+  SessionSpec cache = Spec(600);
+  cache.evictable = true;
+  auto c1 = store.Open(cache);
+  REQUIRE(c1.ok());
+  auto c2 = store.Open(cache);  // evicts c1, the least recently used
+  REQUIRE(c2.ok());
+  auto gone = store.Find((*c1)->id(), "alice");
+  CHECK(gone.status().code() == absl::StatusCode::kNotFound);
+  CHECK(std::string(gone.status().message()).find("evicted") != std::string::npos);
+  CHECK(store.DeviceStats().back().reserved_bytes == 600);
+
+  auto d = store.Open(Spec(100));
+  REQUIRE(d.ok());
+  auto e = store.Open(Spec(100));
+  REQUIRE(e.ok());
+  auto f = store.Open(Spec(100));  // alice holds c2, d, e: her limit is 3
+  CHECK(f.status().code() == absl::StatusCode::kResourceExhausted);
+  CHECK(store.Open(Spec(100, "bob")).ok());
+}
+
+TEST_CASE("idle sessions expire, busy ones do not, and their state is released",
+          "[server][sessions]") {
+  Gate gate;
+  auto pool = CpuPool(1);
+  SessionStore store(Options(), pool.get(), nullptr);
+  GateGuard guard{{&gate}};
+  std::atomic<int> live{0};
+  SessionSpec spec = Spec(10);
+  spec.ttl_s = 0.05;
+  auto idle = store.Open(spec, std::make_shared<CountedState>(&live));
+  auto busy = store.Open(spec, std::make_shared<CountedState>(&live));
+  REQUIRE(idle.ok());
+  REQUIRE(busy.ok());
+  const std::string idle_id = (*idle)->id();
+  std::promise<absl::Status> done;
+  REQUIRE((*busy)->Submit(JobRunning([&] { gate.Wait(); }, &done)).ok());
+  idle->reset();
+  WaitFor([&] { return store.open_sessions() == 1; });  // (Find would keep it alive)
+  auto expired = store.Find(idle_id, "alice");
+  CHECK(std::string(expired.status().message()).find("expired") != std::string::npos);
+  WaitFor([&] { return live.load() == 1; });  // the idle one's state is gone
+  CHECK(store.Find((*busy)->id(), "alice").ok());  // running for longer than its TTL
+  gate.Open();
+  CHECK(done.get_future().get().ok());
+}
+
+TEST_CASE("closing a session while its job runs keeps the state until the job ends",
+          "[server][sessions]") {
+  Gate entered, gate;
+  auto pool = CpuPool(1);
+  SessionStore store(Options(), pool.get(), nullptr);
+  GateGuard guard{{&entered, &gate}};
+  std::atomic<int> live{0};
+  auto s = store.Open(Spec(10), std::make_shared<CountedState>(&live));
+  REQUIRE(s.ok());
+  std::promise<absl::Status> done;
+  std::atomic<int> value_seen{-1};
+  REQUIRE((*s)
+              ->Submit(JobRunning(
+                  [&] {
+                    entered.Open();
+                    gate.Wait();
+                    value_seen = static_cast<CountedState*>((*s)->state())->value;
+                  },
+                  &done))
+              .ok());
+  entered.Wait();
+  REQUIRE(store.Close((*s)->id(), "alice").ok());
+  CHECK(live.load() == 1);
+  CHECK((*s)->Submit(JobRunning([] {}, nullptr)).code() == absl::StatusCode::kNotFound);
+  gate.Open();
+  CHECK(done.get_future().get().ok());
+  CHECK(value_seen.load() == 0);
+  WaitFor([&] { return live.load() == 0; });
+}
+
+TEST_CASE("an unhealthy device ends its sessions and takes no more", "[server][sessions]") {
+  auto pool = CpuPool(1);
+  SessionStore store(Options(), pool.get(), nullptr);
+  std::atomic<int> live{0};
+  auto s = store.Open(Spec(10), std::make_shared<CountedState>(&live));
+  REQUIRE(s.ok());
+  REQUIRE(pool->MarkUnhealthy("cpu", "injected fault"));
+  CHECK_FALSE(pool->Snapshot().back().healthy);
+  auto lost = store.Find((*s)->id(), "alice");
+  REQUIRE(lost.status().code() == absl::StatusCode::kNotFound);
+  CHECK(std::string(lost.status().message()).find("injected fault") != std::string::npos);
+  CHECK(live.load() == 0);
+  CHECK(store.Open(Spec(10)).status().code() == absl::StatusCode::kUnavailable);
+  auto job = JobRunning([] {}, nullptr);
+  job->preference = DevicePreference::kCpu;
+  CHECK(pool->Submit(job).code() == absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace fresnel::server
