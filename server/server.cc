@@ -1,7 +1,5 @@
 #include "server/server.h"
 
-#include <unistd.h>
-
 #include <iostream>
 #include <mutex>
 
@@ -21,19 +19,6 @@
 #include "server/services/unwrap_service.h"
 
 namespace fresnel::server {
-
-namespace {
-
-// This server's name in session ids: host name and port of the listen address.
-std::string InstanceName(const std::string& listen) {
-  char host[256] = {0};
-  if (gethostname(host, sizeof host - 1) != 0) host[0] = 0;
-  const size_t colon = listen.rfind(':');
-  const std::string port = colon == std::string::npos ? listen : listen.substr(colon + 1);
-  return absl::StrCat(host[0] != 0 ? host : "fresneld", ":", port);
-}
-
-}  // namespace
 
 struct FresnelServer::Impl {
   ServerConfig config;
@@ -99,7 +84,7 @@ absl::StatusOr<std::unique_ptr<FresnelServer>> FresnelServer::Start(const Server
   impl->jobs = std::make_unique<JobStore>(job_options, impl->pool.get(), impl->metrics.get());
   impl->ctx.jobs = impl->jobs.get();
   SessionStoreOptions session_options;
-  session_options.instance = InstanceName(config.listen);
+  session_options.instance = impl->config.instance;
   session_options.ttl_s = config.session_ttl_s;
   session_options.max_sessions_per_device = config.max_sessions_per_device;
   session_options.max_sessions_per_client = config.max_sessions_per_client;
@@ -138,7 +123,6 @@ absl::StatusOr<std::unique_ptr<FresnelServer>> FresnelServer::Start(const Server
   if (!impl->grpc_server || impl->port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", config.listen));
   }
-  impl->sessions->SetInstance(InstanceName(absl::StrCat(":", impl->port)));
   grpc::HealthCheckServiceInterface* health = impl->grpc_server->GetHealthCheckService();
   if (health != nullptr) {
     health->SetServingStatus(true);
