@@ -187,8 +187,10 @@ class RenderCall : public grpc::ServerWriteReactor<v1::RenderResponse> {
     chunk_bytes_ = ChunkBytes(ctx_->max_message_bytes, request.config().max_chunk_bytes());
     record_.Payload("in", static_cast<double>(request.ByteSizeLong()));
     const int64_t points = static_cast<int64_t>(work->points.size());
+    FRESNEL_ASSIGN_OR_RETURN(DevicePreference preference,
+                             PreferenceOf(request.config().device(), "config.device"));
     std::shared_ptr<Job> job =
-        MakeRenderJob(work, limits_, "Render", PreferenceOf(request.config().device()),
+        MakeRenderJob(work, limits_, "Render", preference,
                       DeadlineOf(context_), /*kernel_errors_as_data=*/false);
     job->done = [this, work, points](const absl::Status& status, const JobReport& report) {
       slot_.Clear();
@@ -413,7 +415,7 @@ class StreamCall
     FRESNEL_RETURN_IF_ERROR(
         CheckAlgorithmPlacement(base_, config.device(), ctx_->pool->gpu_count()));
     hint_ = config.device();
-    preference_ = PreferenceOf(hint_);
+    FRESNEL_ASSIGN_OR_RETURN(preference_, PreferenceOf(hint_, "config.device"));
     chunk_bytes_ = ChunkBytes(ctx_->max_message_bytes, config.max_chunk_bytes());
     configured_ = true;
     return absl::OkStatus();
@@ -732,7 +734,7 @@ class ReconstructCall : public grpc::ServerReadReactor<v1::ReconstructRequest> {
     auto job = std::make_shared<Job>();
     job->service = kService;
     job->method = "Reconstruct";
-    job->preference = PreferenceOf(config_.device());
+    FRESNEL_ASSIGN_OR_RETURN(job->preference, PreferenceOf(config_.device(), "config.device"));
     job->deadline = DeadlineOf(context_);
     // The field, its spectrum and the propagated field (complex64 on the device) and the image.
     job->device_bytes = field->size() * (8 * 3 + 1);

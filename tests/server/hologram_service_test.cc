@@ -540,6 +540,9 @@ TEST_CASE("Render rejects bad input with INVALID_ARGUMENT naming the field", "[s
   req.mutable_config()->set_algorithm(v1::HOLOGRAM_ALGORITHM_TENSOR);
   expect(req, "algorithm");
   req = RenderReq(cloud, good);
+  req.mutable_config()->mutable_device()->set_kind(static_cast<v1::DeviceKind>(9));
+  expect(req, "config.device.kind");
+  req = RenderReq(cloud, good);
   req.mutable_config()->mutable_reconstruction()->set_depth_m(-2);
   expect(req, "reconstruction.depth_m");
   req = RenderReq(cloud, good);
