@@ -1,12 +1,11 @@
 #include "server/server.h"
 
-#include <unistd.h>
-
 #include <iostream>
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
 #include "fresnel/core/gpu.h"
+#include "fresnel/core/status.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -21,19 +20,6 @@
 #include "server/services/unwrap_service.h"
 
 namespace fresnel::server {
-
-namespace {
-
-// This server's name in session ids: host name and port of the listen address.
-std::string InstanceName(const std::string& listen) {
-  char host[256] = {0};
-  if (gethostname(host, sizeof host - 1) != 0) host[0] = 0;
-  const size_t colon = listen.rfind(':');
-  const std::string port = colon == std::string::npos ? listen : listen.substr(colon + 1);
-  return absl::StrCat(host[0] != 0 ? host : "fresneld", ":", port);
-}
-
-}  // namespace
 
 struct FresnelServer::Impl {
   ServerConfig config;
@@ -98,8 +84,9 @@ absl::StatusOr<std::unique_ptr<FresnelServer>> FresnelServer::Start(const Server
   job_options.instance = impl->config.instance;
   impl->jobs = std::make_unique<JobStore>(job_options, impl->pool.get(), impl->metrics.get());
   impl->ctx.jobs = impl->jobs.get();
+  impl->ctx.instance = impl->config.instance;
   SessionStoreOptions session_options;
-  session_options.instance = InstanceName(config.listen);
+  session_options.instance = impl->config.instance;
   session_options.ttl_s = config.session_ttl_s;
   session_options.max_sessions_per_device = config.max_sessions_per_device;
   session_options.max_sessions_per_client = config.max_sessions_per_client;
@@ -138,7 +125,16 @@ absl::StatusOr<std::unique_ptr<FresnelServer>> FresnelServer::Start(const Server
   if (!impl->grpc_server || impl->port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", config.listen));
   }
-  impl->sessions->SetInstance(InstanceName(absl::StrCat(":", impl->port)));
+  if (config.instance.empty()) {
+    // The default name, HOSTNAME:PORT, with the port just bound (it differs for --listen port 0;
+    // no client can have called before Start returns the port).
+    ServerConfig bound = config;
+    bound.listen = absl::StrCat(":", impl->port);
+    FRESNEL_ASSIGN_OR_RETURN(impl->config.instance, ResolveInstance(bound));
+    impl->ctx.instance = impl->config.instance;
+    impl->jobs->SetInstance(impl->config.instance);
+    impl->sessions->SetInstance(impl->config.instance);
+  }
   grpc::HealthCheckServiceInterface* health = impl->grpc_server->GetHealthCheckService();
   if (health != nullptr) {
     health->SetServingStatus(true);
