@@ -31,7 +31,6 @@ struct ServiceContext {
   unwrap::Limits unwrap_limits;
   JobStore* jobs = nullptr;  // asynchronous jobs (server/jobs.h)
   SessionStore* sessions = nullptr;  // state kept on one device (server/sessions.h)
-  std::string instance;  // this server's name (ServerConfig::instance, resolved)
   Clock::time_point started = Clock::now();
 };
 

@@ -48,7 +48,7 @@ struct JobStore::Record {
 };
 
 JobStore::JobStore(JobStoreOptions options, DevicePool* pool, Metrics* metrics)
-    : options_(std::move(options)), pool_(pool), metrics_(metrics), instance_(options_.instance) {
+    : options_(std::move(options)), pool_(pool), metrics_(metrics) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     PublishMetricsLocked();
@@ -65,11 +65,6 @@ JobStore::~JobStore() {
   sweeper_.join();
 }
 
-void JobStore::SetInstance(const std::string& instance) {
-  std::lock_guard<std::mutex> lock(mu_);
-  instance_ = instance;
-}
-
 int64_t JobStore::held_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   return held_bytes_;
@@ -81,7 +76,7 @@ std::string JobStore::NewIdLocked() {
   for (;;) {
     std::string id =
         absl::StrFormat("%08x%08x%08x%08x", random_(), random_(), random_(), random_());
-    if (!instance_.empty()) absl::StrAppend(&id, "@", instance_);
+    if (!options_.instance.empty()) absl::StrAppend(&id, "@", options_.instance);
     if (jobs_.count(id) == 0 && dropped_.count(id) == 0) return id;
   }
 }
@@ -95,11 +90,11 @@ JobStore::Record* JobStore::FindLocked(const std::string& id, absl::Status* not_
     return nullptr;
   }
   const size_t at = id.rfind('@');
-  if (at != std::string::npos && !instance_.empty() &&
-      id.compare(at + 1, std::string::npos, instance_) != 0) {
+  if (at != std::string::npos && !options_.instance.empty() &&
+      id.compare(at + 1, std::string::npos, options_.instance) != 0) {
     *not_found = absl::NotFoundError(absl::StrCat("job ", id, " belongs to instance ",
                                                   id.substr(at + 1), "; this is instance ",
-                                                  instance_));
+                                                  options_.instance));
     return nullptr;
   }
   *not_found = absl::NotFoundError(absl::StrCat("unknown job id '", id, "'"));

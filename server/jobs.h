@@ -163,9 +163,6 @@ class JobStore {
 
   int64_t held_bytes() const;
   const JobStoreOptions& options() const { return options_; }
-  // Renames this instance (the server learns a port-0 listener's port only after binding); call
-  // before the first job is submitted.
-  void SetInstance(const std::string& instance);
 
  private:
   struct Record;
@@ -205,7 +202,6 @@ class JobStore {
   std::random_device random_;
   uint64_t next_seq_ = 1;
   uint64_t next_token_ = 1;
-  std::string instance_;  // options_.instance until SetInstance
   int64_t held_bytes_ = 0;
   int unfinished_ = 0;
   bool stop_ = false;

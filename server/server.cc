@@ -5,7 +5,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "fresnel/core/gpu.h"
-#include "fresnel/core/status.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -84,7 +83,6 @@ absl::StatusOr<std::unique_ptr<FresnelServer>> FresnelServer::Start(const Server
   job_options.instance = impl->config.instance;
   impl->jobs = std::make_unique<JobStore>(job_options, impl->pool.get(), impl->metrics.get());
   impl->ctx.jobs = impl->jobs.get();
-  impl->ctx.instance = impl->config.instance;
   SessionStoreOptions session_options;
   session_options.instance = impl->config.instance;
   session_options.ttl_s = config.session_ttl_s;
@@ -124,16 +122,6 @@ absl::StatusOr<std::unique_ptr<FresnelServer>> FresnelServer::Start(const Server
   impl->grpc_server = builder.BuildAndStart();
   if (!impl->grpc_server || impl->port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", config.listen));
-  }
-  if (config.instance.empty()) {
-    // The default name, HOSTNAME:PORT, with the port just bound (it differs for --listen port 0;
-    // no client can have called before Start returns the port).
-    ServerConfig bound = config;
-    bound.listen = absl::StrCat(":", impl->port);
-    FRESNEL_ASSIGN_OR_RETURN(impl->config.instance, ResolveInstance(bound));
-    impl->ctx.instance = impl->config.instance;
-    impl->jobs->SetInstance(impl->config.instance);
-    impl->sessions->SetInstance(impl->config.instance);
   }
   grpc::HealthCheckServiceInterface* health = impl->grpc_server->GetHealthCheckService();
   if (health != nullptr) {
