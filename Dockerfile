@@ -18,7 +18,7 @@ ADD https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/cud
 RUN dpkg -i /tmp/cuda-keyring.deb \
  && apt-get update -qq \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-      cuda-nvcc-${CUDA_PACKAGE_VERSION} cuda-cudart-dev-${CUDA_PACKAGE_VERSION} \
+      cuda-nvcc-${CUDA_PACKAGE_VERSION} cuda-cudart-dev-${CUDA_PACKAGE_VERSION} cuda-cccl-${CUDA_PACKAGE_VERSION} \
       libcublas-dev-${CUDA_PACKAGE_VERSION} libcufft-dev-${CUDA_PACKAGE_VERSION} \
  && rm -rf /var/lib/apt/lists/* /tmp/cuda-keyring.deb
 WORKDIR /src

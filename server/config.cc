@@ -122,8 +122,9 @@ absl::StatusOr<std::string> ResolveInstance(const ServerConfig& config) {
       std::snprintf(host, sizeof(host), "localhost");
     }
     const size_t colon = config.listen.rfind(':');
-    name = absl::StrCat(host, ":",
-                        colon == std::string::npos ? config.listen : config.listen.substr(colon + 1));
+    const std::string port =
+        colon == std::string::npos ? config.listen : config.listen.substr(colon + 1);
+    name = absl::StrCat(host, ":", port);
   }
   constexpr size_t kMaxInstance = 253;
   if (name.size() > kMaxInstance) {

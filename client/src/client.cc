@@ -180,8 +180,8 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
     grpc::ChannelArguments spread = args;
     // round_robin over the servers whose grpc.health.v1 answers SERVING (client-side health
     // checking): a draining server leaves the rotation before it stops.
-    spread.SetServiceConfigJSON(
-        R"({"loadBalancingConfig": [{"round_robin": {}}], "healthCheckConfig": {"serviceName": ""}})");
+    spread.SetServiceConfigJSON(R"({"loadBalancingConfig": [{"round_robin": {}}],
+                                     "healthCheckConfig": {"serviceName": ""}})");
     impl->channel = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), spread);
     impl->job_channel =
         grpc::CreateCustomChannel(Shuffled(target), grpc::InsecureChannelCredentials(), args);

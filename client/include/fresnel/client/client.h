@@ -97,7 +97,7 @@ absl::StatusOr<std::string> ChannelTarget(const std::string& address);
 // Many servers behind one address (a list, or a name with several addresses): stateless calls
 // (interpolation, Unwrap, hologram, admin, health) are spread by gRPC's round_robin over the
 // servers that pass grpc.health.v1 (a draining server drops out); a stream stays on the server it
-// started on. Job calls (SubmitUnwrap, WatchUnwrap, GetUnwrapResult, CancelUnwrap,
+// started on. Job calls (SubmitUnwrap, WatchUnwrap, GetUnwrapJob, GetUnwrapResult, CancelUnwrap,
 // ListUnwrapJobs) go through a second, pick_first channel so that a job's calls reach the server
 // that owns it; each Client shuffles a list once, so that many clients spread their jobs. Job ids
 // end in "@instance"; a server asked for another instance's job answers NOT_FOUND naming both.
