@@ -147,6 +147,7 @@ absl::StatusOr<JobStore::Submitted> JobStore::Submit(JobSpec spec) {
     r.snap.id = NewIdLocked();
     r.snap.state = JobState::kQueued;
     r.snap.method = spec.method;
+    r.snap.method_code = spec.method_code;
     r.snap.dtype = spec.dtype;
     r.snap.shape = spec.shape;
     r.snap.request_id = spec.request_id;

@@ -62,6 +62,9 @@ using JobProgressFn =
 struct JobSpec {
   // Shown to clients (List, Watch).
   std::string method;  // the service's name for what the job does, e.g. "goldstein"
+  // The service's own code for the method (e.g. a proto enum value), carried back unchanged in
+  // snapshots so that the service needs no reverse lookup of `method`.
+  int method_code = 0;
   DType dtype = DType::kFloat32;
   std::vector<int64_t> shape;
   std::string request_id;
@@ -90,6 +93,7 @@ struct JobSnapshot {
   std::string id;
   JobState state = JobState::kQueued;
   std::string method;
+  int method_code = 0;
   DType dtype = DType::kFloat32;
   std::vector<int64_t> shape;
   std::string request_id;

@@ -660,17 +660,17 @@ absl::StatusOr<UnwrapResult> Client::GetUnwrapResult(const std::string& job_id,
 
 absl::StatusOr<v1::UnwrapJob> Client::CancelUnwrap(const std::string& job_id,
                                                    const CallOptions& call) {
-  v1::CancelUnwrapRequest request;
+  v1::CancelJobRequest request;
   request.set_job_id(job_id);
-  return Unary<v1::CancelUnwrapRequest, v1::UnwrapJob>(
+  return Unary<v1::CancelJobRequest, v1::UnwrapJob>(
       options_, call, request, [this](grpc::ClientContext* c, const auto& req, auto* resp) {
         return impl_->jobs->Cancel(c, req, resp);
       });
 }
 
 absl::StatusOr<v1::ListUnwrapJobsResponse> Client::ListUnwrapJobs(
-    const v1::ListUnwrapJobsRequest& request, const CallOptions& call) {
-  return Unary<v1::ListUnwrapJobsRequest, v1::ListUnwrapJobsResponse>(
+    const v1::ListJobsRequest& request, const CallOptions& call) {
+  return Unary<v1::ListJobsRequest, v1::ListUnwrapJobsResponse>(
       options_, call, request, [this](grpc::ClientContext* c, const auto& req, auto* resp) {
         return impl_->jobs->List(c, req, resp);
       });

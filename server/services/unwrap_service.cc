@@ -45,11 +45,7 @@ bool TerminalProto(v1::JobState state) {
 void JobToProto(const JobSnapshot& s, v1::UnwrapJob* out) {
   out->set_job_id(s.id);
   out->set_state(StateToProto(s.state));
-  out->set_method(v1::UNWRAP_METHOD_GOLDSTEIN);
-  for (v1::UnwrapMethod m :
-       {v1::UNWRAP_METHOD_LEAST_SQUARES, v1::UNWRAP_METHOD_WEIGHTED_LEAST_SQUARES}) {
-    if (s.method == UnwrapMethodName(m)) out->set_method(m);
-  }
+  out->set_method(static_cast<v1::UnwrapMethod>(s.method_code));
   out->set_dtype(ToProto(s.dtype));
   out->mutable_shape()->Assign(s.shape.begin(), s.shape.end());
   out->set_stage(s.stage);
@@ -197,6 +193,7 @@ class SubmitCall : public grpc::ServerReadReactor<v1::SubmitRequest> {
                                        ctx_->unwrap_limits));
     JobSpec spec;
     spec.method = UnwrapMethodName(input.method);
+    spec.method_code = input.method;
     spec.dtype = input.phase.dtype();
     spec.shape = input.phase.shape();
     spec.request_id = RequestIdOr(input.request_id);
@@ -534,7 +531,7 @@ grpc::ServerWriteReactor<v1::GetUnwrapResultResponse>* UnwrapService::Get(
 }
 
 grpc::ServerUnaryReactor* UnwrapService::Cancel(grpc::CallbackServerContext* context,
-                                                const v1::CancelUnwrapRequest* request,
+                                                const v1::CancelJobRequest* request,
                                                 v1::UnwrapJob* response) {
   RpcRecord record(ctx_->metrics, kService, "Cancel");
   absl::Status status = RequireJobId(request->job_id());
@@ -550,7 +547,7 @@ grpc::ServerUnaryReactor* UnwrapService::Cancel(grpc::CallbackServerContext* con
 }
 
 grpc::ServerUnaryReactor* UnwrapService::List(grpc::CallbackServerContext* context,
-                                              const v1::ListUnwrapJobsRequest* request,
+                                              const v1::ListJobsRequest* request,
                                               v1::ListUnwrapJobsResponse* response) {
   RpcRecord record(ctx_->metrics, kService, "List");
   absl::StatusOr<JobStore::Page> page =

@@ -293,7 +293,7 @@ TEST_CASE("List shows the jobs newest first, with paging", "[server][unwrap]") {
     CHECK(j.created().seconds() > 0);
   }
   CHECK(all->jobs(1).method() == v1::UNWRAP_METHOD_LEAST_SQUARES);
-  v1::ListUnwrapJobsRequest page;
+  v1::ListJobsRequest page;
   page.set_page_size(2);
   auto first = client->ListUnwrapJobs(page);
   REQUIRE(first.ok());
@@ -488,7 +488,7 @@ TEST_CASE("bad input is INVALID_ARGUMENT naming the field, for Unwrap and Submit
   auto empty = client->CancelUnwrap("");
   CHECK(empty.status().code() == absl::StatusCode::kInvalidArgument);
   CHECK(Contains(empty.status().message(), "job_id"));
-  v1::ListUnwrapJobsRequest bad_page;
+  v1::ListJobsRequest bad_page;
   bad_page.set_page_token("nonsense");
   CHECK(client->ListUnwrapJobs(bad_page).status().code() == absl::StatusCode::kInvalidArgument);
 }

@@ -159,7 +159,7 @@ class Client {
   absl::StatusOr<v1::UnwrapJob> CancelUnwrap(const std::string& job_id,
                                              const CallOptions& call = {});
   absl::StatusOr<v1::ListUnwrapJobsResponse> ListUnwrapJobs(
-      const v1::ListUnwrapJobsRequest& request = {}, const CallOptions& call = {});
+      const v1::ListJobsRequest& request = {}, const CallOptions& call = {});
 
   // Holograms (HologramService). Render sends one request (pass it with std::move to avoid
   // copying the points) and reassembles the outputs, however many chunks they came in. When
