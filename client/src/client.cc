@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "fresnel/core/status.h"
+#include "fresnel/v1/wire_limits.h"
 #include "fresnel/v1/array_convert.h"
 #include "call_util.h"
 #include "health_codec.h"
@@ -396,8 +397,7 @@ absl::StatusOr<HostArray> Client::ResampleStream(
 
 namespace {
 
-// Room for a message's other fields next to its array bytes.
-constexpr int64_t kEnvelopeBytes = 16 << 10;
+using v1::kEnvelopeBytes;
 
 bool IsTerminal(v1::JobState state) {
   return state == v1::JOB_STATE_DONE || state == v1::JOB_STATE_FAILED ||
@@ -524,7 +524,7 @@ absl::StatusOr<v1::SubmitResponse> Client::SubmitUnwrap(v1::UnwrapRequest reques
   std::unique_ptr<grpc::ClientWriter<v1::SubmitRequest>> writer =
       impl_->jobs->Submit(&context, &response);
   bool ok = writer->Write(first);
-  const int64_t chunk_bytes = std::max<int64_t>(1024, cap - kEnvelopeBytes);
+  const int64_t chunk_bytes = v1::ChunkPayloadBytes(cap);
   for (const auto& [which, array] : chunked) {
     const int64_t total = static_cast<int64_t>(array.nbytes());
     for (int64_t offset = 0; ok && (offset < total || offset == 0); offset += chunk_bytes) {

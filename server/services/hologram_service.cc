@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "fresnel/core/status.h"
+#include "fresnel/v1/wire_limits.h"
 #include "fresnel/v1/array_convert.h"
 #include "server/services/hologram_params.h"
 #include "server/status_util.h"
@@ -17,16 +18,11 @@ namespace fresnel::server {
 namespace {
 
 constexpr char kService[] = "fresnel.v1.HologramService";
-// Room for a message's other fields (header, ExecutionInfo, chunk framing) next to array bytes.
-constexpr int64_t kEnvelopeBytes = 16 << 10;
-// Smallest chunk a client may ask for: below this the per-message overhead dominates.
-constexpr int64_t kMinChunkBytes = 4096;
+using v1::kEnvelopeBytes;
 
 // Data bytes per chunk (and the budget of a header with inline arrays).
 int64_t ChunkBytes(int64_t max_message_bytes, int64_t requested) {
-  const int64_t cap = std::max(kMinChunkBytes, max_message_bytes - kEnvelopeBytes);
-  if (requested > 0) return std::clamp(requested, kMinChunkBytes, cap);
-  return cap;
+  return v1::ChunkPayloadBytes(max_message_bytes, requested);
 }
 
 double SecondsSince(Clock::time_point t) {

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "fresnel/core/status.h"
+#include "fresnel/v1/wire_limits.h"
 #include "fresnel/v1/array_convert.h"
 #include "server/services/interpolation_params.h"
 #include "server/status_util.h"
@@ -14,8 +15,7 @@ namespace fresnel::server {
 namespace {
 
 constexpr char kService[] = "fresnel.v1.InterpolationService";
-// Room for the response's other fields next to the array bytes.
-constexpr int64_t kEnvelopeBytes = 4096;
+using v1::kEnvelopeBytes;
 
 int64_t Channels(const HostArray& x) { return x.ndim() == 2 ? x.dim(0) : 1; }
 

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "fresnel/core/status.h"
+#include "fresnel/v1/wire_limits.h"
 #include "fresnel/v1/array_convert.h"
 #include "server/jobs.h"
 #include "server/services/unwrap_params.h"
@@ -16,8 +17,7 @@ namespace fresnel::server {
 namespace {
 
 constexpr char kService[] = "fresnel.v1.UnwrapService";
-// Room for a message's other fields next to its array bytes.
-constexpr int64_t kEnvelopeBytes = 16 << 10;
+using v1::kEnvelopeBytes;
 
 void SetTime(std::chrono::system_clock::time_point t, google::protobuf::Timestamp* out) {
   const auto ns =
@@ -406,10 +406,7 @@ class GetCall : public grpc::ServerWriteReactor<v1::GetUnwrapResultResponse> {
     FRESNEL_ASSIGN_OR_RETURN(JobStore::Result result, ctx_->jobs->GetResult(request.job_id()));
     output_ = std::dynamic_pointer_cast<const UnwrapOutput>(result.output);
     if (!output_) return absl::InternalError("job output is not an unwrap result");
-    chunk_bytes_ = std::max<int64_t>(1024, ctx_->max_message_bytes - kEnvelopeBytes);
-    if (request.max_chunk_bytes() > 0) {
-      chunk_bytes_ = std::min(chunk_bytes_, request.max_chunk_bytes());
-    }
+    chunk_bytes_ = v1::ChunkPayloadBytes(ctx_->max_message_bytes, request.max_chunk_bytes());
     arrays_ = output_->Arrays();
     v1::UnwrapResponse* header = response_.mutable_result();
     header->set_request_id(result.job.request_id);
