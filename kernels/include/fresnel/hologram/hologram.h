@@ -116,6 +116,9 @@ struct HologramOptions {
   // kTensor: merge points that share (x, z) into one matrix column (exact, not an
   // approximation); used only when it shrinks the product by at least half.
   bool tensor_grouping = true;
+  // kTensor with int8 operands: build them from the 4096-entry phase byte table (default) or with
+  // sincos per element (the slower build, kept for comparison: same values within π/4096).
+  bool tensor_byte_table = true;
   // kTriangular / kPiecewise: lateral quantisation step s = pitch_m / lateral_subdivision.
   int lateral_subdivision = 1;
   // CPU kReference: accumulate in float32 instead of float64.
