@@ -101,6 +101,7 @@ inline uint64_t FreshSeed() { return std::random_device{}(); }
 inline double ChordMesh(const TetMesh& m, const D3& o, const D3& d) {
   double sum = 0;
   for (int64_t t = 0; t < m.num_tets(); ++t) {
+    if (IsDegenerateTet(m, t)) continue;  // the renderers skip them (and their chord is 0)
     D3 p[4];
     for (int i = 0; i < 4; ++i)
       for (int k = 0; k < 3; ++k) p[i][k] = m.points_xyz[3 * int64_t{m.tets[4 * t + i]} + k];
