@@ -23,6 +23,7 @@ using fresnel::testing::TestGpu;
 using testing::ChordBox;
 using testing::D3;
 using testing::FreshSeed;
+using testing::MaxAbsDiff;
 using testing::OpticalDepth;
 using testing::RandomCamera;
 using testing::RayOf;
@@ -69,13 +70,6 @@ std::string WorstPixel(const HostArray& a, const HostArray& b) {
      << " " << pa[1] << " " << pa[2] << " " << pa[3] << " cpu " << pb[0] << " " << pb[1] << " "
      << pb[2] << " " << pb[3];
   return os.str();
-}
-
-double MaxAbsDiff(const HostArray& a, const HostArray& b) {
-  double m = 0;
-  for (int64_t i = 0; i < a.size(); ++i)
-    m = std::max(m, std::fabs(double{a.data<float>()[i]} - b.data<float>()[i]));
-  return m;
 }
 
 TEST_CASE("GPU vs CPU: Blunt Fin, PSNR >= 40 dB", "[volume][gpu]") {

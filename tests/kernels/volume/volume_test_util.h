@@ -95,6 +95,14 @@ inline Camera RandomCamera(const MeshReport& r, int width, int height, std::mt19
   return OrbitCamera(r.bounds_min, r.bounds_max, az(rng), el(rng), width, height, 35);
 }
 
+// max |a − b| over two float32 images of equal shape.
+inline double MaxAbsDiff(const HostArray& a, const HostArray& b) {
+  double m = 0;
+  for (int64_t i = 0; i < a.size(); ++i)
+    m = std::max(m, std::fabs(double{a.data<float>()[i]} - b.data<float>()[i]));
+  return m;
+}
+
 inline uint64_t FreshSeed() { return std::random_device{}(); }
 
 // The chord through every tetrahedron summed, for absorption-only references on small meshes.

@@ -144,6 +144,7 @@ struct RenderStats {
   int64_t warp_chunks = 0;    // CUDA: 512-pixel chunks of large tetrahedra, a warp each
   int num_blocks = 0;
   int passes = 0;             // CUDA: record passes (RenderOptions::max_pass_records)
+  int64_t walk_fallbacks = 0; // CPU: walks continued by a neighbourhood search
   // CUDA: bytes of per-frame device buffers at their peak, plus the mesh's persistent buffers.
   int64_t peak_device_bytes = 0;
   Compositing compositing = Compositing::kAuto;  // the one used
