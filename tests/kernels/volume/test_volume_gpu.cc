@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -74,13 +75,8 @@ std::string WorstPixel(const HostArray& a, const HostArray& b) {
 
 TEST_CASE("GPU vs CPU: Blunt Fin, PSNR >= 40 dB", "[volume][gpu]") {
   if (SkipWithoutGpu()) return;
-  const std::string fin = fresnel::testing::DataPath("volume/bluntfin_tets.vtk");
-  if (fin.empty()) {
-    WARN("shared data missing: skipping");
-    return;
-  }
-  auto m = ReadVtk(fin);
-  REQUIRE(m.ok());
+  std::optional<TetMesh> m = testing::LoadBluntFin();
+  if (!m) return;
   Pair p = Upload(*m);
   const MeshReport& r = p.gpu->report();
   std::mt19937_64 rng(FreshSeed());

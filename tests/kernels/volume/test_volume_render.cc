@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -263,13 +264,8 @@ TEST_CASE("the face-to-face walk equals brute force (emission, non-convex)", "[v
 // (seen first as GPU-vs-CPU differences of 0.6 at a few pixels). The pixels around two such
 // rays of this view must now match brute force.
 TEST_CASE("the walk enters Blunt Fin through grazed boundary slivers", "[volume]") {
-  const std::string fin = fresnel::testing::DataPath("volume/bluntfin_tets.vtk");
-  if (fin.empty()) {
-    WARN("shared data missing: skipping");
-    return;
-  }
-  auto m = ReadVtk(fin);
-  REQUIRE(m.ok());
+  std::optional<TetMesh> m = testing::LoadBluntFin();
+  if (!m) return;
   auto dm = CpuMesh(*m);
   const MeshReport& r = dm->report();
   const Camera cam = OrbitCamera(r.bounds_min, r.bounds_max, 146.4f, 5.0f, 384, 256, 35);
@@ -360,13 +356,8 @@ TEST_CASE("CPU partial frames: 16 and 64 hash blocks, same image", "[volume]") {
 }
 
 TEST_CASE("Blunt Fin renders on the CPU", "[volume]") {
-  const std::string fin = fresnel::testing::DataPath("volume/bluntfin_tets.vtk");
-  if (fin.empty()) {
-    WARN("shared data missing: skipping");
-    return;
-  }
-  auto m = ReadVtk(fin);
-  REQUIRE(m.ok());
+  std::optional<TetMesh> m = testing::LoadBluntFin();
+  if (!m) return;
   auto dm = CpuMesh(*m);
   CHECK(dm->report().degenerate_tets >= 77);
   const auto& r = dm->report();

@@ -2,15 +2,20 @@
 // boxes in float64, and random cameras around a mesh.
 #pragma once
 
+#include <catch2/catch.hpp>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "fresnel/volume/mesh.h"
 #include "fresnel/volume/render.h"
+#include "support/test_support.h"
 
 namespace fresnel::volume::testing {
 
@@ -101,6 +106,19 @@ inline double MaxAbsDiff(const HostArray& a, const HostArray& b) {
   for (int64_t i = 0; i < a.size(); ++i)
     m = std::max(m, std::fabs(double{a.data<float>()[i]} - b.data<float>()[i]));
   return m;
+}
+
+// Blunt Fin from ../shared/data, or nullopt after a WARN when the data is absent (the caller
+// then skips).
+inline std::optional<TetMesh> LoadBluntFin() {
+  const std::string path = fresnel::testing::DataPath("volume/bluntfin_tets.vtk");
+  if (path.empty()) {
+    WARN("shared data missing: skipping");
+    return std::nullopt;
+  }
+  auto m = ReadVtk(path);
+  REQUIRE(m.ok());
+  return std::move(*m);
 }
 
 inline uint64_t FreshSeed() { return std::random_device{}(); }
