@@ -304,7 +304,10 @@ TEST_CASE("the image does not depend on tetrahedron or vertex order", "[volume]"
   const TransferFunction tf = DefaultTransferFunction(0, 1, 6.0f);
   const Camera cam = RandomCamera(a->report(), 64, 48, rng);
   const HostArray ia = RenderImage(*a, tf, cam), ib = RenderImage(*b, tf, cam);
-  CHECK(MaxAbsDiff(ia, ib) < 2e-5);
+  // Vertex order changes the rounding of each intersection (faces are built from other corners),
+  // so the images agree to float rounding (seen up to 3e-5), not bit for bit.
+  CHECK(MaxAbsDiff(ia, ib) < 1e-4);
+  CHECK(ImagePsnrDb(ia, ib) > 90);
   double alpha_sum = 0;
   for (int64_t i = 3; i < ia.size(); i += 4) alpha_sum += ia.data<float>()[i];
   CHECK(alpha_sum > 100);  // the view is not empty
