@@ -110,7 +110,7 @@ struct RenderOptions {
   // 24 bytes each); a block never splits. This bounds the frame's device memory.
   int64_t max_pass_records = int64_t{1} << 27;
   // CUDA: a block needing more records fails with ResourceExhausted (use more hash blocks).
-  int64_t max_block_records = int64_t{1} << 30;
+  int64_t max_block_records = int64_t{1} << 30;  // at most 2^31 - 1
   // The image as uint8 RGBA [h, w, 4] (CUDA converts on the device: a quarter of the copy).
   bool rgba8 = false;
 };
