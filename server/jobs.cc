@@ -173,12 +173,14 @@ absl::StatusOr<JobStore::Submitted> JobStore::Submit(JobSpec spec) {
   job->method = std::move(spec.rpc_method);
   job->preference = spec.preference;
   job->device_bytes = spec.device_bytes;
-  job->run = [this, id, run = std::move(spec.run)](const Device& device,
-                                                   StageTimes* times) -> absl::Status {
+  const Job* self = job.get();  // outlives its run function
+  job->run = [this, id, self, run = std::move(spec.run)](const Device& device,
+                                                         StageTimes* times) -> absl::Status {
     if (!MarkRunning(id, device)) return absl::CancelledError("cancelled before it started");
-    JobProgressFn progress = [this, id](const std::string& stage, double stage_fraction,
-                                        double overall) {
-      return Progress(id, stage, stage_fraction, overall);
+    // Stops when the job's client cancels it and when the pool cancels it (drain timeout).
+    JobProgressFn progress = [this, id, self](const std::string& stage, double stage_fraction,
+                                              double overall) {
+      return Progress(id, stage, stage_fraction, overall) && !self->cancelled();
     };
     absl::StatusOr<std::shared_ptr<const JobOutput>> output = run(device, times, progress);
     if (!output.ok()) return output.status();

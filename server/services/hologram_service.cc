@@ -113,10 +113,15 @@ std::shared_ptr<Job> MakeRenderJob(std::shared_ptr<RenderWork> work, const holog
   job->deadline = deadline;
   job->device_bytes =
       HologramDeviceBytes(work->options, static_cast<int64_t>(work->points.size()));
-  job->run = [work, limits, kernel_errors_as_data](const Device& device,
-                                                   StageTimes* times) -> absl::Status {
-    absl::StatusOr<hologram::HologramResult> r = hologram::ComputeHologram(
-        device, work->points, OptionsForDevice(work->options, device), times, limits);
+  // The job outlives its run function, so the render may poll it: a cancelled (or timed-out)
+  // request stops between rows / point batches and frees its worker.
+  const Job* self = job.get();
+  job->run = [work, limits, kernel_errors_as_data, self](const Device& device,
+                                                         StageTimes* times) -> absl::Status {
+    hologram::HologramOptions options = OptionsForDevice(work->options, device);
+    options.should_stop = [self] { return self->cancelled(); };
+    absl::StatusOr<hologram::HologramResult> r =
+        hologram::ComputeHologram(device, work->points, options, times, limits);
     hologram::PointCloud().swap(work->points);  // free the cloud before the reply is built
     if (!r.ok()) {
       if (!kernel_errors_as_data) return r.status();
