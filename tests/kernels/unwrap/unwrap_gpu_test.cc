@@ -409,7 +409,10 @@ TEST_CASE("GPU weighted least squares agrees with the CPU", "[unwrap][gpu]") {
               << cpu->residual << "), GPU " << gpu->iterations << " (residual " << gpu->residual
               << "), max |phi_gpu - phi_cpu| = " << worst << " rad");
     CHECK(gpu->residual <= o.tolerance);
-    CHECK(std::abs(gpu->iterations - cpu->iterations) <= 3);
+    // float32 PCG (double reductions) against float64: the iteration counts drift apart on some
+    // inputs (H200, 2026-12-01: 36 vs 31 at 256x256, seed 17838921495886241772, with the phases
+    // still within 0.036 rad), so allow a fifth of the CPU's count, at least 3.
+    CHECK(std::abs(gpu->iterations - cpu->iterations) <= std::max(3, cpu->iterations / 5));
     CHECK(worst < 0.05);
     o.congruent = true;
     auto cpu_c = UnwrapLeastSquares(Device::Cpu(), patch.data.wrapped, o);
