@@ -1,0 +1,296 @@
+// fresnel_bench_transport: the transport ceiling. Starts, in this process, a bare gRPC echo
+// server (echo.proto: same build, same channel arguments, Fresnel's message shapes) and a
+// fresneld (FresnelServer, the very server main() starts), then for each payload size measures
+// payload bytes sent + received per second over loopback:
+//
+//   unary   echo: Echo.Unary with one NdArray;   Fresnel: Upfirdn (float32, one tap 1.0, up 1,
+//           down 1: the answer is as large as the question and the compute is negligible)
+//   stream  echo: Echo.Stream with ArrayChunks;  Fresnel: ResampleStream (same filter) through
+//           fresnel::Client, both in --chunk-mib chunks
+//   memcpy  one copy of the payload (bytes copied per second), the host's own ceiling
+//
+// and prints a table (median of --reps runs after one warm-up), or with --json one object per row:
+// {"bytes", "path", "echo_gbps", "fresnel_gbps", "ratio", "memcpy_gbps"}.
+//
+//   fresnel_bench_transport [--sizes 1,64,1024] [--reps 5] [--chunk-mib 4] [--gpus all|none]
+//                           [--json]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "echo.grpc.pb.h"
+#include "fresnel/client/client.h"
+#include "fresnel/v1/array_convert.h"
+#include "fresnel/v1/wire_limits.h"
+#include "grpcpp/grpcpp.h"
+#include "server/config.h"
+#include "server/server.h"
+
+namespace fresnel::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Largest message either side accepts: room for a 1 GiB payload in one unary call.
+constexpr int64_t kMessageCap = (int64_t{3} << 29);  // 1.5 GiB
+
+class EchoService final : public Echo::CallbackService {
+  grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* context,
+                                  const v1::NdArray* request, v1::NdArray* response) override {
+    // The answer takes the request's bytes without a copy, as Fresnel's handlers take x.
+    response->set_dtype(request->dtype());
+    *response->mutable_shape() = request->shape();
+    response->mutable_data()->swap(*const_cast<v1::NdArray*>(request)->mutable_data());
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+
+  class StreamEcho : public grpc::ServerBidiReactor<v1::ArrayChunk, v1::ArrayChunk> {
+   public:
+    StreamEcho() { StartRead(&in_); }
+    void OnReadDone(bool ok) override {
+      if (!ok) {
+        Finish(grpc::Status::OK);
+        return;
+      }
+      out_.Swap(&in_);
+      StartWrite(&out_);
+    }
+    void OnWriteDone(bool ok) override {
+      if (!ok) {
+        Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "write failed"));
+        return;
+      }
+      StartRead(&in_);
+    }
+    void OnDone() override { delete this; }
+
+   private:
+    v1::ArrayChunk in_, out_;
+  };
+
+  grpc::ServerBidiReactor<v1::ArrayChunk, v1::ArrayChunk>* Stream(
+      grpc::CallbackServerContext*) override {
+    return new StreamEcho();
+  }
+};
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// Seconds of `fn` (which returns false on failure), median of `reps` after one warm-up.
+template <class F>
+double Time(int reps, F&& fn) {
+  std::vector<double> t;
+  for (int r = 0; r <= reps; ++r) {
+    const Clock::time_point start = Clock::now();
+    if (!fn()) return -1;
+    if (r > 0) t.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  return Median(t);
+}
+
+struct Options {
+  std::vector<int64_t> sizes_mib = {1, 64, 1024};
+  int reps = 5;
+  int64_t chunk_mib = 4;
+  std::string gpus = "all";
+  bool json = false;
+};
+
+int Run(const Options& o) {
+  // The echo server, with the channel arguments fresneld uses.
+  EchoService echo;
+  grpc::ServerBuilder builder;
+  int echo_port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &echo_port);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(kMessageCap));
+  builder.SetMaxSendMessageSize(static_cast<int>(kMessageCap));
+  builder.RegisterService(&echo);
+  std::unique_ptr<grpc::Server> echo_server = builder.BuildAndStart();
+  if (!echo_server || echo_port == 0) {
+    std::fprintf(stderr, "cannot start the echo server\n");
+    return 1;
+  }
+  server::ServerConfig config;
+  config.listen = "127.0.0.1:0";
+  config.metrics = "off";
+  config.gpus = o.gpus;
+  config.max_message_bytes = kMessageCap;
+  config.max_output_samples = kMessageCap;
+  auto fresneld = server::FresnelServer::Start(config);
+  if (!fresneld.ok()) {
+    std::fprintf(stderr, "cannot start fresneld: %s\n", fresneld.status().ToString().c_str());
+    return 1;
+  }
+
+  // Clients with the same channel arguments (fresnel::Client's).
+  grpc::ChannelArguments args;
+  args.SetMaxSendMessageSize(static_cast<int>(kMessageCap));
+  args.SetMaxReceiveMessageSize(static_cast<int>(kMessageCap));
+  auto echo_channel = grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", echo_port),
+                                                grpc::InsecureChannelCredentials(), args);
+  std::unique_ptr<Echo::Stub> stub = Echo::NewStub(echo_channel);
+  ClientOptions client_options;
+  client_options.address = absl::StrCat("127.0.0.1:", (*fresneld)->port());
+  client_options.max_message_bytes = kMessageCap;
+  auto client = Client::Connect(client_options);
+  if (!client.ok()) {
+    std::fprintf(stderr, "cannot connect: %s\n", client.status().ToString().c_str());
+    return 1;
+  }
+  const int64_t chunk_bytes = o.chunk_mib << 20;
+
+  if (!o.json) {
+    std::printf("%-10s %-7s %12s %14s %8s %12s\n", "payload", "path", "echo GB/s", "fresnel GB/s",
+                "ratio", "memcpy GB/s");
+  }
+  for (int64_t mib : o.sizes_mib) {
+    const int64_t bytes = mib << 20;
+    const int64_t samples = bytes / 4;
+    HostArray x(DType::kFloat32, {samples});
+    for (int64_t i = 0; i < samples; ++i) x.data<float>()[i] = static_cast<float>(i % 977) * 1e-3f;
+    std::string copy(static_cast<size_t>(bytes), '\0');
+    const double memcpy_s = Time(o.reps, [&] {
+      std::memcpy(copy.data(), x.bytes().data(), static_cast<size_t>(bytes));
+      return true;
+    });
+    const double memcpy_gbps = static_cast<double>(bytes) / memcpy_s / 1e9;
+
+    // unary
+    v1::NdArray wire;
+    ToProto(x, &wire);
+    const double echo_unary_s = Time(o.reps, [&] {
+      grpc::ClientContext ctx;
+      v1::NdArray back;
+      grpc::Status st = stub->Unary(&ctx, wire, &back);
+      return st.ok() && static_cast<int64_t>(back.data().size()) == bytes;
+    });
+    v1::UpfirdnRequest request;
+    *request.mutable_x() = wire;
+    HostArray one(DType::kFloat64, {1});
+    one.data<double>()[0] = 1.0;
+    ToProto(one, request.mutable_taps());
+    request.set_up(1);
+    request.set_down(1);
+    std::string error;
+    const double fresnel_unary_s = Time(o.reps, [&] {
+      auto r = (*client)->Upfirdn(request);
+      if (!r.ok()) error = r.status().ToString();
+      return r.ok() && static_cast<int64_t>(r->y().data().size()) == bytes;
+    });
+
+    // stream, in chunks
+    const double echo_stream_s = Time(o.reps, [&] {
+      grpc::ClientContext ctx;
+      auto stream = stub->Stream(&ctx);
+      std::thread writer([&] {
+        v1::ArrayChunk chunk;
+        for (int64_t off = 0; off < bytes; off += chunk_bytes) {
+          chunk.set_offset_bytes(off);
+          chunk.set_total_bytes(bytes);
+          chunk.set_data(x.bytes().data() + off,
+                         static_cast<size_t>(std::min(chunk_bytes, bytes - off)));
+          if (!stream->Write(chunk)) break;
+        }
+        stream->WritesDone();
+      });
+      int64_t got = 0;
+      v1::ArrayChunk back;
+      while (stream->Read(&back)) got += static_cast<int64_t>(back.data().size());
+      writer.join();
+      return stream->Finish().ok() && got == bytes;
+    });
+    v1::ResampleStreamConfig stream_config;
+    v1::UpfirdnRequest* up = stream_config.mutable_upfirdn();
+    *up->mutable_taps() = request.taps();
+    up->set_up(1);
+    up->set_down(1);
+    up->mutable_x()->set_dtype(v1::FLOAT32);
+    up->mutable_x()->add_shape(1);
+    up->mutable_x()->add_shape(0);
+    const double fresnel_stream_s = Time(o.reps, [&] {
+      auto r = (*client)->ResampleStream(stream_config, x, chunk_bytes / 4);
+      if (!r.ok()) error = r.status().ToString();
+      return r.ok() && r->size() == samples;
+    });
+    if (!error.empty()) std::fprintf(stderr, "fresnel: %s\n", error.c_str());
+
+    struct Row {
+      const char* path;
+      double echo_s, fresnel_s;
+    };
+    for (const Row& row : {Row{"unary", echo_unary_s, fresnel_unary_s},
+                           Row{"stream", echo_stream_s, fresnel_stream_s}}) {
+      // Payload sent plus received.
+      const double moved = 2.0 * static_cast<double>(bytes);
+      const double echo_gbps = row.echo_s > 0 ? moved / row.echo_s / 1e9 : 0;
+      const double fresnel_gbps = row.fresnel_s > 0 ? moved / row.fresnel_s / 1e9 : 0;
+      const double ratio = echo_gbps > 0 ? fresnel_gbps / echo_gbps : 0;
+      if (o.json) {
+        std::printf("{\"bytes\": %lld, \"path\": \"%s\", \"echo_gbps\": %.4f, \"fresnel_gbps\": "
+                    "%.4f, \"ratio\": %.4f, \"memcpy_gbps\": %.3f}\n",
+                    static_cast<long long>(bytes), row.path, echo_gbps, fresnel_gbps, ratio,
+                    memcpy_gbps);
+      } else {
+        std::printf("%-10s %-7s %12.3f %14.3f %8.3f %12.2f\n", absl::StrCat(mib, " MiB").c_str(),
+                    row.path, echo_gbps, fresnel_gbps, ratio, memcpy_gbps);
+      }
+      if (row.echo_s < 0 || row.fresnel_s < 0) {
+        std::fprintf(stderr, "a %s call failed at %lld MiB\n", row.path,
+                     static_cast<long long>(mib));
+        return 1;
+      }
+    }
+    std::fflush(stdout);
+  }
+  (*fresneld)->Shutdown();
+  echo_server->Shutdown();
+  return 0;
+}
+
+}  // namespace
+}  // namespace fresnel::bench
+
+int main(int argc, char** argv) {
+  fresnel::bench::Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    const bool has_value = i + 1 < argc;
+    if (k == "--json") {
+      o.json = true;
+    } else if (k == "--sizes" && has_value) {
+      o.sizes_mib.clear();
+      for (absl::string_view s : absl::StrSplit(argv[++i], ',')) {
+        int64_t v = 0;
+        if (!absl::SimpleAtoi(s, &v) || v <= 0 || v > 1024) {
+          std::fprintf(stderr, "--sizes: MiB values in 1..1024\n");
+          return 2;
+        }
+        o.sizes_mib.push_back(v);
+      }
+    } else if (k == "--reps" && has_value) {
+      o.reps = std::max(1, std::atoi(argv[++i]));
+    } else if (k == "--chunk-mib" && has_value) {
+      o.chunk_mib = std::clamp<int64_t>(std::atoi(argv[++i]), 1, 60);
+    } else if (k == "--gpus" && has_value) {
+      o.gpus = argv[++i];
+    } else {
+      std::fprintf(stderr,
+                   "usage: fresnel_bench_transport [--sizes 1,64,1024] [--reps 5] "
+                   "[--chunk-mib 4] [--gpus all|none] [--json]\n");
+      return 2;
+    }
+  }
+  return fresnel::bench::Run(o);
+}
