@@ -1,0 +1,998 @@
+// CUDA backend of fusion::Volume. Same layout and per-element math as the CPU oracle
+// (fusion_math.h); this file adds the parallel allocation (atomicCAS on hash keys, free-list
+// positions by atomicAdd), the block-level select-and-update integration, the ICP reduction whose
+// last block solves the 6x6 system (no host round trip in the ICP loop) and deterministic mesh
+// extraction (bricks sorted by key, per-brick block scans). Built with -fmad=false so that float
+// results equal the CPU's.
+#include <cuda_runtime.h>
+
+#include <cub/cub.cuh>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/cuda_util.cuh"
+#include "fresnel/core/status.h"
+#include "fusion/fusion_internal.h"
+
+namespace fresnel::fusion {
+namespace {
+
+using namespace detail;  // NOLINT: the backend is written in terms of the shared math.
+using cuda::DeviceBuffer;
+using cuda::StreamOf;
+
+constexpr int kThreads = 256;
+constexpr int kMcThreads = 512;  // one thread per cell of a brick
+constexpr int kMaxIcpBlocks = 1024;
+
+// ---------------------------------------------------------------------------------------------
+// Frame preparation
+
+__global__ void BeginKernel(TrackState* s, FrameParams p, int tracking) {
+  s->prior = p.prior;
+  s->has_prior = p.has_prior;
+  s->has_fixed = p.has_fixed;
+  s->prior_weight = p.prior_weight;
+  s->blocks_done = 0;
+  BeginFrame(s, tracking);
+}
+
+__global__ void PrepareDepthKernel(const void* raw, bool is_float, float scale_inv, int n,
+                                   float mn, float mx, float* depth) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) depth[i] = RawDepth(raw, is_float, scale_inv, i, mn, mx);
+}
+
+__global__ void BilateralKernel(const float* src, int w, int h, float* dst) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < w * h) dst[i] = BilateralDepth(src, w, h, i % w, i / w);
+}
+
+__global__ void DownsampleKernel(const float* src, int sw, int sh, float* dst, int dw, int dh) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= dw * dh) return;
+  dst[i] = DownsampleDepth(src, sw, sh, i % dw, i / dw);
+}
+
+__global__ void VertexNormalKernel(const float* depth, CameraF c, F4* vtx, F4* nrm,
+                                   TrackState* s, int count) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  int valid = 0;
+  if (i < c.width * c.height) {
+    V3 p, n;
+    if (VertexNormal(depth, c, i % c.width, i / c.width, &p, &n)) {
+      vtx[i] = F4{p.x, p.y, p.z, 1};
+      nrm[i] = F4{n.x, n.y, n.z, 0};
+      valid = 1;
+    } else {
+      vtx[i].w = 0;
+    }
+  }
+  if (count) {
+    int total = __syncthreads_count(valid);
+    if (threadIdx.x == 0 && total > 0) atomicAdd(&s->valid_pixels, total);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// ICP: per-pixel terms, warp shuffles, one double atomicAdd per sum and block, and the last block
+// to finish solves and updates the pose in TrackState.
+
+__global__ void __launch_bounds__(kThreads) IcpKernel(const F4* vtx, const F4* nrm, int n,
+                                                      CameraF cam0, const F4* mv, const F4* mn,
+                                                      IcpParams ip, TrackState* s, int level,
+                                                      double* partials) {
+  if (s->converged[level]) return;
+  const PoseF T = s->T_wc;
+  const PoseF M = s->model_T_cw;
+  float acc[kIcpSums];
+  for (int k = 0; k < kIcpSums; ++k) acc[k] = 0;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    F4 p = vtx[i];
+    if (p.w <= 0) continue;
+    F4 q = nrm[i];
+    float J[6], r;
+    if (IcpTerm(V3{p.x, p.y, p.z}, V3{q.x, q.y, q.z}, T, M, cam0, mv, mn, ip, J, &r))
+      AccumulateIcp(J, r, acc);
+  }
+  __shared__ float part[kThreads / 32][kIcpSums];
+  __shared__ bool last;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int k = 0; k < kIcpSums; ++k) {
+    float v = acc[k];
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
+    if (lane == 0) part[warp][k] = v;
+  }
+  __syncthreads();
+  if (threadIdx.x < kIcpSums) {
+    double t = 0;
+    for (int w = 0; w < kThreads / 32; ++w) t += part[w][threadIdx.x];
+    partials[blockIdx.x * kIcpSums + threadIdx.x] = t;
+  }
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(&s->blocks_done, 1) == static_cast<int>(gridDim.x) - 1;
+  __syncthreads();
+  if (!last) return;
+  // The last block sums the block partials in block order (deterministic, so a restored snapshot
+  // tracks bit for bit like the original) and thread 0 solves.
+  __shared__ double sums[kIcpSums];
+  __threadfence();
+  if (threadIdx.x < kIcpSums) {
+    volatile const double* p = partials;
+    double t = 0;
+    for (unsigned b = 0; b < gridDim.x; ++b) t += p[b * kIcpSums + threadIdx.x];
+    sums[threadIdx.x] = t;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    s->blocks_done = 0;
+    IcpSolveStep(s, sums, level, kMinInliers);
+  }
+}
+
+__global__ void FinishKernel(TrackState* s, int integrate) {
+  FinishTracking(s);
+  if (!integrate) s->integrate = 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Allocation
+
+__device__ void InsertPending(uint64_t* keys, int32_t* vals, uint32_t mask, uint64_t key,
+                              Counters* c, int32_t* new_slots, int cap) {
+  uint32_t h = HashKey(key) & mask;
+  for (uint32_t i = 0; i <= mask; ++i) {
+    uint64_t k = *reinterpret_cast<volatile uint64_t*>(&keys[h]);
+    if (k == key) return;
+    if (k == kEmptyKey) {
+      unsigned long long old = atomicCAS(reinterpret_cast<unsigned long long*>(&keys[h]),
+                                         static_cast<unsigned long long>(kEmptyKey),
+                                         static_cast<unsigned long long>(key));
+      if (old == kEmptyKey) {
+        vals[h] = kPendingBrick;
+        int pos = atomicAdd(&c->new_count, 1);
+        if (pos < cap) {
+          new_slots[pos] = static_cast<int32_t>(h);
+        } else {
+          keys[h] = kTombKey;
+          atomicAdd(&c->tombstones, 1);
+          atomicAdd(&c->dropped, 1);
+        }
+        return;
+      }
+      if (old == key) return;
+    }
+    h = (h + 1) & mask;
+  }
+  atomicAdd(&c->dropped, 1);
+}
+
+struct PendingInserter {
+  uint64_t* keys;
+  int32_t* vals;
+  uint32_t mask;
+  Counters* c;
+  int32_t* new_slots;
+  int cap;
+  __device__ void operator()(uint64_t key) { InsertPending(keys, vals, mask, key, c, new_slots, cap); }
+};
+
+__global__ void AllocKernel(const float* depth, CameraF cam, TrackState* s, VolumeView v,
+                            Counters* c, int32_t* new_slots, int cap) {
+  if (!s->integrate) return;
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= cam.width * cam.height) return;
+  float d = depth[i];
+  if (d <= 0) return;
+  PendingInserter ins{v.keys, v.vals, v.slot_mask, c, new_slots, cap};
+  const PoseF T = s->T_wc;
+  ForEachBandBrick(cam, T, i % cam.width, i / cam.width, d, v.mu, v.voxel_size, ins);
+}
+
+__device__ void SetOctreeDevice(const VolumeView& v, uint64_t key, Counters* c) {
+  I3 b = UnpackKey(key);
+  uint64_t tk = PackKey(TopCell(b));
+  uint32_t h = HashKey(tk) & v.top_mask;
+  for (uint32_t i = 0; i <= v.top_mask; ++i) {
+    uint64_t k = *reinterpret_cast<volatile uint64_t*>(&v.top_keys[h]);
+    bool found = k == tk;
+    if (!found && k == kEmptyKey) {
+      unsigned long long old = atomicCAS(reinterpret_cast<unsigned long long*>(&v.top_keys[h]),
+                                         static_cast<unsigned long long>(kEmptyKey),
+                                         static_cast<unsigned long long>(tk));
+      found = old == kEmptyKey || old == tk;
+    }
+    if (found) {
+      int mb = MidBit(b);
+      atomicOr(reinterpret_cast<unsigned long long*>(&v.top_masks[h]), 1ull << mb);
+      atomicOr(reinterpret_cast<unsigned long long*>(&v.top_mids[static_cast<int64_t>(h) * 64 + mb]),
+               1ull << BrickBit(b));
+      return;
+    }
+    h = (h + 1) & v.top_mask;
+  }
+  c->octree_overflow = 1;
+}
+
+// Block per new brick: take the free-list entry at used + i, zero the brick, publish the index.
+__global__ void AssignKernel(VolumeView v, Counters* c, const int32_t* new_slots,
+                             const int32_t* free_list, int cap) {
+  const int n = min(c->new_count, cap);
+  const int used = c->used;
+  for (int i = blockIdx.x; i < n; i += gridDim.x) {
+    const int slot = new_slots[i];
+    const int pos = used + i;
+    if (pos >= cap) {
+      if (threadIdx.x == 0) {
+        v.keys[slot] = kTombKey;
+        v.vals[slot] = -1;
+        atomicAdd(&c->tombstones, 1);
+        atomicAdd(&c->dropped, 1);
+      }
+      continue;
+    }
+    const int bi = free_list[pos];
+    const int64_t base = static_cast<int64_t>(bi) * kBrickVoxels;
+    for (int li = threadIdx.x; li < kBrickVoxels; li += blockDim.x) {
+      v.voxels[base + li] = Voxel{0, 0};
+      if (v.colors != nullptr) v.colors[base + li] = Color4{0, 0, 0, 0};
+    }
+    if (threadIdx.x == 0) {
+      const uint64_t key = v.keys[slot];
+      v.vals[slot] = bi;
+      v.brick_keys[bi] = key;
+      atomicMax(&c->hwm, bi + 1);
+      SetOctreeDevice(v, key, c);
+    }
+  }
+}
+
+__global__ void CommitKernel(Counters* c, int cap) {
+  int n = min(c->new_count, cap);
+  int take = min(n, cap - c->used);
+  c->used += take;
+  c->new_count = 0;
+  c->visible = 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Integration: one block per brick (grid-stride over the pool up to the high-water mark read on
+// the device), frustum test, then every stored voxel (core + apron) updated.
+
+__global__ void __launch_bounds__(kThreads) IntegrateKernel(VolumeView v, Counters* c,
+                                                            TrackState* s, FrameView f,
+                                                            int32_t* visible) {
+  if (!s->integrate) return;
+  const PoseF T = s->T_cw;
+  const int hwm = c->hwm;
+  for (int bi = blockIdx.x; bi < hwm; bi += gridDim.x) {
+    const uint64_t key = v.brick_keys[bi];
+    if (key == kEmptyKey) continue;
+    const I3 b = UnpackKey(key);
+    if (!BrickVisible(b, T, f, v.voxel_size, v.mu)) continue;
+    if (threadIdx.x == 0) visible[atomicAdd(&c->visible, 1)] = bi;
+    const int64_t base = static_cast<int64_t>(bi) * kBrickVoxels;
+    for (int li = threadIdx.x; li < kBrickVoxels; li += blockDim.x)
+      IntegrateVoxel(&v.voxels[base + li], v.colors != nullptr ? &v.colors[base + li] : nullptr,
+                     VoxelWorld(b, li, v.voxel_size), T, f, v.mu, v.max_weight);
+  }
+}
+
+__global__ void ApronKernel(VolumeView v, const Counters* c, const TrackState* s,
+                            const int32_t* visible) {
+  if (!s->integrate) return;
+  __shared__ int32_t nb[8];
+  const int n = c->visible;
+  for (int i = blockIdx.x; i < n; i += gridDim.x) {
+    const int32_t bi = visible[i];
+    if (threadIdx.x < 8) {
+      const I3 b = UnpackKey(v.brick_keys[bi]);
+      nb[threadIdx.x] =
+          threadIdx.x == 0 ? bi : FindBrick(v, PackKey(NeighbourBrick(b, threadIdx.x)));
+    }
+    __syncthreads();
+    for (int li = threadIdx.x; li < kBrickVoxels; li += blockDim.x) RefreshApronVoxel(v, bi, nb, li);
+    __syncthreads();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Raycasting
+
+// Model maps for the next frame's ICP from the pose in TrackState (or an explicit pose).
+__global__ void RaycastModelKernel(VolumeView v, const Counters* c, TrackState* s, CameraF cam,
+                                   float mn, float mx, F4* model_v, F4* model_n, int use_state,
+                                   PoseF explicit_pose) {
+  if (use_state && !s->integrate) return;
+  const PoseF T = use_state ? s->T_wc : explicit_pose;
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (use_state && i == 0) {
+    s->model_T_wc = s->T_wc;
+    s->model_T_cw = s->T_cw;
+    s->has_model = 1;
+  }
+  if (i >= cam.width * cam.height) return;
+  PixelHit p = RaycastPixel(v, c->octree_overflow == 0, T, cam, i % cam.width, i / cam.width, mn, mx);
+  model_v[i] = F4{p.point_w.x, p.point_w.y, p.point_w.z, p.hit ? 1.0f : 0.0f};
+  model_n[i] = F4{p.normal_w.x, p.normal_w.y, p.normal_w.z, 0};
+}
+
+__global__ void RenderKernel(VolumeView v, const Counters* c, PoseF T, CameraF cam, float mn,
+                             float mx, int mode, float* out_f, uint8_t* out_u8) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= cam.width * cam.height) return;
+  PixelHit p = RaycastPixel(v, c->octree_overflow == 0, T, cam, i % cam.width, i / cam.width, mn, mx);
+  switch (mode) {
+    case 0: out_f[i] = p.depth_z; break;
+    case 1:
+      out_f[3 * i] = p.hit ? p.normal_w.x : 0.0f;
+      out_f[3 * i + 1] = p.hit ? p.normal_w.y : 0.0f;
+      out_f[3 * i + 2] = p.hit ? p.normal_w.z : 0.0f;
+      break;
+    case 2: out_u8[i] = p.hit ? ShadeValue(p.normal_w, p.dir_w) : 0; break;
+    default:
+      out_u8[3 * i] = p.hit ? p.color.r : 0;
+      out_u8[3 * i + 1] = p.hit ? p.color.g : 0;
+      out_u8[3 * i + 2] = p.hit ? p.color.b : 0;
+      break;
+  }
+}
+
+__global__ void SampleKernel(VolumeView v, const float* pts, int n, float* out_f, int* out_ok) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float inv = 1.0f / v.voxel_size;
+  BrickCache cache{kEmptyKey, -1};
+  float f = 0;
+  bool ok = SampleTsdf(v, V3{pts[3 * i] * inv, pts[3 * i + 1] * inv, pts[3 * i + 2] * inv}, &cache,
+                       &f, nullptr, nullptr);
+  out_f[i] = ok ? f : 0.0f;
+  out_ok[i] = ok ? 1 : 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Mesh extraction
+
+__global__ void CollectKernel(const uint64_t* brick_keys, int hwm, uint64_t* keys_out,
+                              int32_t* idx_out, int* count) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= hwm || brick_keys[i] == kEmptyKey) return;
+  int pos = atomicAdd(count, 1);
+  keys_out[pos] = brick_keys[i];
+  idx_out[pos] = i;
+}
+
+__device__ int CellCount(const Voxel* brick, int cell, float span) {
+  float c[8];
+  if (!LoadCell(brick, cell & 7, (cell >> 3) & 7, cell >> 6, span, c)) return 0;
+  CellCounter counter;
+  return CellTriangles(c, counter);
+}
+
+__global__ void __launch_bounds__(kMcThreads) McCountKernel(const Voxel* voxels,
+                                                            const int32_t* bricks,
+                                                            int64_t* counts, float span) {
+  using Reduce = cub::BlockReduce<int, kMcThreads>;
+  __shared__ typename Reduce::TempStorage tmp;
+  const Voxel* brick = voxels + static_cast<int64_t>(bricks[blockIdx.x]) * kBrickVoxels;
+  int n = CellCount(brick, threadIdx.x, span);
+  int total = Reduce(tmp).Sum(n);
+  if (threadIdx.x == 0) counts[blockIdx.x] = total;
+}
+
+__global__ void __launch_bounds__(kMcThreads) McWriteKernel(VolumeView v, const uint64_t* keys,
+                                                            const int32_t* bricks,
+                                                            const int64_t* offsets, MeshOut out) {
+  using Scan = cub::BlockScan<int, kMcThreads>;
+  __shared__ typename Scan::TempStorage tmp;
+  const int64_t base = static_cast<int64_t>(bricks[blockIdx.x]) * kBrickVoxels;
+  const Voxel* brick = v.voxels + base;
+  const int cell = threadIdx.x;
+  const int x = cell & 7, y = (cell >> 3) & 7, z = cell >> 6;
+  float c[8];
+  const bool ok = LoadCell(brick, x, y, z, MeshMaxSpan(v.voxel_size, v.mu), c);
+  CellCounter counter;
+  int n = ok ? CellTriangles(c, counter) : 0;
+  int prefix;
+  Scan(tmp).ExclusiveSum(n, prefix);
+  if (n == 0) return;
+  const I3 b = UnpackKey(keys[blockIdx.x]);
+  Color4 cc[8];
+  if (v.colors != nullptr)
+    for (int k = 0; k < 8; ++k) cc[k] = v.colors[base + x + 9 * y + 81 * z + CornerOffset(k)];
+  CellWriter wr;
+  wr.out = out;
+  wr.next = offsets[blockIdx.x] + prefix;
+  wr.c = c;
+  wr.corner_colors = v.colors != nullptr ? cc : nullptr;
+  wr.vs = v.voxel_size;
+  wr.origin = V3{static_cast<float>(8 * b.x + x) * v.voxel_size,
+                 static_cast<float>(8 * b.y + y) * v.voxel_size,
+                 static_cast<float>(8 * b.z + z) * v.voxel_size};
+  CellTriangles(c, wr);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Snapshots, eviction and rebuilds
+
+__global__ void GatherKernel(const Voxel* voxels, const Color4* colors, const int32_t* bricks,
+                             int n, Voxel* vout, Color4* cout) {
+  int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= static_cast<int64_t>(n) * kBrickVoxels) return;
+  int64_t src = static_cast<int64_t>(bricks[i / kBrickVoxels]) * kBrickVoxels + i % kBrickVoxels;
+  vout[i] = voxels[src];
+  if (colors != nullptr) cout[i] = colors[src];
+}
+
+__global__ void ScatterKernel(Voxel* voxels, Color4* colors, const int32_t* bricks, int n,
+                              const Voxel* vin, const Color4* cin) {
+  int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= static_cast<int64_t>(n) * kBrickVoxels) return;
+  int64_t dst = static_cast<int64_t>(bricks[i / kBrickVoxels]) * kBrickVoxels + i % kBrickVoxels;
+  voxels[dst] = vin[i];
+  if (colors != nullptr) colors[dst] = cin[i];
+}
+
+__global__ void EvictKernel(VolumeView v, Counters* c, int32_t* free_list, int hwm, double cx,
+                            double cy, double cz, double r2) {
+  int bi = blockIdx.x * blockDim.x + threadIdx.x;
+  if (bi >= hwm) return;
+  uint64_t key = v.brick_keys[bi];
+  if (key == kEmptyKey) return;
+  I3 b = UnpackKey(key);
+  double vs = v.voxel_size;
+  double dx = (8.0 * b.x + 4) * vs - cx, dy = (8.0 * b.y + 4) * vs - cy, dz = (8.0 * b.z + 4) * vs - cz;
+  if (dx * dx + dy * dy + dz * dz <= r2) return;
+  v.brick_keys[bi] = kEmptyKey;
+  int pos = atomicSub(&c->used, 1) - 1;
+  free_list[pos] = bi;
+  atomicAdd(&c->scratch, 1);
+}
+
+__global__ void ResetRebuildKernel(Counters* c) {
+  c->tombstones = 0;
+  c->octree_overflow = 0;
+}
+
+// Re-inserts every pool brick into the (cleared) hash table and octree.
+__global__ void ReinsertKernel(VolumeView v, Counters* c, int hwm, int rehash) {
+  int bi = blockIdx.x * blockDim.x + threadIdx.x;
+  if (bi >= hwm) return;
+  uint64_t key = v.brick_keys[bi];
+  if (key == kEmptyKey) return;
+  if (rehash) {
+    uint32_t h = HashKey(key) & v.slot_mask;
+    for (uint32_t i = 0; i <= v.slot_mask; ++i) {
+      unsigned long long old = atomicCAS(reinterpret_cast<unsigned long long*>(&v.keys[h]),
+                                         static_cast<unsigned long long>(kEmptyKey),
+                                         static_cast<unsigned long long>(key));
+      if (old == kEmptyKey) {
+        v.vals[h] = bi;
+        break;
+      }
+      h = (h + 1) & v.slot_mask;
+    }
+  }
+  SetOctreeDevice(v, key, c);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+class CudaBackend : public VolumeBackend {
+ public:
+  CudaBackend(const Device& device, const FusionConfig& config)
+      : ordinal_(device.ordinal), config_(config) {
+    sizes_ = ComputeSizes(config);
+    cam_ = ToCameraF(config.camera);
+  }
+
+  ~CudaBackend() override {
+    cudaSetDevice(ordinal_);
+    cudaDeviceSynchronize();
+    for (void* p : allocations_) cudaFree(p);
+    if (h_state_ != nullptr) cudaFreeHost(h_state_);
+    if (h_counters_ != nullptr) cudaFreeHost(h_counters_);
+    if (h_staging_ != nullptr) cudaFreeHost(h_staging_);
+  }
+
+  template <class T>
+  absl::Status Alloc(T** p, int64_t count) {
+    size_t bytes = static_cast<size_t>(std::max<int64_t>(count, 1)) * sizeof(T);
+    void* q = nullptr;
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMalloc(&q, bytes));
+    allocations_.push_back(q);
+    allocated_ += static_cast<int64_t>(bytes);
+    *p = static_cast<T*>(q);
+    return absl::OkStatus();
+  }
+
+  absl::Status Init(const Device& device) {
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
+    FRESNEL_CUDA_RETURN_IF_ERROR(
+        cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, ordinal_));
+    const int64_t cap = sizes_.capacity, px = sizes_.pixels;
+    FRESNEL_RETURN_IF_ERROR(Alloc(&keys_, sizes_.slots));
+    FRESNEL_RETURN_IF_ERROR(Alloc(&vals_, sizes_.slots));
+    FRESNEL_RETURN_IF_ERROR(Alloc(&brick_keys_, cap));
+    FRESNEL_RETURN_IF_ERROR(Alloc(&free_list_, cap));
+    FRESNEL_RETURN_IF_ERROR(Alloc(&voxels_, cap * kBrickVoxels));
+    if (config_.color) FRESNEL_RETURN_IF_ERROR(Alloc(&colors_, cap * kBrickVoxels));
+    FRESNEL_RETURN_IF_ERROR(Alloc(&top_keys_, sizes_.top_slots));
+    FRESNEL_RETURN_IF_ERROR(Alloc(&top_masks_, sizes_.top_slots));
+    FRESNEL_RETURN_IF_ERROR(Alloc(&top_mids_, sizes_.top_slots * 64));
+    FRESNEL_RETURN_IF_ERROR(Alloc(&new_slots_, cap));
+    FRESNEL_RETURN_IF_ERROR(Alloc(&visible_, cap));
+    FRESNEL_RETURN_IF_ERROR(Alloc(&raw_, px * 4));
+    FRESNEL_RETURN_IF_ERROR(Alloc(&rgb_, px * 3));
+    for (int l = 0; l < kLevels; ++l) {
+      CameraF c = ScaleCamera(cam_, l);
+      const int64_t n = static_cast<int64_t>(c.width) * c.height;
+      FRESNEL_RETURN_IF_ERROR(Alloc(&depth_[l], n + 1));
+      FRESNEL_RETURN_IF_ERROR(Alloc(&vtx_[l], n + 1));
+      FRESNEL_RETURN_IF_ERROR(Alloc(&nrm_[l], n + 1));
+    }
+    FRESNEL_RETURN_IF_ERROR(Alloc(&filtered_, px));
+    FRESNEL_RETURN_IF_ERROR(Alloc(&model_v_, px));
+    FRESNEL_RETURN_IF_ERROR(Alloc(&model_n_, px));
+    FRESNEL_RETURN_IF_ERROR(Alloc(&counters_, 1));
+    FRESNEL_RETURN_IF_ERROR(Alloc(&state_, 1));
+    FRESNEL_RETURN_IF_ERROR(Alloc(&partials_, kMaxIcpBlocks * kIcpSums));
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMallocHost(reinterpret_cast<void**>(&h_state_), sizeof(TrackState)));
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMallocHost(reinterpret_cast<void**>(&h_counters_), sizeof(Counters)));
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMallocHost(&h_staging_, px * 7));
+
+    cudaStream_t st = StreamOf(device);
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(keys_, 0xFF, sizes_.slots * 8, st));
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(vals_, 0xFF, sizes_.slots * 4, st));
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(brick_keys_, 0xFF, cap * 8, st));
+    std::vector<int32_t> fl(cap);
+    for (int64_t i = 0; i < cap; ++i) fl[i] = static_cast<int32_t>(i);
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(free_list_, fl.data(), cap * 4, cudaMemcpyHostToDevice, st));
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(voxels_, 0, cap * kBrickVoxels * sizeof(Voxel), st));
+    if (colors_ != nullptr)
+      FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(colors_, 0, cap * kBrickVoxels * sizeof(Color4), st));
+    FRESNEL_RETURN_IF_ERROR(ClearOctree(st));
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(depth_[0], 0, px * 4, st));
+    std::memset(h_counters_, 0, sizeof(Counters));
+    std::memset(h_state_, 0, sizeof(TrackState));
+    PoseD id = ToPoseD(RigidTransform::Identity());
+    h_state_->prev_pose = id;
+    SetPose(h_state_, id);
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(counters_, h_counters_, sizeof(Counters), cudaMemcpyHostToDevice, st));
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(state_, h_state_, sizeof(TrackState), cudaMemcpyHostToDevice, st));
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(st));
+    return absl::OkStatus();
+  }
+
+  VolumeView View() const {
+    VolumeView v;
+    v.keys = keys_;
+    v.vals = vals_;
+    v.slot_mask = static_cast<uint32_t>(sizes_.slots - 1);
+    v.voxels = voxels_;
+    v.colors = colors_;
+    v.brick_keys = brick_keys_;
+    v.top_keys = top_keys_;
+    v.top_masks = top_masks_;
+    v.top_mids = top_mids_;
+    v.top_mask = static_cast<uint32_t>(sizes_.top_slots - 1);
+    v.voxel_size = static_cast<float>(config_.voxel_size_m);
+    v.mu = static_cast<float>(config_.truncation_m);
+    v.max_weight = config_.max_weight;
+    return v;
+  }
+
+  absl::StatusOr<FrameResult> ProcessFrame(const Device& device, const FrameInput& frame,
+                                           const FrameParams& params) override {
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
+    cudaStream_t st = StreamOf(device);
+    const int px = static_cast<int>(sizes_.pixels);
+    const bool is_float = config_.depth_format == DepthFormat::kFloat32;
+    const bool has_rgb = config_.color && !frame.rgb.empty();
+    cuda::StageClock clock(st);
+    FRESNEL_RETURN_IF_ERROR(clock.Mark());
+    // Upload through pinned staging (the previous call has synchronised, so it is free).
+    char* stage = static_cast<char*>(h_staging_);
+    std::memcpy(stage, frame.depth.data(), frame.depth.size());
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(raw_, stage, frame.depth.size(), cudaMemcpyHostToDevice, st));
+    if (has_rgb) {
+      std::memcpy(stage + px * 4, frame.rgb.data(), frame.rgb.size());
+      FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(rgb_, stage + px * 4, frame.rgb.size(), cudaMemcpyHostToDevice, st));
+    }
+    const bool was_lost = h_state_->lost != 0;
+    BeginKernel<<<1, 1, 0, st>>>(state_, params, config_.tracking ? 1 : 0);
+    // Relocalisation: after a loss, the model is raycast again from the prior before ICP.
+    if (config_.tracking && params.has_prior && !params.has_fixed && was_lost && h_state_->has_model)
+      RaycastModelKernel<<<cuda::BlocksFor(px, kThreads), kThreads, 0, st>>>(
+          View(), counters_, state_, cam_, static_cast<float>(config_.min_depth_m),
+          static_cast<float>(config_.max_depth_m), model_v_, model_n_, 1, PoseF{});
+    PrepareDepthKernel<<<cuda::BlocksFor(px, kThreads), kThreads, 0, st>>>(
+        raw_, is_float, static_cast<float>(1.0 / config_.depth_scale), px,
+        static_cast<float>(config_.min_depth_m), static_cast<float>(config_.max_depth_m), depth_[0]);
+    FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR("fusion prepare");
+    if (config_.tracking) {
+      BilateralKernel<<<cuda::BlocksFor(px, kThreads), kThreads, 0, st>>>(depth_[0], cam_.width,
+                                                                          cam_.height, filtered_);
+      for (int l = 1; l < kLevels; ++l) {
+        CameraF s = ScaleCamera(cam_, l - 1), d = ScaleCamera(cam_, l);
+        DownsampleKernel<<<cuda::BlocksFor(d.width * d.height, kThreads), kThreads, 0, st>>>(
+            l == 1 ? filtered_ : depth_[l - 1], s.width, s.height, depth_[l], d.width, d.height);
+      }
+      for (int l = 0; l < kLevels; ++l) {
+        CameraF c = ScaleCamera(cam_, l);
+        VertexNormalKernel<<<cuda::BlocksFor(c.width * c.height, kThreads), kThreads, 0, st>>>(
+            l == 0 ? filtered_ : depth_[l], c, vtx_[l], nrm_[l], state_, l == 0 ? 1 : 0);
+      }
+      // Host knows whether tracking can run this frame: it mirrors has_model and the pose source.
+      const bool track = !params.has_fixed && h_state_->has_model;
+      if (track) {
+        const IcpParams ip{0.1f, 0.7f};
+        for (int l = kLevels - 1; l >= 0; --l) {
+          CameraF c = ScaleCamera(cam_, l);
+          const int n = c.width * c.height;
+          const int blocks = std::max(1, std::min<int>({static_cast<int>(cuda::BlocksFor(n, kThreads)), sms_ * 4, kMaxIcpBlocks}));
+          for (int it = 0; it < config_.icp_iterations[l]; ++it)
+            IcpKernel<<<blocks, kThreads, 0, st>>>(vtx_[l], nrm_[l], n, cam_, model_v_, model_n_,
+                                                   ip, state_, l, partials_);
+        }
+      }
+    }
+    FinishKernel<<<1, 1, 0, st>>>(state_, params.integrate);
+    FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR("fusion track");
+    FRESNEL_RETURN_IF_ERROR(clock.Mark());
+
+    const VolumeView v = View();
+    const int cap = static_cast<int>(sizes_.capacity);
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(&counters_->dropped, 0, sizeof(int32_t), st));
+    AllocKernel<<<cuda::BlocksFor(px, kThreads), kThreads, 0, st>>>(depth_[0], cam_, state_, v,
+                                                                   counters_, new_slots_, cap);
+    AssignKernel<<<sms_ * 8, kThreads, 0, st>>>(v, counters_, new_slots_, free_list_, cap);
+    CommitKernel<<<1, 1, 0, st>>>(counters_, cap);
+    FrameView f{depth_[0], has_rgb ? rgb_ : nullptr, cam_, static_cast<float>(config_.min_depth_m),
+                static_cast<float>(config_.max_depth_m)};
+    IntegrateKernel<<<sms_ * 16, kThreads, 0, st>>>(v, counters_, state_, f, visible_);
+    ApronKernel<<<sms_ * 8, kThreads, 0, st>>>(v, counters_, state_, visible_);
+    FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR("fusion integrate");
+    FRESNEL_RETURN_IF_ERROR(clock.Mark());
+    if (config_.tracking) {
+      RaycastModelKernel<<<cuda::BlocksFor(px, kThreads), kThreads, 0, st>>>(
+          v, counters_, state_, cam_, static_cast<float>(config_.min_depth_m),
+          static_cast<float>(config_.max_depth_m), model_v_, model_n_, 1, PoseF{});
+      FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR("fusion raycast");
+    }
+    FRESNEL_RETURN_IF_ERROR(clock.Mark());
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h_state_, state_, sizeof(TrackState), cudaMemcpyDeviceToHost, st));
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h_counters_, counters_, sizeof(Counters), cudaMemcpyDeviceToHost, st));
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(st));
+
+    FrameResult r;
+    r.T_world_camera = FromPoseD(h_state_->pose);
+    r.state = h_state_->lost ? TrackingState::kLost : TrackingState::kOk;
+    r.relocalized = h_state_->relocalized != 0;
+    r.integrated = h_state_->integrate != 0;
+    r.inliers = static_cast<int64_t>(h_state_->inliers);
+    r.residual_m = h_state_->residual;
+    r.icp_iterations = h_state_->iterations;
+    r.bricks_in_use = h_counters_->used;
+    r.bricks_dropped = h_counters_->dropped;
+    r.track_s = clock.Seconds(0);
+    r.integrate_s = clock.Seconds(1);
+    r.raycast_s = clock.Seconds(2);
+    return r;
+  }
+
+  absl::StatusOr<HostArray> Render(const Device& device, const RigidTransform& T_wc,
+                                   const CameraIntrinsics& camera, RenderMode mode) override {
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
+    cudaStream_t st = StreamOf(device);
+    const CameraF cam = ToCameraF(camera);
+    const int64_t n = static_cast<int64_t>(cam.width) * cam.height;
+    HostArray out;
+    int m = 0;
+    switch (mode) {
+      case RenderMode::kDepth: out = HostArray(DType::kFloat32, {cam.height, cam.width}); m = 0; break;
+      case RenderMode::kNormals: out = HostArray(DType::kFloat32, {cam.height, cam.width, 3}); m = 1; break;
+      case RenderMode::kShaded: out = HostArray(DType::kUint8, {cam.height, cam.width}); m = 2; break;
+      case RenderMode::kColor: out = HostArray(DType::kUint8, {cam.height, cam.width, 3}); m = 3; break;
+    }
+    DeviceBuffer<uint8_t> buf;
+    FRESNEL_RETURN_IF_ERROR(buf.Allocate(device, static_cast<int64_t>(out.nbytes())));
+    RenderKernel<<<cuda::BlocksFor(n, kThreads), kThreads, 0, st>>>(
+        View(), counters_, ToFloat(ToPoseD(T_wc)), cam, static_cast<float>(config_.min_depth_m),
+        static_cast<float>(config_.max_depth_m), m, reinterpret_cast<float*>(buf.get()), buf.get());
+    FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR("fusion render");
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out.raw(), buf.get(), out.nbytes(), cudaMemcpyDeviceToHost, st));
+    buf.Reset();
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(st));
+    return out;
+  }
+
+  absl::StatusOr<Mesh> ExtractMesh(const Device& device) override {
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
+    cudaStream_t st = StreamOf(device);
+    const int nb = h_counters_->used, hwm = h_counters_->hwm;
+    Mesh mesh;
+    if (nb == 0) return mesh;
+    DeviceBuffer<uint64_t> k_in, k_out;
+    DeviceBuffer<int32_t> i_in, i_out;
+    DeviceBuffer<int> count;
+    DeviceBuffer<int64_t> counts, offsets;
+    FRESNEL_RETURN_IF_ERROR(k_in.Allocate(device, nb));
+    FRESNEL_RETURN_IF_ERROR(k_out.Allocate(device, nb));
+    FRESNEL_RETURN_IF_ERROR(i_in.Allocate(device, nb));
+    FRESNEL_RETURN_IF_ERROR(i_out.Allocate(device, nb));
+    FRESNEL_RETURN_IF_ERROR(count.Allocate(device, 1));
+    FRESNEL_RETURN_IF_ERROR(counts.Allocate(device, nb + 1));
+    FRESNEL_RETURN_IF_ERROR(offsets.Allocate(device, nb + 1));
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(count.get(), 0, sizeof(int), st));
+    CollectKernel<<<cuda::BlocksFor(hwm, kThreads), kThreads, 0, st>>>(brick_keys_, hwm, k_in.get(),
+                                                                      i_in.get(), count.get());
+    size_t sort_bytes = 0, scan_bytes = 0;
+    cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, k_in.get(), k_out.get(), i_in.get(),
+                                    i_out.get(), nb, 0, 64, st);
+    cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, counts.get(), offsets.get(), nb + 1, st);
+    DeviceBuffer<uint8_t> tmp;
+    FRESNEL_RETURN_IF_ERROR(tmp.Allocate(device, static_cast<int64_t>(std::max(sort_bytes, scan_bytes))));
+    FRESNEL_CUDA_RETURN_IF_ERROR(cub::DeviceRadixSort::SortPairs(
+        tmp.get(), sort_bytes, k_in.get(), k_out.get(), i_in.get(), i_out.get(), nb, 0, 64, st));
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(counts.get() + nb, 0, sizeof(int64_t), st));
+    McCountKernel<<<nb, kMcThreads, 0, st>>>(
+        voxels_, i_out.get(), counts.get(),
+        MeshMaxSpan(static_cast<float>(config_.voxel_size_m), static_cast<float>(config_.truncation_m)));
+    FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR("fusion mesh count");
+    FRESNEL_CUDA_RETURN_IF_ERROR(cub::DeviceScan::ExclusiveSum(tmp.get(), scan_bytes, counts.get(),
+                                                               offsets.get(), nb + 1, st));
+    int64_t total = 0;
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&total, offsets.get() + nb, sizeof(int64_t), cudaMemcpyDeviceToHost, st));
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(st));
+    mesh.vertices.resize(total * 9);
+    mesh.normals.resize(total * 9);
+    if (config_.color) mesh.colors.resize(total * 9);
+    mesh.triangles.resize(total * 3);
+    for (int64_t i = 0; i < total * 3; ++i) mesh.triangles[i] = static_cast<int32_t>(i);
+    if (total > 0) {
+      DeviceBuffer<float> dv, dn;
+      DeviceBuffer<uint8_t> dc;
+      FRESNEL_RETURN_IF_ERROR(dv.Allocate(device, total * 9));
+      FRESNEL_RETURN_IF_ERROR(dn.Allocate(device, total * 9));
+      if (config_.color) FRESNEL_RETURN_IF_ERROR(dc.Allocate(device, total * 9));
+      MeshOut out{dv.get(), dn.get(), config_.color ? dc.get() : nullptr};
+      McWriteKernel<<<nb, kMcThreads, 0, st>>>(View(), k_out.get(), i_out.get(), offsets.get(), out);
+      FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR("fusion mesh write");
+      FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(mesh.vertices.data(), dv.get(), total * 36, cudaMemcpyDeviceToHost, st));
+      FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(mesh.normals.data(), dn.get(), total * 36, cudaMemcpyDeviceToHost, st));
+      if (config_.color)
+        FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(mesh.colors.data(), dc.get(), total * 9, cudaMemcpyDeviceToHost, st));
+      dv.Reset();
+      dn.Reset();
+      dc.Reset();
+    }
+    k_in.Reset();
+    k_out.Reset();
+    i_in.Reset();
+    i_out.Reset();
+    count.Reset();
+    counts.Reset();
+    offsets.Reset();
+    tmp.Reset();
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(st));
+    return mesh;
+  }
+
+  absl::StatusOr<VolumeState> Export(const Device& device) override {
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
+    cudaStream_t st = StreamOf(device);
+    const int64_t cap = sizes_.capacity;
+    VolumeState s;
+    s.keys.resize(sizes_.slots);
+    s.vals.resize(sizes_.slots);
+    s.brick_keys.resize(cap);
+    s.free_list.resize(cap);
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&s.counters, counters_, sizeof(Counters), cudaMemcpyDeviceToHost, st));
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s.keys.data(), keys_, sizes_.slots * 8, cudaMemcpyDeviceToHost, st));
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s.vals.data(), vals_, sizes_.slots * 4, cudaMemcpyDeviceToHost, st));
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s.brick_keys.data(), brick_keys_, cap * 8, cudaMemcpyDeviceToHost, st));
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s.free_list.data(), free_list_, cap * 4, cudaMemcpyDeviceToHost, st));
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h_state_, state_, sizeof(TrackState), cudaMemcpyDeviceToHost, st));
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(st));
+    for (int32_t i = 0; i < static_cast<int32_t>(cap); ++i)
+      if (s.brick_keys[i] != kEmptyKey) s.used_bricks.push_back(i);
+    const int n = static_cast<int>(s.used_bricks.size());
+    s.voxels.resize(static_cast<size_t>(n) * kBrickVoxels);
+    if (config_.color) s.colors.resize(s.voxels.size());
+    if (n > 0) {
+      DeviceBuffer<int32_t> idx;
+      DeviceBuffer<Voxel> vout;
+      DeviceBuffer<Color4> cout;
+      FRESNEL_RETURN_IF_ERROR(idx.Allocate(device, n));
+      FRESNEL_RETURN_IF_ERROR(vout.Allocate(device, static_cast<int64_t>(n) * kBrickVoxels));
+      if (config_.color) FRESNEL_RETURN_IF_ERROR(cout.Allocate(device, static_cast<int64_t>(n) * kBrickVoxels));
+      FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(idx.get(), s.used_bricks.data(), n * 4, cudaMemcpyHostToDevice, st));
+      GatherKernel<<<cuda::BlocksFor(static_cast<int64_t>(n) * kBrickVoxels, kThreads), kThreads, 0, st>>>(
+          voxels_, colors_, idx.get(), n, vout.get(), config_.color ? cout.get() : nullptr);
+      FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR("fusion gather");
+      FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s.voxels.data(), vout.get(), s.voxels.size() * sizeof(Voxel), cudaMemcpyDeviceToHost, st));
+      if (config_.color)
+        FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s.colors.data(), cout.get(), s.colors.size() * sizeof(Color4), cudaMemcpyDeviceToHost, st));
+      idx.Reset();
+      vout.Reset();
+      cout.Reset();
+      FRESNEL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(st));
+    }
+    s.prev_pose = h_state_->prev_pose;
+    s.model_T_cw = h_state_->model_T_cw;
+    s.model_T_wc = h_state_->model_T_wc;
+    s.has_model = h_state_->has_model;
+    return s;
+  }
+
+  absl::Status Import(const Device& device, const VolumeState& s) override {
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
+    cudaStream_t st = StreamOf(device);
+    const int64_t cap = sizes_.capacity;
+    *h_counters_ = s.counters;
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(counters_, h_counters_, sizeof(Counters), cudaMemcpyHostToDevice, st));
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(keys_, s.keys.data(), sizes_.slots * 8, cudaMemcpyHostToDevice, st));
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(vals_, s.vals.data(), sizes_.slots * 4, cudaMemcpyHostToDevice, st));
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(brick_keys_, s.brick_keys.data(), cap * 8, cudaMemcpyHostToDevice, st));
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(free_list_, s.free_list.data(), cap * 4, cudaMemcpyHostToDevice, st));
+    const int n = static_cast<int>(s.used_bricks.size());
+    DeviceBuffer<int32_t> idx;
+    DeviceBuffer<Voxel> vin;
+    DeviceBuffer<Color4> cin;
+    if (n > 0) {
+      FRESNEL_RETURN_IF_ERROR(idx.Allocate(device, n));
+      FRESNEL_RETURN_IF_ERROR(vin.Allocate(device, static_cast<int64_t>(n) * kBrickVoxels));
+      if (config_.color) FRESNEL_RETURN_IF_ERROR(cin.Allocate(device, static_cast<int64_t>(n) * kBrickVoxels));
+      FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(idx.get(), s.used_bricks.data(), n * 4, cudaMemcpyHostToDevice, st));
+      FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(vin.get(), s.voxels.data(), s.voxels.size() * sizeof(Voxel), cudaMemcpyHostToDevice, st));
+      if (config_.color)
+        FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(cin.get(), s.colors.data(), s.colors.size() * sizeof(Color4), cudaMemcpyHostToDevice, st));
+      ScatterKernel<<<cuda::BlocksFor(static_cast<int64_t>(n) * kBrickVoxels, kThreads), kThreads, 0, st>>>(
+          voxels_, colors_, idx.get(), n, vin.get(), config_.color ? cin.get() : nullptr);
+      FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR("fusion scatter");
+    }
+    h_state_->prev_pose = s.prev_pose;
+    SetPose(h_state_, s.prev_pose);
+    h_state_->model_T_cw = s.model_T_cw;
+    h_state_->model_T_wc = s.model_T_wc;
+    h_state_->has_model = s.has_model;
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(state_, h_state_, sizeof(TrackState), cudaMemcpyHostToDevice, st));
+    FRESNEL_RETURN_IF_ERROR(Rebuild(st, /*rehash=*/false));
+    if (s.has_model) {
+      RaycastModelKernel<<<cuda::BlocksFor(sizes_.pixels, kThreads), kThreads, 0, st>>>(
+          View(), counters_, state_, cam_, static_cast<float>(config_.min_depth_m),
+          static_cast<float>(config_.max_depth_m), model_v_, model_n_, 0, s.model_T_wc);
+      FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR("fusion raycast");
+    }
+    idx.Reset();
+    vin.Reset();
+    cin.Reset();
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h_counters_, counters_, sizeof(Counters), cudaMemcpyDeviceToHost, st));
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(st));
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<int64_t> Evict(const Device& device, const double c[3], double radius) override {
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
+    cudaStream_t st = StreamOf(device);
+    const int hwm = h_counters_->hwm;
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(&counters_->scratch, 0, sizeof(int32_t), st));
+    EvictKernel<<<cuda::BlocksFor(hwm, kThreads), kThreads, 0, st>>>(View(), counters_, free_list_, hwm,
+                                                                     c[0], c[1], c[2], radius * radius);
+    FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR("fusion evict");
+    FRESNEL_RETURN_IF_ERROR(Rebuild(st, /*rehash=*/true));
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h_counters_, counters_, sizeof(Counters), cudaMemcpyDeviceToHost, st));
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(st));
+    return static_cast<int64_t>(h_counters_->scratch);
+  }
+
+  absl::StatusOr<std::vector<TsdfSample>> Sample(const Device& device,
+                                                 const std::vector<float>& pts) override {
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
+    cudaStream_t st = StreamOf(device);
+    const int n = static_cast<int>(pts.size() / 3);
+    std::vector<TsdfSample> out(n);
+    if (n == 0) return out;
+    DeviceBuffer<float> dp, df;
+    DeviceBuffer<int> dok;
+    FRESNEL_RETURN_IF_ERROR(dp.Allocate(device, 3 * n));
+    FRESNEL_RETURN_IF_ERROR(df.Allocate(device, n));
+    FRESNEL_RETURN_IF_ERROR(dok.Allocate(device, n));
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dp.get(), pts.data(), 12 * n, cudaMemcpyHostToDevice, st));
+    SampleKernel<<<cuda::BlocksFor(n, kThreads), kThreads, 0, st>>>(View(), dp.get(), n, df.get(), dok.get());
+    FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR("fusion sample");
+    std::vector<float> f(n);
+    std::vector<int> ok(n);
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(f.data(), df.get(), 4 * n, cudaMemcpyDeviceToHost, st));
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(ok.data(), dok.get(), 4 * n, cudaMemcpyDeviceToHost, st));
+    dp.Reset();
+    df.Reset();
+    dok.Reset();
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(st));
+    for (int i = 0; i < n; ++i) out[i] = TsdfSample{f[i], ok[i] != 0};
+    return out;
+  }
+
+  int64_t bricks_in_use() const override { return h_counters_ != nullptr ? h_counters_->used : 0; }
+  int64_t allocated_bytes() const override { return allocated_; }
+
+ private:
+  absl::Status ClearOctree(cudaStream_t st) {
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(top_keys_, 0xFF, sizes_.top_slots * 8, st));
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(top_masks_, 0, sizes_.top_slots * 8, st));
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(top_mids_, 0, sizes_.top_slots * 64 * 8, st));
+    return absl::OkStatus();
+  }
+
+  // Clears the octree (and with rehash the hash table, dropping tombstones) and re-inserts every
+  // pool brick. hwm comes from the host mirror, which every call refreshes.
+  absl::Status Rebuild(cudaStream_t st, bool rehash) {
+    FRESNEL_RETURN_IF_ERROR(ClearOctree(st));
+    if (rehash) {
+      FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(keys_, 0xFF, sizes_.slots * 8, st));
+      FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(vals_, 0xFF, sizes_.slots * 4, st));
+    }
+    ResetRebuildKernel<<<1, 1, 0, st>>>(counters_);
+    const int hwm = h_counters_->hwm;
+    if (hwm > 0)
+      ReinsertKernel<<<cuda::BlocksFor(hwm, kThreads), kThreads, 0, st>>>(View(), counters_, hwm,
+                                                                          rehash ? 1 : 0);
+    FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR("fusion rebuild");
+    return absl::OkStatus();
+  }
+
+  int ordinal_;
+  FusionConfig config_;
+  Sizes sizes_;
+  CameraF cam_;
+  int sms_ = 1;
+  std::vector<void*> allocations_;
+  int64_t allocated_ = 0;
+  uint64_t* keys_ = nullptr;
+  int32_t* vals_ = nullptr;
+  uint64_t* brick_keys_ = nullptr;
+  int32_t* free_list_ = nullptr;
+  Voxel* voxels_ = nullptr;
+  Color4* colors_ = nullptr;
+  uint64_t *top_keys_ = nullptr, *top_masks_ = nullptr, *top_mids_ = nullptr;
+  int32_t* new_slots_ = nullptr;
+  int32_t* visible_ = nullptr;
+  uint8_t* raw_ = nullptr;
+  uint8_t* rgb_ = nullptr;
+  float* depth_[kLevels] = {};
+  F4* vtx_[kLevels] = {};
+  F4* nrm_[kLevels] = {};
+  float* filtered_ = nullptr;
+  F4* model_v_ = nullptr;
+  F4* model_n_ = nullptr;
+  Counters* counters_ = nullptr;
+  TrackState* state_ = nullptr;
+  double* partials_ = nullptr;
+  TrackState* h_state_ = nullptr;
+  Counters* h_counters_ = nullptr;
+  void* h_staging_ = nullptr;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<VolumeBackend>> MakeCudaBackend(const Device& device,
+                                                               const FusionConfig& config) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    return absl::FailedPreconditionError("no CUDA device is visible");
+  }
+  if (device.ordinal < 0 || device.ordinal >= count)
+    return absl::InvalidArgumentError(absl::StrCat("device.ordinal must be in [0, ", count, "), got ",
+                                                   device.ordinal));
+  auto b = std::make_unique<CudaBackend>(device, config);
+  FRESNEL_RETURN_IF_ERROR(b->Init(device));
+  return std::unique_ptr<VolumeBackend>(std::move(b));
+}
+
+}  // namespace fresnel::fusion
