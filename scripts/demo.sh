@@ -60,7 +60,7 @@ $fresnel hologram --image "$out/hologram_source.png" --spacing 32e-6 --depth 0.1
   --size 256x256 --pitch 8e-6 --wavelength 532e-9 --frames 8 --phase-png "$out/hologram_video_last.png"
 
 step "fusion: a synthetic room (60 noisy 320 x 240 depth frames, known poses) fused in one session"
-$fresnel fuse "$out/fusion_room" --generate 60 --voxel-size 0.01 --truncation 0.04 \
+$fresnel fuse "$out/fusion_room" --generate 60 --voxel-size 0.01 --truncation 0.06 \
   --budget-mib 64 --view-every 30 --out-dir "$out/fusion"
 ls -l "$out/fusion/view.png" "$out/fusion/mesh.ply"
 

@@ -177,14 +177,23 @@ absl::StatusOr<v1::FusionBytesChunk> FusionSession::ReadChunks(int64_t seq, bool
   return first;
 }
 
-absl::StatusOr<FusionMesh> FusionSession::ExtractMesh(int64_t max_chunk_bytes) {
+absl::StatusOr<v1::FusionBytesChunk> FusionSession::Fetch(bool mesh, int64_t max_chunk_bytes,
+                                                          std::string* bytes) {
   v1::FusionRequest request;
-  request.mutable_mesh()->set_max_chunk_bytes(max_chunk_bytes > 0 ? max_chunk_bytes
-                                                                   : chunk_bytes_);
+  const int64_t chunk = max_chunk_bytes > 0 ? max_chunk_bytes : chunk_bytes_;
+  if (mesh) {
+    request.mutable_mesh()->set_max_chunk_bytes(chunk);
+  } else {
+    request.mutable_snapshot()->set_max_chunk_bytes(chunk);
+  }
   absl::StatusOr<int64_t> seq = Send(request);
   if (!seq.ok()) return seq.status();
+  return ReadChunks(*seq, mesh, bytes);
+}
+
+absl::StatusOr<FusionMesh> FusionSession::ExtractMesh(int64_t max_chunk_bytes) {
   FusionMesh mesh;
-  absl::StatusOr<v1::FusionBytesChunk> first = ReadChunks(*seq, true, &mesh.ply);
+  absl::StatusOr<v1::FusionBytesChunk> first = Fetch(true, max_chunk_bytes, &mesh.ply);
   if (!first.ok()) return first.status();
   mesh.vertices = first->vertices();
   mesh.triangles = first->triangles();
@@ -193,13 +202,8 @@ absl::StatusOr<FusionMesh> FusionSession::ExtractMesh(int64_t max_chunk_bytes) {
 }
 
 absl::StatusOr<FusionSnapshot> FusionSession::Snapshot(int64_t max_chunk_bytes) {
-  v1::FusionRequest request;
-  request.mutable_snapshot()->set_max_chunk_bytes(max_chunk_bytes > 0 ? max_chunk_bytes
-                                                                       : chunk_bytes_);
-  absl::StatusOr<int64_t> seq = Send(request);
-  if (!seq.ok()) return seq.status();
   FusionSnapshot snap;
-  absl::StatusOr<v1::FusionBytesChunk> first = ReadChunks(*seq, false, &snap.bytes);
+  absl::StatusOr<v1::FusionBytesChunk> first = Fetch(false, max_chunk_bytes, &snap.bytes);
   if (!first.ok()) return first.status();
   snap.config = first->config();
   snap.info = first->info();

@@ -371,6 +371,57 @@ TEST_CASE("fusion service: cancelled and dropped streams free their sessions",
   CHECK(SessionsReleased(ts));
 }
 
+TEST_CASE("fusion service: an idle session expires and its stream ends NOT_FOUND",
+          "[fusion_service]") {
+  server::ServerConfig config = TestServer::CpuConfig();
+  config.session_ttl_s = 0.3;
+  TestServer ts(config);
+  auto client = Connect(ts);
+  const Sequence seq = MakeSequence(1);
+  auto s = FusionSession::Open(*client, ProtoConfig());
+  REQUIRE(s.ok());
+  // The store sweeps about once a second; wait until the session is gone.
+  for (int i = 0; i < 300 && OpenFusionSessions(ts) > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  REQUIRE(OpenFusionSessions(ts) == 0);
+  auto r = (*s)->ProcessFrame(ProtoFrame(seq, 0));
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().code() == absl::StatusCode::kNotFound);
+  CHECK_THAT(std::string(r.status().message()), Catch::Contains("expired"));
+  // Every later call reports the same end.
+  CHECK((*s)->Close().status().code() == absl::StatusCode::kNotFound);
+}
+
+TEST_CASE("fusion service: a full brick budget is RESOURCE_EXHAUSTED per frame",
+          "[fusion_service]") {
+  TestServer ts;
+  auto client = Connect(ts);
+  const Sequence seq = MakeSequence(3);
+  v1::FusionConfig c = ProtoConfig();
+  fusion::FusionConfig k = KernelConfig();
+  c.set_brick_budget_bytes(fusion::BytesPerBrick(k) * 16);  // 16 bricks: far too few
+  auto s = FusionSession::Open(*client, c);
+  REQUIRE(s.ok());
+  CHECK((*s)->opened().brick_capacity() <= 16);
+  auto r = (*s)->ProcessFrame(ProtoFrame(seq, 0));
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().code() == absl::StatusCode::kResourceExhausted);
+  CHECK_THAT(std::string(r.status().message()), Catch::Contains("brick"));
+  // The session is still usable: later frames are answered (tracking against the little that
+  // fitted may fail, which is their own result) and views render.
+  for (int i = 1; i < 3; ++i) {
+    auto later = (*s)->ProcessFrame(ProtoFrame(seq, i));
+    CHECK((later.ok() || absl::IsResourceExhausted(later.status())));
+  }
+  v1::FusionRenderRequest view;
+  view.set_mode(v1::FUSION_RENDER_DEPTH);
+  CHECK((*s)->Render(view).ok());
+  auto frames = (*s)->Close();
+  REQUIRE(frames.ok());
+  CHECK(SessionsReleased(ts));
+}
+
 TEST_CASE("fusion service: pipelined frames are answered in order", "[fusion_service]") {
   TestServer ts;
   auto client = Connect(ts);

@@ -81,6 +81,9 @@ class FusionSession {
   absl::StatusOr<v1::FusionResponse> Expect(int64_t seq);
   // Reads the chunks of a mesh or snapshot answer into `bytes`; the first chunk is returned.
   absl::StatusOr<v1::FusionBytesChunk> ReadChunks(int64_t seq, bool mesh, std::string* bytes);
+  // Sends a mesh or snapshot request and reads its answer (ReadChunks).
+  absl::StatusOr<v1::FusionBytesChunk> Fetch(bool mesh, int64_t max_chunk_bytes,
+                                             std::string* bytes);
   static absl::StatusOr<std::unique_ptr<FusionSession>> Start(Client& client,
                                                               const CallOptions& call);
 
