@@ -117,14 +117,27 @@ __global__ void __launch_bounds__(kThreads) IcpKernel(const F4* vtx, const F4* n
   if (threadIdx.x == 0) last = atomicAdd(&s->blocks_done, 1) == static_cast<int>(gridDim.x) - 1;
   __syncthreads();
   if (!last) return;
-  // The last block sums the block partials in block order (deterministic, so a restored snapshot
-  // tracks bit for bit like the original) and thread 0 solves.
-  __shared__ double sums[kIcpSums];
+  // The last block sums the block partials in a fixed order (deterministic, so a restored
+  // snapshot tracks bit for bit like the original): thread t adds blocks t, t + 256, ..., then the
+  // same shuffle/shared tree as above; thread 0 solves.
   __threadfence();
+  double dacc[kIcpSums];
+  for (int k = 0; k < kIcpSums; ++k) dacc[k] = 0;
+  for (unsigned b = threadIdx.x; b < gridDim.x; b += blockDim.x) {
+    const double* p = partials + b * kIcpSums;
+    for (int k = 0; k < kIcpSums; ++k) dacc[k] += __ldcg(p + k);
+  }
+  __shared__ double dpart[kThreads / 32][kIcpSums];
+  for (int k = 0; k < kIcpSums; ++k) {
+    double v = dacc[k];
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
+    if (lane == 0) dpart[warp][k] = v;
+  }
+  __syncthreads();
+  __shared__ double sums[kIcpSums];
   if (threadIdx.x < kIcpSums) {
-    volatile const double* p = partials;
     double t = 0;
-    for (unsigned b = 0; b < gridDim.x; ++b) t += p[b * kIcpSums + threadIdx.x];
+    for (int w = 0; w < kThreads / 32; ++w) t += dpart[w][threadIdx.x];
     sums[threadIdx.x] = t;
   }
   __syncthreads();
@@ -634,7 +647,7 @@ class CudaBackend : public VolumeBackend {
         for (int l = kLevels - 1; l >= 0; --l) {
           CameraF c = ScaleCamera(cam_, l);
           const int n = c.width * c.height;
-          const int blocks = std::max(1, std::min<int>({static_cast<int>(cuda::BlocksFor(n, kThreads)), sms_ * 4, kMaxIcpBlocks}));
+          const int blocks = std::max(1, std::min<int>({static_cast<int>(cuda::BlocksFor(n, kThreads)), sms_ * 2, kMaxIcpBlocks}));
           for (int it = 0; it < config_.icp_iterations[l]; ++it)
             IcpKernel<<<blocks, kThreads, 0, st>>>(vtx_[l], nrm_[l], n, cam_, model_v_, model_n_,
                                                    ip, state_, l, partials_);
