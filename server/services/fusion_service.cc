@@ -394,7 +394,13 @@ class SessionCall : public OrderedStream<v1::FusionRequest, v1::FusionResponse> 
         });
   }
 
-  int64_t ChunkBytes(int64_t requested) const {
+  // The chunk size of a mesh or snapshot answer: `requested` (0 = the message cap) within the
+  // message cap. INVALID_ARGUMENT naming `field` for a negative request.
+  absl::StatusOr<int64_t> ChunkBytes(int64_t requested, absl::string_view field) const {
+    if (requested < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".max_chunk_bytes: must be >= 0, got ", requested));
+    }
     const int64_t cap = std::max<int64_t>(1024, ctx_->max_message_bytes - kEnvelopeBytes);
     return requested > 0 ? std::min(requested, cap) : cap;
   }
@@ -428,19 +434,18 @@ class SessionCall : public OrderedStream<v1::FusionRequest, v1::FusionResponse> 
   }
 
   void Mesh(int64_t seq, int64_t max_chunk_bytes) {
-    if (max_chunk_bytes < 0) {
-      Answer(seq, ErrorResponse(seq, absl::InvalidArgumentError(absl::StrCat(
-                                         "mesh.max_chunk_bytes: must be >= 0, got ",
-                                         max_chunk_bytes))));
+    absl::StatusOr<int64_t> chunk_or = ChunkBytes(max_chunk_bytes, "mesh");
+    if (!chunk_or.ok()) {
+      Answer(seq, ErrorResponse(seq, chunk_or.status()));
       return;
     }
+    const int64_t chunk = *chunk_or;
     const Clock::time_point received = Clock::now();
     struct Work {
       std::shared_ptr<std::string> ply;
       int64_t vertices = 0, triangles = 0;
     };
     auto work = std::make_shared<Work>();
-    const int64_t chunk = ChunkBytes(max_chunk_bytes);
     Submit(
         seq, "Mesh", 0,
         [work](fusion::Volume& volume, const Device& device) -> absl::Status {
@@ -462,15 +467,14 @@ class SessionCall : public OrderedStream<v1::FusionRequest, v1::FusionResponse> 
   }
 
   void Snapshot(int64_t seq, int64_t max_chunk_bytes) {
-    if (max_chunk_bytes < 0) {
-      Answer(seq, ErrorResponse(seq, absl::InvalidArgumentError(absl::StrCat(
-                                         "snapshot.max_chunk_bytes: must be >= 0, got ",
-                                         max_chunk_bytes))));
+    absl::StatusOr<int64_t> chunk_or = ChunkBytes(max_chunk_bytes, "snapshot");
+    if (!chunk_or.ok()) {
+      Answer(seq, ErrorResponse(seq, chunk_or.status()));
       return;
     }
+    const int64_t chunk = *chunk_or;
     const Clock::time_point received = Clock::now();
     auto bytes = std::make_shared<std::string>();
-    const int64_t chunk = ChunkBytes(max_chunk_bytes);
     Submit(
         seq, "Snapshot", 0,
         [bytes](fusion::Volume& volume, const Device& device) -> absl::Status {
