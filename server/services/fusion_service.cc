@@ -1,6 +1,7 @@
 #include "server/services/fusion_service.h"
 
 #include <algorithm>
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -125,6 +126,13 @@ class SessionCall : public OrderedStream<v1::FusionRequest, v1::FusionResponse> 
           FailOpen(seq, st);
           return;
         }
+        if (request->config().max_queued_frames() < 0) {
+          FailOpen(seq, absl::InvalidArgumentError(absl::StrCat(
+                            "config.max_queued_frames: must be >= 0, got ",
+                            request->config().max_queued_frames())));
+          return;
+        }
+        max_queued_frames_ = request->config().max_queued_frames();
         OpenSession(seq, *config, request->config().device(), nullptr);
         return;
       }
@@ -143,6 +151,12 @@ class SessionCall : public OrderedStream<v1::FusionRequest, v1::FusionResponse> 
           FailOpen(seq, absl::InvalidArgumentError(absl::StrCat("restore.", st.message())));
           return;
         }
+        if (r.config().max_queued_frames() < 0) {
+          FailOpen(seq, absl::InvalidArgumentError(
+                            "restore.config.max_queued_frames: must be >= 0"));
+          return;
+        }
+        max_queued_frames_ = r.config().max_queued_frames();
         restore_.emplace();
         restore_config_ = *config;
         restore_hint_ = r.config().device();
@@ -235,7 +249,8 @@ class SessionCall : public OrderedStream<v1::FusionRequest, v1::FusionResponse> 
   // Runs `run` as the session's next job. A kernel error answers this message alone; the job
   // failing (cancelled, device lost, server draining) or the session having ended ends the stream.
   // A full session queue (which the read limit keeps from happening) answers RESOURCE_EXHAUSTED.
-  void Submit(int64_t seq, const char* method, int64_t device_bytes, Run run, Respond respond) {
+  // Returns whether the job was accepted.
+  bool Submit(int64_t seq, const char* method, int64_t device_bytes, Run run, Respond respond) {
     auto item = std::make_shared<absl::Status>();
     auto job = std::make_shared<Job>();
     job->service = kService;
@@ -262,13 +277,14 @@ class SessionCall : public OrderedStream<v1::FusionRequest, v1::FusionResponse> 
       }
     };
     absl::Status submitted = session_->Submit(job);
-    if (submitted.ok()) return;
+    if (submitted.ok()) return true;
     if (absl::IsResourceExhausted(submitted)) {
       Answer(seq, ErrorResponse(seq, submitted));
     } else {
       End(submitted);
       Skip(seq);
     }
+    return false;
   }
 
   void Frame(int64_t seq, v1::FusionFrame* frame) {
@@ -307,12 +323,25 @@ class SessionCall : public OrderedStream<v1::FusionRequest, v1::FusionResponse> 
       Answer(seq, ErrorResponse(seq, st));
       return;
     }
+    if (max_queued_frames_ > 0 && queued_frames_->load() >= max_queued_frames_) {
+      Answer(seq, ErrorResponse(seq, absl::ResourceExhaustedError(absl::StrCat(
+                                         "frame dropped: ", queued_frames_->load(),
+                                         " frames of the session are queued or running "
+                                         "(config.max_queued_frames = ",
+                                         max_queued_frames_, ")"))));
+      return;
+    }
+    queued_frames_->fetch_add(1);
     const double timestamp = frame->timestamp_s();
-    Submit(
+    const bool submitted = Submit(
         seq, "Frame", 0,
-        [work](fusion::Volume& volume, const Device& device) -> absl::Status {
-          FRESNEL_ASSIGN_OR_RETURN(work->result,
-                                   volume.ProcessFrame(device, work->input, work->options));
+        [work, queued = queued_frames_](fusion::Volume& volume,
+                                        const Device& device) -> absl::Status {
+          absl::StatusOr<fusion::FrameResult> r =
+              volume.ProcessFrame(device, work->input, work->options);
+          queued->fetch_sub(1);
+          if (!r.ok()) return r.status();
+          work->result = *std::move(r);
           return absl::OkStatus();
         },
         [this, seq, work, timestamp, received](const JobReport& report) {
@@ -323,6 +352,7 @@ class SessionCall : public OrderedStream<v1::FusionRequest, v1::FusionResponse> 
           FillExecutionInfo(report, SecondsSince(received), f->mutable_info());
           Answer(seq, std::move(r));
         });
+    if (!submitted) queued_frames_->fetch_sub(1);
   }
 
   void Render(int64_t seq, const v1::FusionRenderRequest& request) {
@@ -516,6 +546,10 @@ class SessionCall : public OrderedStream<v1::FusionRequest, v1::FusionResponse> 
   std::shared_ptr<Session> session_;
   FusionState* state_ = nullptr;  // owned by the session
   fusion::FusionConfig config_;
+  // Frames submitted whose job has not finished its ProcessFrame (shared with the jobs, which
+  // may outlive the reactor when the session was closed under them).
+  int max_queued_frames_ = 0;
+  std::shared_ptr<std::atomic<int>> queued_frames_ = std::make_shared<std::atomic<int>>(0);
   // Restore in progress: the bytes so far, the config the first part declared.
   std::optional<std::string> restore_;
   fusion::FusionConfig restore_config_;

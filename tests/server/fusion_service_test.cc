@@ -444,6 +444,44 @@ TEST_CASE("fusion service: pipelined frames are answered in order", "[fusion_ser
   REQUIRE((*s)->Close().ok());
 }
 
+TEST_CASE("fusion service: max_queued_frames drops frames instead of queueing them",
+          "[fusion_service]") {
+  TestServer ts;
+  auto client = Connect(ts);
+  const Sequence seq = MakeSequence(8);
+  v1::FusionConfig c = ProtoConfig();
+  c.set_max_queued_frames(1);
+  auto s = FusionSession::Open(*client, c);
+  REQUIRE(s.ok());
+  // Eight frames at once: the first is taken, and frames arriving while it runs are dropped.
+  for (int i = 0; i < 8; ++i) REQUIRE((*s)->SendFrame(ProtoFrame(seq, i)).ok());
+  int ok = 0, dropped = 0;
+  for (int i = 0; i < 8; ++i) {
+    auto r = (*s)->ReadResponse();
+    REQUIRE(r.ok());
+    CHECK(r->seq() == i + 1);
+    if (r->status().code() == 0) {
+      ++ok;
+    } else {
+      CHECK(r->status().code() == static_cast<int>(absl::StatusCode::kResourceExhausted));
+      CHECK_THAT(r->status().message(), Catch::Contains("max_queued_frames"));
+      ++dropped;
+    }
+  }
+  CHECK(ok >= 1);
+  CHECK(dropped >= 1);
+  // Once the queue drained, frames are taken again.
+  auto later = (*s)->ProcessFrame(ProtoFrame(seq, 1));
+  CHECK(later.ok());
+  REQUIRE((*s)->Close().ok());
+
+  c.set_max_queued_frames(-1);
+  auto bad = FusionSession::Open(*client, c);
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(std::string(bad.status().message()), Catch::Contains("max_queued_frames"));
+  CHECK(SessionsReleased(ts));
+}
+
 TEST_CASE("fusion service: ServerInfo shows the session limits", "[fusion_service]") {
   TestServer ts;
   auto client = Connect(ts);
