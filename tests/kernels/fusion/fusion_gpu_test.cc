@@ -29,20 +29,6 @@ std::string OutDir() {
   return d != nullptr ? std::string(d) : std::string();
 }
 
-void FuseFixed(const std::vector<Volume*>& vols, const std::vector<Device>& devs,
-               const FusionConfig& c, int frames) {
-  SyntheticScene scene = SyntheticScene::Room();
-  auto poses = SyntheticScene::Orbit(frames, 1.2);
-  for (int i = 0; i < frames; ++i) {
-    testing::Frame f = RenderFrame(scene, c, poses[i], true, 50 + i, c.color);
-    FrameInput in;
-    in.depth = f.depth;
-    in.rgb = f.rgb;
-    in.fixed_pose = poses[i];
-    for (size_t k = 0; k < vols.size(); ++k) REQUIRE(vols[k]->ProcessFrame(devs[k], in).ok());
-  }
-}
-
 TEST_CASE("fusion gpu: integration, raycast and mesh agree with the CPU", "[gpu][fusion]") {
   if (fresnel::testing::SkipWithoutGpu()) return;
   const Device gpu = *fresnel::testing::TestGpu();
@@ -52,7 +38,8 @@ TEST_CASE("fusion gpu: integration, raycast and mesh agree with the CPU", "[gpu]
   auto vg = Volume::Create(gpu, c);
   REQUIRE(vc.ok());
   REQUIRE(vg.ok());
-  FuseFixed({vc->get(), vg->get()}, {kCpu, gpu}, c, 20);
+  testing::FuseSequence({vc->get(), vg->get()}, {kCpu, gpu}, c, SyntheticScene::Orbit(20, 1.2), 20,
+                        true, true);
   CHECK((*vc)->bricks_in_use() == (*vg)->bricks_in_use());
 
   SyntheticScene scene = SyntheticScene::Room();
@@ -202,33 +189,13 @@ TEST_CASE("fusion gpu: snapshot/restore bit-exact, and across devices", "[gpu][f
   const Device gpu = *fresnel::testing::TestGpu();
   FusionConfig c = SyntheticConfig(320, 240, 0.01, true);
   c.color = true;
-  SyntheticScene scene = SyntheticScene::Room();
   auto gt = SyntheticScene::Orbit(12, 0.6);
   auto v = Volume::Create(gpu, c);
   REQUIRE(v.ok());
-  for (int i = 0; i < 10; ++i) {
-    testing::Frame f = RenderFrame(scene, c, gt[i], false, 0, true);
-    FrameInput in;
-    in.depth = f.depth;
-    in.rgb = f.rgb;
-    if (i == 0) in.fixed_pose = gt[0];
-    REQUIRE((*v)->ProcessFrame(gpu, in).ok());
-  }
-  auto snap = (*v)->Snapshot(gpu);
-  REQUIRE(snap.ok());
-  auto w = Volume::Restore(gpu, *snap);
-  REQUIRE(w.ok());
-  CHECK((*(*w)->Snapshot(gpu) == *snap));
-  auto ra = (*v)->Render(gpu, gt[11], c.camera, RenderMode::kColor);
-  auto rb = (*w)->Render(gpu, gt[11], c.camera, RenderMode::kColor);
-  REQUIRE(ra.ok());
-  REQUIRE(rb.ok());
-  CHECK((ra->bytes() == rb->bytes()));
-  auto ma = (*v)->ExtractMesh(gpu);
-  auto mb = (*w)->ExtractMesh(gpu);
-  REQUIRE(ma.ok());
-  REQUIRE(mb.ok());
-  CHECK((ma->vertices == mb->vertices));
+  testing::FuseSequence({v->get()}, {gpu}, c, gt, 10, false, false);
+  std::string snapshot;
+  auto w = testing::CheckRestoreBitExact(gpu, **v, gt[11], &snapshot);
+  const std::string* snap = &snapshot;
   // A GPU snapshot restored on the CPU renders the same depth.
   auto onc = Volume::Restore(kCpu, *snap);
   REQUIRE(onc.ok());

@@ -25,19 +25,10 @@ const Device kCpu = Device::Cpu();
 
 std::unique_ptr<Volume> FuseFixed(const Device& dev, const FusionConfig& c, int frames,
                                   std::vector<RigidTransform>* poses_out = nullptr) {
-  SyntheticScene scene = SyntheticScene::Room();
   auto poses = SyntheticScene::Orbit(frames, 1.2);
   auto v = Volume::Create(dev, c);
   REQUIRE(v.ok());
-  for (int i = 0; i < frames; ++i) {
-    testing::Frame f = RenderFrame(scene, c, poses[i], false, 0, c.color);
-    FrameInput in;
-    in.depth = f.depth;
-    in.rgb = f.rgb;
-    in.fixed_pose = poses[i];
-    auto r = (*v)->ProcessFrame(dev, in);
-    REQUIRE(r.ok());
-  }
+  testing::FuseSequence({v->get()}, {dev}, c, poses, frames, true, false);
   if (poses_out != nullptr) *poses_out = poses;
   return std::move(*v);
 }
@@ -216,13 +207,7 @@ TEST_CASE("fusion: pose prior relocalises after a loss (CPU)", "[fusion]") {
   auto gt = SyntheticScene::Orbit(40, 1.2);
   auto v = Volume::Create(kCpu, c);
   REQUIRE(v.ok());
-  for (int i = 0; i < 5; ++i) {
-    testing::Frame f = RenderFrame(scene, c, gt[i], false, 0);
-    FrameInput in;
-    in.depth = f.depth;
-    if (i == 0) in.fixed_pose = gt[0];
-    REQUIRE((*v)->ProcessFrame(kCpu, in).ok());
-  }
+  testing::FuseSequence({v->get()}, {kCpu}, c, gt, 5, false, false);
   // A covered sensor: almost no depth, so too few points associate.
   std::string blank(c.camera.width * c.camera.height * 4, '\0');
   const RigidTransform before = (*v)->pose();
@@ -293,43 +278,21 @@ TEST_CASE("fusion: snapshot and restore are bit-exact (CPU)", "[fusion]") {
   auto gt = SyntheticScene::Orbit(12, 0.6);
   auto v = Volume::Create(kCpu, c);
   REQUIRE(v.ok());
-  for (int i = 0; i < 10; ++i) {
-    testing::Frame f = RenderFrame(scene, c, gt[i], false, 0, true);
-    FrameInput in;
-    in.depth = f.depth;
-    in.rgb = f.rgb;
-    if (i == 0) in.fixed_pose = gt[0];
-    REQUIRE((*v)->ProcessFrame(kCpu, in).ok());
-  }
-  auto snap = (*v)->Snapshot(kCpu);
-  REQUIRE(snap.ok());
-  auto w = Volume::Restore(kCpu, *snap);
-  REQUIRE(w.ok());
-  auto snap2 = (*w)->Snapshot(kCpu);
-  REQUIRE(snap2.ok());
-  CHECK((*snap == *snap2));
-  auto ra = (*v)->Render(kCpu, gt[11], c.camera, RenderMode::kColor);
-  auto rb = (*w)->Render(kCpu, gt[11], c.camera, RenderMode::kColor);
-  REQUIRE(ra.ok());
-  REQUIRE(rb.ok());
-  CHECK((ra->bytes() == rb->bytes()));
-  auto ma = (*v)->ExtractMesh(kCpu);
-  auto mb = (*w)->ExtractMesh(kCpu);
-  REQUIRE(ma.ok());
-  REQUIRE(mb.ok());
-  CHECK((ma->vertices == mb->vertices));
-  CHECK((ma->colors == mb->colors));
+  testing::FuseSequence({v->get()}, {kCpu}, c, gt, 10, false, false);
+  std::string snapshot;
+  auto w = testing::CheckRestoreBitExact(kCpu, **v, gt[11], &snapshot);
+  const std::string* snap = &snapshot;
   // Both continue identically.
   testing::Frame f = RenderFrame(scene, c, gt[10], false, 0, true);
   FrameInput in;
   in.depth = f.depth;
   in.rgb = f.rgb;
   auto pa = (*v)->ProcessFrame(kCpu, in);
-  auto pb = (*w)->ProcessFrame(kCpu, in);
+  auto pb = w->ProcessFrame(kCpu, in);
   REQUIRE(pa.ok());
   REQUIRE(pb.ok());
   CHECK((pa->T_world_camera.m == pb->T_world_camera.m));
-  CHECK((*(*v)->Snapshot(kCpu) == *(*w)->Snapshot(kCpu)));
+  CHECK((*(*v)->Snapshot(kCpu) == *w->Snapshot(kCpu)));
   // Corrupt snapshots are refused.
   CHECK(absl::IsInvalidArgument(Volume::Restore(kCpu, snap->substr(0, snap->size() / 2)).status()));
   CHECK(absl::IsInvalidArgument(Volume::Restore(kCpu, "not a snapshot").status()));
@@ -432,6 +395,50 @@ TEST_CASE("fusion: livingroom1_clean_micro reads and fuses with its poses (CPU)"
   REQUIRE(err.size() > 0.9 * d->size());
   std::sort(err.begin(), err.end());
   CHECK(err[err.size() / 2] < 0.005);
+}
+
+}  // namespace
+}  // namespace fresnel::fusion
+
+namespace fresnel::fusion {
+namespace {
+
+TEST_CASE("fusion: pose files (TUM, poses.txt round trip, trajectory.log)", "[fusion]") {
+  const auto dir = std::filesystem::temp_directory_path() / "fresnel_fusion_poses";
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream f(dir / "tum.txt");
+    // 90 degrees about z: q = (0, 0, sin 45, cos 45).
+    f << "# timestamp tx ty tz qx qy qz qw\n1.0 1 2 3 0 0 0.7071067811865476 0.7071067811865476\n";
+  }
+  auto tum = ReadTumTrajectory((dir / "tum.txt").string());
+  REQUIRE(tum.ok());
+  REQUIRE(tum->size() == 1);
+  const RigidTransform& t = (*tum)[0];
+  CHECK(std::abs(t.m[0]) < 1e-12);
+  CHECK(std::abs(t.m[1] + 1) < 1e-12);
+  CHECK(std::abs(t.m[4] - 1) < 1e-12);
+  CHECK(t.m[3] == 1);
+  CHECK(t.m[11] == 3);
+
+  auto poses = SyntheticScene::Orbit(5, 0.5);
+  REQUIRE(WritePosesTxt((dir / "poses.txt").string(), poses).ok());
+  auto back = ReadPosesTxt((dir / "poses.txt").string());
+  REQUIRE(back.ok());
+  REQUIRE(back->size() == 5);
+  for (int i = 0; i < 5; ++i) CHECK(TranslationDistance((*back)[i], poses[i]) < 1e-8);
+  CHECK(AbsoluteTrajectoryRmse(*back, poses) < 1e-8);
+  // An estimate shifted by a constant offset after the first frame has that offset as its ATE.
+  std::vector<RigidTransform> shifted = poses;
+  for (int i = 1; i < 5; ++i) shifted[i] = RigidTransform::FromTranslation(0.01, 0, 0) * poses[i];
+  CHECK(std::abs(AbsoluteTrajectoryRmse(shifted, poses) - 0.01 * std::sqrt(4.0 / 5)) < 1e-9);
+  {
+    std::ofstream f(dir / "bad.log");
+    f << "0 0 1\n1 0 0 0\n";
+  }
+  CHECK(absl::IsInvalidArgument(ReadTrajectoryLog((dir / "bad.log").string()).status()));
+  CHECK(absl::IsNotFound(ReadPosesTxt((dir / "missing.txt").string()).status()));
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

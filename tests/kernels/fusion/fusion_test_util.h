@@ -1,6 +1,8 @@
 // Shared set-up for the fusion tests and benchmark: a synthetic room, its trajectory, frames.
 #pragma once
 
+#include <catch2/catch.hpp>
+
 #include <cmath>
 #include <memory>
 #include <string>
@@ -71,6 +73,49 @@ inline std::vector<float> NearSurfaceVoxels(const SyntheticScene& scene, double 
     for (double v : p) pts.push_back(static_cast<float>(v));
   }
   return pts;
+}
+
+// Feeds frames 0 .. n-1 of `gt` (rendered from the room, with colour when the config has it) to
+// every volume: all at their true pose with `fixed`, else only frame 0 and the rest tracked.
+inline void FuseSequence(const std::vector<Volume*>& vols, const std::vector<Device>& devs,
+                         const FusionConfig& c, const std::vector<RigidTransform>& gt, int n,
+                         bool fixed, bool noise) {
+  SyntheticScene scene = SyntheticScene::Room();
+  for (int i = 0; i < n; ++i) {
+    Frame f = RenderFrame(scene, c, gt[i], noise, 50 + i, c.color);
+    FrameInput in;
+    in.depth = f.depth;
+    in.rgb = f.rgb;
+    if (fixed || i == 0) in.fixed_pose = gt[i];
+    for (size_t k = 0; k < vols.size(); ++k) REQUIRE(vols[k]->ProcessFrame(devs[k], in).ok());
+  }
+}
+
+// Snapshots `v`, restores it on the same device and checks that the copy is the same bit for bit:
+// its own snapshot, a colour render from `view` and the mesh. Returns the copy.
+inline std::unique_ptr<Volume> CheckRestoreBitExact(const Device& dev, Volume& v,
+                                                    const RigidTransform& view,
+                                                    std::string* snapshot_out = nullptr) {
+  auto snap = v.Snapshot(dev);
+  REQUIRE(snap.ok());
+  auto w = Volume::Restore(dev, *snap);
+  REQUIRE(w.ok());
+  auto snap2 = (*w)->Snapshot(dev);
+  REQUIRE(snap2.ok());
+  CHECK((*snap == *snap2));
+  auto ra = v.Render(dev, view, v.config().camera, RenderMode::kColor);
+  auto rb = (*w)->Render(dev, view, v.config().camera, RenderMode::kColor);
+  REQUIRE(ra.ok());
+  REQUIRE(rb.ok());
+  CHECK((ra->bytes() == rb->bytes()));
+  auto ma = v.ExtractMesh(dev);
+  auto mb = (*w)->ExtractMesh(dev);
+  REQUIRE(ma.ok());
+  REQUIRE(mb.ok());
+  CHECK((ma->vertices == mb->vertices));
+  CHECK((ma->colors == mb->colors));
+  if (snapshot_out != nullptr) *snapshot_out = std::move(*snap);
+  return std::move(*w);
 }
 
 }  // namespace fresnel::fusion::testing
