@@ -16,11 +16,16 @@ std::optional<Clock::time_point> DeadlineOf(const grpc::CallbackServerContext* c
   return Clock::now() + std::chrono::duration_cast<Clock::duration>(left);
 }
 
-DevicePreference PreferenceOf(const v1::DeviceHint& hint) {
+absl::StatusOr<DevicePreference> PreferenceOf(const v1::DeviceHint& hint,
+                                              absl::string_view field) {
   switch (hint.kind()) {
+    case v1::DEVICE_KIND_ANY: return DevicePreference::kAny;
     case v1::DEVICE_KIND_GPU: return DevicePreference::kGpu;
     case v1::DEVICE_KIND_CPU: return DevicePreference::kCpu;
-    default: return DevicePreference::kAny;
+    default:
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s.kind: unknown device kind %d (use DEVICE_KIND_ANY, _GPU or _CPU)", field,
+          static_cast<int>(hint.kind())));
   }
 }
 

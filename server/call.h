@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "fresnel/interp/interp.h"
 #include "fresnel/unwrap/unwrap.h"
 #include "fresnel/v1/common.pb.h"
@@ -36,7 +38,10 @@ struct ServiceContext {
 
 // The request's deadline on the steady clock, if the client set one.
 std::optional<Clock::time_point> DeadlineOf(const grpc::CallbackServerContext* context);
-DevicePreference PreferenceOf(const v1::DeviceHint& hint);
+// The placement a DeviceHint asks for; INVALID_ARGUMENT naming `field` for an unknown kind (every
+// service answers an unknown DeviceKind the same way).
+absl::StatusOr<DevicePreference> PreferenceOf(const v1::DeviceHint& hint,
+                                              absl::string_view field = "device");
 // The request id to echo: the client's, or a fresh random one.
 std::string RequestIdOr(const std::string& given);
 void FillExecutionInfo(const JobReport& report, double total_s, v1::ExecutionInfo* info);

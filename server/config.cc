@@ -1,5 +1,9 @@
 #include "server/config.h"
 
+#include <unistd.h>
+
+#include <cctype>
+#include <cstdio>
 #include <sstream>
 
 #include "CLI/CLI.hpp"
@@ -23,6 +27,9 @@ absl::StatusOr<ServerConfig> ParseConfig(int argc, char** argv) {
       ->envname("FRESNEL_METRICS")->capture_default_str();
   app.add_option("--gpus", c.gpus, "GPUs to use: all, none, or ordinals like 0,2")
       ->envname("FRESNEL_GPUS")->capture_default_str();
+  app.add_option("--instance", c.instance,
+                 "name of this server in job ids and errors (default: HOSTNAME:PORT)")
+      ->envname("FRESNEL_INSTANCE");
   app.add_option("--streams-per-gpu", c.streams_per_gpu, "worker streams per GPU")
       ->envname("FRESNEL_STREAMS_PER_GPU")->check(CLI::Range(1, 64))->capture_default_str();
   app.add_option("--cpu-workers", c.cpu_workers, "CPU pool workers (each job is multi-threaded)")
@@ -100,7 +107,39 @@ absl::StatusOr<ServerConfig> ParseConfig(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return absl::InvalidArgumentError(e.what());
   }
+  if (!c.instance.empty()) {
+    absl::StatusOr<std::string> instance = ResolveInstance(c);
+    if (!instance.ok()) return instance.status();
+  }
   return c;
+}
+
+absl::StatusOr<std::string> ResolveInstance(const ServerConfig& config) {
+  std::string name = config.instance;
+  if (name.empty()) {
+    char host[256] = {};
+    if (gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') {
+      std::snprintf(host, sizeof(host), "localhost");
+    }
+    const size_t colon = config.listen.rfind(':');
+    const std::string port =
+        colon == std::string::npos ? config.listen : config.listen.substr(colon + 1);
+    name = absl::StrCat(host, ":", port);
+  }
+  constexpr size_t kMaxInstance = 253;
+  if (name.size() > kMaxInstance) {
+    return absl::InvalidArgumentError(absl::StrCat("--instance: at most ", kMaxInstance,
+                                                   " characters, got ", name.size()));
+  }
+  for (char ch : name) {
+    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '.' && ch != '_' && ch != ':' &&
+        ch != '-') {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--instance: '", name,
+                       "' may hold only letters, digits and . _ : - (it is part of job ids)"));
+    }
+  }
+  return name;
 }
 
 absl::StatusOr<std::vector<int>> SelectGpus(const std::string& spec, int visible) {

@@ -14,6 +14,9 @@ struct ServerConfig {
   std::string listen = "0.0.0.0:50051";   // FRESNEL_LISTEN
   std::string metrics = "0.0.0.0:9464";   // FRESNEL_METRICS; "off" disables
   std::string gpus = "all";               // FRESNEL_GPUS: "all", "none" or "0,2"
+  // FRESNEL_INSTANCE: this server's name in job ids, ServerInfo and errors; "" = HOSTNAME:PORT
+  // (gethostname() and --listen's port). Letters, digits and . _ : - only.
+  std::string instance;
   int streams_per_gpu = 2;                // FRESNEL_STREAMS_PER_GPU
   int cpu_workers = 2;                    // FRESNEL_CPU_WORKERS
   int queue_length = 64;                  // FRESNEL_QUEUE_LENGTH, per device
@@ -44,6 +47,10 @@ struct ServerConfig {
 // Parses flags and environment. Returns the config, or a status whose message is the help text
 // (code kCancelled, for --help/--version) or the parse error (kInvalidArgument).
 absl::StatusOr<ServerConfig> ParseConfig(int argc, char** argv);
+
+// `config.instance`, or HOSTNAME:PORT when it is empty; INVALID_ARGUMENT naming --instance for
+// other characters than letters, digits and . _ : - or more than 253 of them.
+absl::StatusOr<std::string> ResolveInstance(const ServerConfig& config);
 
 // Resolves `gpus` against the visible device count.
 absl::StatusOr<std::vector<int>> SelectGpus(const std::string& spec, int visible);

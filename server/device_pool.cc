@@ -142,6 +142,18 @@ class DeviceQueue {
     return s;
   }
 
+  // Asks every running job to stop (Job::cancelled() turns true; kernels that poll it stop at
+  // their next check). Returns how many were running.
+  int CancelRunning() {
+    std::vector<std::shared_ptr<Job>> running;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      running = running_jobs_;
+    }
+    for (auto& j : running) j->Cancel();  // Cancel takes mu_ (Remove): outside the lock
+    return static_cast<int>(running.size());
+  }
+
   bool healthy() const {
     std::lock_guard<std::mutex> lock(mu_);
     return healthy_;
@@ -174,6 +186,7 @@ class DeviceQueue {
         job = std::move(queue_.front());
         queue_.pop_front();
         ++running_;
+        running_jobs_.push_back(job);
         if (metrics_) {
           metrics_->SetQueueDepth(id_, static_cast<double>(queue_.size()));
           metrics_->SetRunning(id_, running_);
@@ -183,6 +196,7 @@ class DeviceQueue {
       {
         std::lock_guard<std::mutex> lock(mu_);
         --running_;
+        running_jobs_.erase(std::find(running_jobs_.begin(), running_jobs_.end(), job));
         if (metrics_) metrics_->SetRunning(id_, running_);
       }
       idle_cv_.notify_all();
@@ -265,6 +279,7 @@ class DeviceQueue {
   std::condition_variable cv_;
   std::condition_variable idle_cv_;
   std::deque<std::shared_ptr<Job>> queue_;
+  std::vector<std::shared_ptr<Job>> running_jobs_;  // popped and not yet finished
   bool stop_ = false;
   int running_ = 0;
   int64_t completed_ = 0, failed_ = 0, rejected_ = 0;
@@ -381,6 +396,15 @@ bool DevicePool::Drain(std::chrono::milliseconds timeout) {
   Clock::time_point until = Clock::now() + timeout;
   bool all_idle = true;
   for (auto& d : devices_) all_idle = d->WaitIdle(until) && all_idle;
+  if (!all_idle) {
+    // Out of time: queued jobs complete UNAVAILABLE (Stop), running ones are asked to stop; those
+    // that poll their cancellation (renders, unwrap jobs) end within a moment.
+    int asked = 0;
+    for (auto& d : devices_) asked += d->CancelRunning();
+    if (asked > 0) {
+      std::cerr << "fresneld: drain timeout: asked " << asked << " running job(s) to stop\n";
+    }
+  }
   for (auto& d : devices_) d->Stop();
   return all_idle;
 }

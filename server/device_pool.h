@@ -121,7 +121,9 @@ class DevicePool {
   absl::Status Submit(std::shared_ptr<Job> job);
 
   // Stops accepting work and waits until every accepted job has finished or `timeout` passed;
-  // jobs still queued then complete with UNAVAILABLE. Returns true when everything finished.
+  // then jobs still queued complete with UNAVAILABLE and running ones are cancelled (they stop at
+  // their next cancellation check), and the workers are joined. Returns true when everything
+  // finished within `timeout`.
   bool Drain(std::chrono::milliseconds timeout);
 
   bool draining() const { return draining_.load(); }

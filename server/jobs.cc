@@ -76,6 +76,7 @@ std::string JobStore::NewIdLocked() {
   for (;;) {
     std::string id =
         absl::StrFormat("%08x%08x%08x%08x", random_(), random_(), random_(), random_());
+    if (!options_.instance.empty()) absl::StrAppend(&id, "@", options_.instance);
     if (jobs_.count(id) == 0 && dropped_.count(id) == 0) return id;
   }
 }
@@ -84,9 +85,19 @@ JobStore::Record* JobStore::FindLocked(const std::string& id, absl::Status* not_
   auto it = jobs_.find(id);
   if (it != jobs_.end()) return it->second.get();
   auto gone = dropped_.find(id);
-  *not_found = gone != dropped_.end()
-                   ? absl::NotFoundError(gone->second)
-                   : absl::NotFoundError(absl::StrCat("unknown job id '", id, "'"));
+  if (gone != dropped_.end()) {
+    *not_found = absl::NotFoundError(gone->second);
+    return nullptr;
+  }
+  const size_t at = id.rfind('@');
+  if (at != std::string::npos && !options_.instance.empty() &&
+      id.compare(at + 1, std::string::npos, options_.instance) != 0) {
+    *not_found = absl::NotFoundError(absl::StrCat("job ", id, " belongs to instance ",
+                                                  id.substr(at + 1), "; this is instance ",
+                                                  options_.instance));
+    return nullptr;
+  }
+  *not_found = absl::NotFoundError(absl::StrCat("unknown job id '", id, "'"));
   return nullptr;
 }
 
@@ -136,6 +147,7 @@ absl::StatusOr<JobStore::Submitted> JobStore::Submit(JobSpec spec) {
     r.snap.id = NewIdLocked();
     r.snap.state = JobState::kQueued;
     r.snap.method = spec.method;
+    r.snap.method_code = spec.method_code;
     r.snap.dtype = spec.dtype;
     r.snap.shape = spec.shape;
     r.snap.request_id = spec.request_id;
@@ -161,12 +173,14 @@ absl::StatusOr<JobStore::Submitted> JobStore::Submit(JobSpec spec) {
   job->method = std::move(spec.rpc_method);
   job->preference = spec.preference;
   job->device_bytes = spec.device_bytes;
-  job->run = [this, id, run = std::move(spec.run)](const Device& device,
-                                                   StageTimes* times) -> absl::Status {
+  const Job* self = job.get();  // outlives its run function
+  job->run = [this, id, self, run = std::move(spec.run)](const Device& device,
+                                                         StageTimes* times) -> absl::Status {
     if (!MarkRunning(id, device)) return absl::CancelledError("cancelled before it started");
-    JobProgressFn progress = [this, id](const std::string& stage, double stage_fraction,
-                                        double overall) {
-      return Progress(id, stage, stage_fraction, overall);
+    // Stops when the job's client cancels it and when the pool cancels it (drain timeout).
+    JobProgressFn progress = [this, id, self](const std::string& stage, double stage_fraction,
+                                              double overall) {
+      return Progress(id, stage, stage_fraction, overall) && !self->cancelled();
     };
     absl::StatusOr<std::shared_ptr<const JobOutput>> output = run(device, times, progress);
     if (!output.ok()) return output.status();

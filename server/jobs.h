@@ -62,6 +62,9 @@ using JobProgressFn =
 struct JobSpec {
   // Shown to clients (List, Watch).
   std::string method;  // the service's name for what the job does, e.g. "goldstein"
+  // The service's own code for the method (e.g. a proto enum value), carried back unchanged in
+  // snapshots so that the service needs no reverse lookup of `method`.
+  int method_code = 0;
   DType dtype = DType::kFloat32;
   std::vector<int64_t> shape;
   std::string request_id;
@@ -90,6 +93,7 @@ struct JobSnapshot {
   std::string id;
   JobState state = JobState::kQueued;
   std::string method;
+  int method_code = 0;
   DType dtype = DType::kFloat32;
   std::vector<int64_t> shape;
   std::string request_id;
@@ -111,6 +115,9 @@ struct JobStoreOptions {
   int64_t memory_bytes = int64_t{4} << 30;
   int max_jobs = 64;              // unfinished jobs
   size_t max_remembered = 10000;  // ids of dropped jobs remembered for their NOT_FOUND message
+  // Non-empty: ids end in "@instance", and an id that names another instance is NOT_FOUND
+  // saying which instance it belongs to (many servers behind one load-balanced address).
+  std::string instance;
 };
 
 class JobStore {

@@ -3,8 +3,11 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <iostream>
+#include <thread>
 
 #include "fresnel/core/gpu.h"
 #include "server/config.h"
@@ -44,7 +47,8 @@ int main(int argc, char** argv) {
     std::cerr << "fresneld: " << server.status() << "\n";
     return 1;
   }
-  std::cerr << "fresneld: listening on port " << (*server)->port() << " ("
+  std::cerr << "fresneld: listening on port " << (*server)->port() << " (instance "
+            << (*server)->instance() << ", "
             << fresnel::GpuCount() << " visible GPU(s), gpus=" << config->gpus
             << ", metrics " << config->metrics << ")" << std::endl;
 
@@ -52,6 +56,15 @@ int main(int argc, char** argv) {
   sigwait(&stop_signals, &sig);
   std::cerr << "fresneld: signal " << sig << ", draining (up to " << config->drain_timeout_s
             << " s)" << std::endl;
+  // The drain must end: work that neither finishes nor stops when cancelled (a kernel that does
+  // not poll) is abandoned a few seconds after the drain timeout, and the process exits anyway.
+  const double limit_s = config->drain_timeout_s + 5;
+  std::thread([limit_s] {
+    std::this_thread::sleep_for(std::chrono::duration<double>(limit_s));
+    std::cerr << "fresneld: running work did not stop " << limit_s
+              << " s after SIGTERM; abandoning it and exiting" << std::endl;
+    std::_Exit(0);
+  }).detach();
   bool drained = (*server)->Shutdown();
   std::cerr << "fresneld: " << (drained ? "all accepted work finished" : "drain timed out")
             << ", exiting" << std::endl;

@@ -1,7 +1,5 @@
 #include "server/server.h"
 
-#include <unistd.h>
-
 #include <iostream>
 #include <mutex>
 
@@ -22,19 +20,6 @@
 #include "server/services/unwrap_service.h"
 
 namespace fresnel::server {
-
-namespace {
-
-// This server's name in session ids: host name and port of the listen address.
-std::string InstanceName(const std::string& listen) {
-  char host[256] = {0};
-  if (gethostname(host, sizeof host - 1) != 0) host[0] = 0;
-  const size_t colon = listen.rfind(':');
-  const std::string port = colon == std::string::npos ? listen : listen.substr(colon + 1);
-  return absl::StrCat(host[0] != 0 ? host : "fresneld", ":", port);
-}
-
-}  // namespace
 
 struct FresnelServer::Impl {
   ServerConfig config;
@@ -65,6 +50,9 @@ FresnelServer::~FresnelServer() { Shutdown(); }
 absl::StatusOr<std::unique_ptr<FresnelServer>> FresnelServer::Start(const ServerConfig& config) {
   auto impl = std::make_unique<Impl>();
   impl->config = config;
+  absl::StatusOr<std::string> instance = ResolveInstance(config);
+  if (!instance.ok()) return instance.status();
+  impl->config.instance = *std::move(instance);
   impl->metrics = std::make_unique<Metrics>();
   if (!config.metrics.empty() && config.metrics != "off") {
     absl::Status st = impl->metrics->StartExposer(config.metrics);
@@ -94,10 +82,11 @@ absl::StatusOr<std::unique_ptr<FresnelServer>> FresnelServer::Start(const Server
   job_options.ttl_s = config.job_ttl_s;
   job_options.memory_bytes = config.job_memory_bytes;
   job_options.max_jobs = config.max_jobs;
+  job_options.instance = impl->config.instance;
   impl->jobs = std::make_unique<JobStore>(job_options, impl->pool.get(), impl->metrics.get());
   impl->ctx.jobs = impl->jobs.get();
   SessionStoreOptions session_options;
-  session_options.instance = InstanceName(config.listen);
+  session_options.instance = impl->config.instance;
   session_options.ttl_s = config.session_ttl_s;
   session_options.max_sessions_per_device = config.max_sessions_per_device;
   session_options.max_sessions_per_client = config.max_sessions_per_client;
@@ -122,7 +111,7 @@ absl::StatusOr<std::unique_ptr<FresnelServer>> FresnelServer::Start(const Server
   hologram_limits.max_points = config.hologram_max_points;
   impl->hologram = std::make_unique<HologramService>(&impl->ctx, hologram_limits);
   impl->fusion = std::make_unique<FusionService>(&impl->ctx, FusionServiceLimits{});
-  impl->admin = std::make_unique<AdminService>(&impl->ctx, config, listed);
+  impl->admin = std::make_unique<AdminService>(&impl->ctx, impl->config, listed);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -139,7 +128,6 @@ absl::StatusOr<std::unique_ptr<FresnelServer>> FresnelServer::Start(const Server
   if (!impl->grpc_server || impl->port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", config.listen));
   }
-  impl->sessions->SetInstance(InstanceName(absl::StrCat(":", impl->port)));
   grpc::HealthCheckServiceInterface* health = impl->grpc_server->GetHealthCheckService();
   if (health != nullptr) {
     health->SetServingStatus(true);
@@ -158,6 +146,8 @@ absl::StatusOr<std::unique_ptr<FresnelServer>> FresnelServer::Start(const Server
 }
 
 int FresnelServer::port() const { return impl_->port; }
+
+const std::string& FresnelServer::instance() const { return impl_->config.instance; }
 
 std::string FresnelServer::MetricsText() const { return impl_->metrics->Serialize(); }
 

@@ -18,6 +18,8 @@ class FresnelServer {
 
   // The bound gRPC port.
   int port() const;
+  // This server's name (ServerConfig::instance, resolved): the suffix of its job ids.
+  const std::string& instance() const;
   // The Prometheus text of all metrics (what /metrics serves).
   std::string MetricsText() const;
 

@@ -100,7 +100,7 @@ void Session::End(const std::string& message) {
 // SessionStore
 
 SessionStore::SessionStore(SessionStoreOptions options, DevicePool* pool, Metrics* metrics)
-    : options_(std::move(options)), pool_(pool), metrics_(metrics), instance_(options_.instance) {
+    : options_(std::move(options)), pool_(pool), metrics_(metrics) {
   for (const DeviceSnapshot& d : pool_->Snapshot()) {
     DeviceSlot slot;
     slot.id = d.id;
@@ -141,7 +141,7 @@ std::string SessionStore::NewIdLocked() {
   for (;;) {
     char hex[33];
     std::snprintf(hex, sizeof hex, "%08x%08x%08x%08x", random_(), random_(), random_(), random_());
-    std::string id = absl::StrCat("s-", hex, "@", instance_);
+    std::string id = absl::StrCat("s-", hex, "@", options_.instance);
     if (open_.count(id) == 0 && ended_.count(id) == 0) return id;
   }
 }
@@ -152,14 +152,14 @@ absl::Status SessionStore::NotFoundLocked(const std::string& id) const {
   const size_t at = id.rfind('@');
   if (id.rfind("s-", 0) == 0 && at != std::string::npos) {
     const std::string owner = id.substr(at + 1);
-    if (owner != instance_) {
+    if (owner != options_.instance) {
       return absl::NotFoundError(absl::StrCat("session ", Echo(id), " belongs to instance ",
                                               Echo(owner), "; this is instance ",
-                                              instance_));
+                                              options_.instance));
     }
   }
   return absl::NotFoundError(absl::StrCat("no session ", Echo(id), " on instance ",
-                                          instance_));
+                                          options_.instance));
 }
 
 absl::StatusOr<std::shared_ptr<Session>> SessionStore::Open(SessionSpec spec,
@@ -367,16 +367,6 @@ std::vector<SessionDeviceStats> SessionStore::DeviceStats() const {
     out.push_back(SessionDeviceStats{d.id, d.sessions, d.reserved_bytes, d.cap_bytes});
   }
   return out;
-}
-
-std::string SessionStore::instance() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return instance_;
-}
-
-void SessionStore::SetInstance(const std::string& instance) {
-  std::lock_guard<std::mutex> lock(mu_);
-  instance_ = instance;
 }
 
 int SessionStore::open_sessions() const {

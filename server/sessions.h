@@ -169,10 +169,7 @@ class SessionStore {
   std::vector<SessionDeviceStats> DeviceStats() const;
   int open_sessions() const;
   const SessionStoreOptions& options() const { return options_; }
-  std::string instance() const;
-  // Renames this instance (the server learns its port only after binding); call before the
-  // first session opens.
-  void SetInstance(const std::string& instance);
+  const std::string& instance() const { return options_.instance; }
 
  private:
   friend class Session;
@@ -205,7 +202,6 @@ class SessionStore {
 
   mutable std::mutex mu_;
   std::condition_variable sweep_cv_;
-  std::string instance_;
   std::vector<DeviceSlot> devices_;
   std::unordered_map<std::string, Entry> open_;
   std::map<std::pair<std::string, std::string>, std::string> by_key_;  // (kind, key) -> id

@@ -56,7 +56,9 @@ int Main(int argc, const char* const* argv, std::ostream& out, std::ostream& err
   app.footer(kExitCodeHelp);
 
   GlobalOptions global;
-  app.add_option("--server", global.server, "Server address HOST:PORT")
+  app.add_option("--server", global.server,
+                 "Server address HOST:PORT, a comma list of IP:PORT (round_robin over them), or "
+                 "a gRPC URI such as dns:///NAME:PORT")
       ->envname("FRESNEL_SERVER")
       ->capture_default_str();
   app.add_option("--timeout", global.timeout_s,
@@ -71,6 +73,14 @@ int Main(int argc, const char* const* argv, std::ostream& out, std::ostream& err
   info_cmd->add_flag("--stats", info.stats, "Also show live statistics (queues, requests, load)");
   info_cmd->add_flag("--json", info.json, "Print JSON instead of tables");
   info_cmd->footer(kExitCodeHelp);
+
+  // fresnel health
+  HealthOptions health;
+  CLI::App* health_cmd = app.add_subcommand(
+      "health", "grpc.health.v1 check: prints SERVING and exits 0, else exits 3");
+  health_cmd->add_option("--service", health.service,
+                         "Service to check, e.g. fresnel.v1.UnwrapService (default: the server)");
+  health_cmd->footer(kExitCodeHelp);
 
   // fresnel interp
   InterpOptions interp;
@@ -299,12 +309,12 @@ int Main(int argc, const char* const* argv, std::ostream& out, std::ostream& err
       continue;
     }
     if (arg.empty() || arg[0] == '-') continue;
-    if (arg != "info" && arg != "interp" && arg != "bench" && arg != "unwrap" &&
+    if (arg != "info" && arg != "health" && arg != "interp" && arg != "bench" && arg != "unwrap" &&
         arg != "jobs" && arg != "hologram" && arg != "fuse") {
       return ReportUsageError(
           err,
           absl::StrCat("unknown command '", arg,
-                       "' (commands: info, interp, unwrap, jobs, hologram, fuse, bench)"),
+                       "' (commands: info, health, interp, unwrap, jobs, hologram, fuse, bench)"),
           "");
     }
     if (arg == "jobs" && i + 1 < argc && argv[i + 1][0] != '-') {
@@ -336,6 +346,7 @@ int Main(int argc, const char* const* argv, std::ostream& out, std::ostream& err
 
   try {
     if (info_cmd->parsed()) return RunInfo(global, info, out, err);
+    if (health_cmd->parsed()) return RunHealth(global, health, out, err);
     if (interp_cmd->parsed()) return RunInterp(global, interp, out, err);
     if (bench_cmd->parsed()) return RunBench(global, bench, out, err);
     if (hologram_cmd->parsed()) return RunHologram(global, hologram, out, err);

@@ -94,6 +94,7 @@ void PrintServerInfo(const std::string& server, const std::string& health,
                      const v1::ServerInfo& info, std::ostream& out) {
   Table head;
   head.AddRow({"server", absl::StrCat(server, " (", health, ")")});
+  if (!info.instance().empty()) head.AddRow({"instance", info.instance()});
   head.AddRow({"version", absl::StrCat(info.version().empty() ? "?" : info.version(),
                                        info.cuda_compiled() ? ", CUDA compiled" : ", no CUDA")});
   head.AddRow({"services", info.services().empty()
@@ -185,6 +186,22 @@ int RunInfo(const GlobalOptions& global, const InfoOptions& options, std::ostrea
   }
   PrintServerInfo(global.server, health, *info, out);
   if (stats) PrintServerStats(*stats, out);
+  return kExitOk;
+}
+
+int RunHealth(const GlobalOptions& global, const HealthOptions& options, std::ostream& out,
+              std::ostream& err) {
+  absl::StatusOr<std::unique_ptr<Client>> client = ConnectClient(global);
+  if (!client.ok()) return ReportError(err, kExitRpc, client.status(), global.server);
+  absl::StatusOr<ServingStatus> health = (*client)->CheckHealth(options.service);
+  if (!health.ok()) return ReportError(err, kExitRpc, health.status(), global.server);
+  const std::string name = HealthName(health);
+  const std::string what = options.service.empty() ? "server" : options.service;
+  if (*health != ServingStatus::kServing) {
+    // The server answered: no "is fresneld running" hint.
+    return ReportError(err, kExitRpc, absl::UnavailableError(absl::StrCat(what, " is ", name)));
+  }
+  out << what << " " << name << "\n";
   return kExitOk;
 }
 

@@ -54,6 +54,16 @@ struct InfoOptions {
   bool json = false;
 };
 
+struct HealthOptions {
+  std::string service;  // "" = the whole server
+};
+
+// `fresnel health`: grpc.health.v1 Check. Prints the status; exit 0 only for SERVING, 3 for
+// anything else (NOT_SERVING while draining, SERVICE_UNKNOWN, unreachable). For container
+// HEALTHCHECKs and scripts.
+int RunHealth(const GlobalOptions& global, const HealthOptions& options, std::ostream& out,
+              std::ostream& err);
+
 struct InterpOptions {
   std::string input;
   std::string output;

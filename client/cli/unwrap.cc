@@ -495,7 +495,7 @@ int RunJobs(const GlobalOptions& global, const JobsOptions& o, std::ostream& out
 
   if (o.action == "list") {
     std::vector<v1::UnwrapJob> jobs;
-    v1::ListUnwrapJobsRequest request;
+    v1::ListJobsRequest request;
     do {
       request.set_page_size(std::min(o.limit - static_cast<int>(jobs.size()), 1000));
       absl::StatusOr<v1::ListUnwrapJobsResponse> page = (*client)->ListUnwrapJobs(request);

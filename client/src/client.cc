@@ -9,11 +9,17 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <random>
 #include <thread>
 #include <utility>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "fresnel/core/status.h"
+#include "fresnel/v1/wire_limits.h"
 #include "fresnel/v1/array_convert.h"
 #include "call_util.h"
 #include "health_codec.h"
@@ -25,6 +31,9 @@ struct Client::Impl {
   std::unique_ptr<v1::AdminService::Stub> admin;
   std::unique_ptr<v1::InterpolationService::Stub> interpolation;
   std::unique_ptr<v1::UnwrapService::Stub> unwrap;
+  // Job calls: pick_first over the same servers (the same channel for a single server).
+  std::shared_ptr<grpc::Channel> job_channel;
+  std::unique_ptr<v1::UnwrapService::Stub> jobs;
   std::unique_ptr<grpc::GenericStub> generic;
   std::mutex cap_mu;
   int64_t server_cap = 0;  // the server's message cap; 0 = not asked yet
@@ -82,14 +91,105 @@ Client::Client(ClientOptions options, std::unique_ptr<Impl> impl)
 
 Client::~Client() = default;
 
+namespace {
+
+// "scheme:rest" (dns:///name:port, ipv4:a:p,b:q, unix:/path): a letter, then letters, digits
+// and + - . up to the first colon, and no port (digits up to a comma or the end) after it.
+bool HasScheme(const std::string& address) {
+  const size_t colon = address.find(':');
+  if (colon == std::string::npos || colon == 0 ||
+      !absl::ascii_isalpha(static_cast<unsigned char>(address[0]))) {
+    return false;
+  }
+  for (size_t i = 0; i < colon; ++i) {
+    const char c = address[i];
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '+' && c != '-' && c != '.') {
+      return false;
+    }
+  }
+  const std::string rest = address.substr(colon + 1, address.find(',') - colon - 1);
+  return rest.empty() || !std::all_of(rest.begin(), rest.end(), [](char c) {
+    return absl::ascii_isdigit(static_cast<unsigned char>(c));
+  });
+}
+
+bool IsIpv4HostPort(const std::string& entry) {
+  const size_t colon = entry.rfind(':');
+  if (colon == std::string::npos || colon + 1 == entry.size()) return false;
+  std::vector<std::string> octets = absl::StrSplit(entry.substr(0, colon), '.');
+  if (octets.size() != 4) return false;
+  for (const std::string& o : octets) {
+    if (o.empty() || o.size() > 3 || !std::all_of(o.begin(), o.end(), absl::ascii_isdigit)) {
+      return false;
+    }
+  }
+  const std::string port = entry.substr(colon + 1);
+  return std::all_of(port.begin(), port.end(), absl::ascii_isdigit);
+}
+
+// Several servers: a list, or a URI that can resolve to several addresses.
+bool ManyServers(const std::string& target) {
+  return absl::StrContains(target, ',') || absl::StartsWith(target, "dns:");
+}
+
+// The same list in a random order (a pick_first target), or the target itself.
+std::string Shuffled(const std::string& target) {
+  const size_t colon = target.find(':');
+  if (!absl::StartsWith(target, "ipv4:") && !absl::StartsWith(target, "ipv6:")) return target;
+  std::vector<std::string> entries = absl::StrSplit(target.substr(colon + 1), ',');
+  std::shuffle(entries.begin(), entries.end(), std::mt19937(std::random_device()()));
+  return absl::StrCat(target.substr(0, colon + 1), absl::StrJoin(entries, ","));
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ChannelTarget(const std::string& address) {
+  if (address.empty()) return absl::InvalidArgumentError("address is empty");
+  if (HasScheme(address) || !absl::StrContains(address, ',')) return address;
+  std::vector<std::string> v4, v6;
+  for (absl::string_view part : absl::StrSplit(address, ',')) {
+    std::string entry(absl::StripAsciiWhitespace(part));
+    if (entry.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("address '", address, "' has an empty entry"));
+    }
+    if (absl::StartsWith(entry, "localhost:")) entry = "127.0.0.1" + entry.substr(9);
+    if (IsIpv4HostPort(entry)) {
+      v4.push_back(entry);
+    } else if (entry[0] == '[' && absl::StrContains(entry, "]:")) {
+      v6.push_back(entry);
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "address list entry '", entry, "' is not a numeric IP:PORT; for a DNS name with many "
+          "addresses use dns:///NAME:PORT"));
+    }
+  }
+  if (!v4.empty() && !v6.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("address list '", address, "' mixes IPv4 and IPv6 addresses"));
+  }
+  return v4.empty() ? absl::StrCat("ipv6:", absl::StrJoin(v6, ","))
+                    : absl::StrCat("ipv4:", absl::StrJoin(v4, ","));
+}
+
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
-  if (options.address.empty()) return absl::InvalidArgumentError("address is empty");
+  FRESNEL_ASSIGN_OR_RETURN(const std::string target, ChannelTarget(options.address));
   grpc::ChannelArguments args;
   args.SetMaxSendMessageSize(ChannelMessageCap(options.max_message_bytes));
   args.SetMaxReceiveMessageSize(ChannelMessageCap(options.max_message_bytes));
   auto impl = std::make_unique<Impl>();
-  impl->channel =
-      grpc::CreateCustomChannel(options.address, grpc::InsecureChannelCredentials(), args);
+  if (ManyServers(target)) {
+    grpc::ChannelArguments spread = args;
+    // round_robin over the servers whose grpc.health.v1 answers SERVING (client-side health
+    // checking): a draining server leaves the rotation before it stops.
+    spread.SetServiceConfigJSON(R"({"loadBalancingConfig": [{"round_robin": {}}],
+                                     "healthCheckConfig": {"serviceName": ""}})");
+    impl->channel = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), spread);
+    impl->job_channel =
+        grpc::CreateCustomChannel(Shuffled(target), grpc::InsecureChannelCredentials(), args);
+  } else {
+    impl->channel = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+    impl->job_channel = impl->channel;
+  }
   if (options.connect_timeout_s > 0) {
     const auto deadline =
         std::chrono::system_clock::now() +
@@ -103,6 +203,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
   impl->admin = v1::AdminService::NewStub(impl->channel);
   impl->interpolation = v1::InterpolationService::NewStub(impl->channel);
   impl->unwrap = v1::UnwrapService::NewStub(impl->channel);
+  impl->jobs = v1::UnwrapService::NewStub(impl->job_channel);
   impl->generic = std::make_unique<grpc::GenericStub>(impl->channel);
   return std::unique_ptr<Client>(new Client(options, std::move(impl)));
 }
@@ -296,8 +397,7 @@ absl::StatusOr<HostArray> Client::ResampleStream(
 
 namespace {
 
-// Room for a message's other fields next to its array bytes.
-constexpr int64_t kEnvelopeBytes = 16 << 10;
+using v1::kEnvelopeBytes;
 
 bool IsTerminal(v1::JobState state) {
   return state == v1::JOB_STATE_DONE || state == v1::JOB_STATE_FAILED ||
@@ -422,9 +522,9 @@ absl::StatusOr<v1::SubmitResponse> Client::SubmitUnwrap(v1::UnwrapRequest reques
   ApplyDeadline(&context, options_, call);
   v1::SubmitResponse response;
   std::unique_ptr<grpc::ClientWriter<v1::SubmitRequest>> writer =
-      impl_->unwrap->Submit(&context, &response);
+      impl_->jobs->Submit(&context, &response);
   bool ok = writer->Write(first);
-  const int64_t chunk_bytes = std::max<int64_t>(1024, cap - kEnvelopeBytes);
+  const int64_t chunk_bytes = v1::ChunkPayloadBytes(cap);
   for (const auto& [which, array] : chunked) {
     const int64_t total = static_cast<int64_t>(array.nbytes());
     for (int64_t offset = 0; ok && (offset < total || offset == 0); offset += chunk_bytes) {
@@ -450,7 +550,7 @@ absl::StatusOr<v1::UnwrapJob> Client::WatchUnwrap(
   v1::WatchRequest request;
   request.set_job_id(job_id);
   std::unique_ptr<grpc::ClientReader<v1::UnwrapJob>> reader =
-      impl_->unwrap->Watch(&context, request);
+      impl_->jobs->Watch(&context, request);
   v1::UnwrapJob job, last;
   bool any = false;
   while (reader->Read(&job)) {
@@ -475,7 +575,7 @@ absl::StatusOr<v1::UnwrapJob> Client::GetUnwrapJob(const std::string& job_id,
   request.set_job_id(job_id);
   request.set_once(true);
   std::unique_ptr<grpc::ClientReader<v1::UnwrapJob>> reader =
-      impl_->unwrap->Watch(&context, request);
+      impl_->jobs->Watch(&context, request);
   v1::UnwrapJob job, last;
   bool any = false;
   while (reader->Read(&job)) {
@@ -497,7 +597,7 @@ absl::StatusOr<UnwrapResult> Client::GetUnwrapResult(const std::string& job_id,
   request.set_job_id(job_id);
   request.set_max_chunk_bytes(max_chunk_bytes);
   std::unique_ptr<grpc::ClientReader<v1::GetUnwrapResultResponse>> reader =
-      impl_->unwrap->Get(&context, request);
+      impl_->jobs->Get(&context, request);
   UnwrapResult result;
   std::vector<v1::UnwrapArray> expected;
   std::map<int, ChunkAssembler> assemblers;
@@ -560,19 +660,19 @@ absl::StatusOr<UnwrapResult> Client::GetUnwrapResult(const std::string& job_id,
 
 absl::StatusOr<v1::UnwrapJob> Client::CancelUnwrap(const std::string& job_id,
                                                    const CallOptions& call) {
-  v1::CancelUnwrapRequest request;
+  v1::CancelJobRequest request;
   request.set_job_id(job_id);
-  return Unary<v1::CancelUnwrapRequest, v1::UnwrapJob>(
+  return Unary<v1::CancelJobRequest, v1::UnwrapJob>(
       options_, call, request, [this](grpc::ClientContext* c, const auto& req, auto* resp) {
-        return impl_->unwrap->Cancel(c, req, resp);
+        return impl_->jobs->Cancel(c, req, resp);
       });
 }
 
 absl::StatusOr<v1::ListUnwrapJobsResponse> Client::ListUnwrapJobs(
-    const v1::ListUnwrapJobsRequest& request, const CallOptions& call) {
-  return Unary<v1::ListUnwrapJobsRequest, v1::ListUnwrapJobsResponse>(
+    const v1::ListJobsRequest& request, const CallOptions& call) {
+  return Unary<v1::ListJobsRequest, v1::ListUnwrapJobsResponse>(
       options_, call, request, [this](grpc::ClientContext* c, const auto& req, auto* resp) {
-        return impl_->unwrap->List(c, req, resp);
+        return impl_->jobs->List(c, req, resp);
       });
 }
 

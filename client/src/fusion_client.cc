@@ -10,11 +10,10 @@
 #include "absl/strings/str_cat.h"
 #include "call_util.h"
 #include "fresnel/v1/array_convert.h"
+#include "fresnel/v1/wire_limits.h"
 
 namespace fresnel {
 namespace {
-
-constexpr int64_t kEnvelopeBytes = 16 << 10;
 
 absl::Status ItemStatus(const v1::FusionResponse& r) {
   if (r.status().code() == 0) return absl::OkStatus();
@@ -30,8 +29,7 @@ absl::StatusOr<std::unique_ptr<FusionSession>> FusionSession::Start(Client& clie
   internal::ApplyDeadline(&s->context_, client.options(), call);
   s->stream_ = s->stub_->Session(&s->context_);
   const int64_t cap = client.options().max_message_bytes;
-  s->chunk_bytes_ = cap > 0 && cap < INT_MAX ? std::max<int64_t>(4096, cap - kEnvelopeBytes)
-                                             : (int64_t{32} << 20);
+  s->chunk_bytes_ = v1::ChunkPayloadBytes(cap > 0 && cap < INT_MAX ? cap : int64_t{64} << 20);
   return s;
 }
 

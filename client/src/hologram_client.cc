@@ -12,13 +12,13 @@
 #include "call_util.h"
 #include "fresnel/client/client.h"
 #include "fresnel/core/status.h"
+#include "fresnel/v1/wire_limits.h"
 #include "fresnel/v1/array_convert.h"
 
 namespace fresnel {
 namespace {
 
-// Room for a message's other fields next to its array bytes.
-constexpr int64_t kEnvelopeBytes = 16 << 10;
+using v1::kEnvelopeBytes;
 
 using internal::ApplyDeadline;
 using internal::FromGrpc;
@@ -107,7 +107,7 @@ class RenderAssembler {
 // Chunks no larger than this client can receive.
 int64_t ClientChunkBytes(const ClientOptions& options) {
   if (options.max_message_bytes <= 0 || options.max_message_bytes >= INT_MAX) return 0;
-  return std::max<int64_t>(4096, options.max_message_bytes - kEnvelopeBytes);
+  return v1::ChunkPayloadBytes(options.max_message_bytes);
 }
 
 }  // namespace

@@ -16,6 +16,7 @@ grpc::ServerUnaryReactor* AdminService::GetServerInfo(grpc::CallbackServerContex
                                                       v1::ServerInfo* response) {
   response->set_version(FRESNEL_VERSION);
   response->set_cuda_compiled(CudaCompiled());
+  response->set_instance(config_.instance);
   for (const DeviceSnapshot& d : ctx_->pool->Snapshot()) {
     v1::DeviceInfo* info = response->add_devices();
     info->set_id(d.id);

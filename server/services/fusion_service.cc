@@ -11,6 +11,7 @@
 #include "fresnel/core/status.h"
 #include "fresnel/fusion/fusion.h"
 #include "fresnel/v1/array_convert.h"
+#include "fresnel/v1/wire_limits.h"
 #include "server/rpc/ordered_stream.h"
 #include "server/services/fusion_params.h"
 #include "server/sessions.h"
@@ -19,8 +20,7 @@ namespace fresnel::server {
 namespace {
 
 constexpr char kService[] = "fresnel.v1.FusionService";
-// Room for a message's other fields next to its bytes.
-constexpr int64_t kEnvelopeBytes = 16 << 10;
+using v1::kEnvelopeBytes;
 
 // What a fusion session keeps: the config it was opened with and, once the session's first job
 // ran, the volume (its destructor makes its device current and frees the device memory).
@@ -132,8 +132,14 @@ class SessionCall : public OrderedStream<v1::FusionRequest, v1::FusionResponse> 
                             request->config().max_queued_frames())));
           return;
         }
+        absl::StatusOr<DevicePreference> preference =
+            PreferenceOf(request->config().device(), "config.device");
+        if (!preference.ok()) {
+          FailOpen(seq, preference.status());
+          return;
+        }
         max_queued_frames_ = request->config().max_queued_frames();
-        OpenSession(seq, *config, request->config().device(), nullptr);
+        OpenSession(seq, *config, *preference, nullptr);
         return;
       }
       case v1::FusionRequest::kRestore: {
@@ -156,10 +162,16 @@ class SessionCall : public OrderedStream<v1::FusionRequest, v1::FusionResponse> 
                             "restore.config.max_queued_frames: must be >= 0"));
           return;
         }
+        absl::StatusOr<DevicePreference> preference =
+            PreferenceOf(r.config().device(), "restore.config.device");
+        if (!preference.ok()) {
+          FailOpen(seq, preference.status());
+          return;
+        }
         max_queued_frames_ = r.config().max_queued_frames();
         restore_.emplace();
         restore_config_ = *config;
-        restore_hint_ = r.config().device();
+        restore_preference_ = *preference;
         TakeRestorePart(seq, request->mutable_restore());
         return;
       }
@@ -185,14 +197,14 @@ class SessionCall : public OrderedStream<v1::FusionRequest, v1::FusionResponse> 
     }
     auto snapshot = std::make_shared<std::string>(std::move(*restore_));
     restore_.reset();
-    OpenSession(seq, restore_config_, restore_hint_, std::move(snapshot));
+    OpenSession(seq, restore_config_, restore_preference_, std::move(snapshot));
   }
 
-  void OpenSession(int64_t seq, const fusion::FusionConfig& config, const v1::DeviceHint& hint,
+  void OpenSession(int64_t seq, const fusion::FusionConfig& config, DevicePreference preference,
                    std::shared_ptr<std::string> snapshot) {
     SessionSpec spec;
     spec.kind = "fusion";
-    spec.preference = PreferenceOf(hint);
+    spec.preference = preference;
     spec.device_bytes = fusion::DeviceBytes(config);
     spec.max_pending = limits_.max_pending;
     auto state = std::make_shared<FusionState>(config);
@@ -431,8 +443,7 @@ class SessionCall : public OrderedStream<v1::FusionRequest, v1::FusionResponse> 
       return absl::InvalidArgumentError(
           absl::StrCat(field, ".max_chunk_bytes: must be >= 0, got ", requested));
     }
-    const int64_t cap = std::max<int64_t>(1024, ctx_->max_message_bytes - kEnvelopeBytes);
-    return requested > 0 ? std::min(requested, cap) : cap;
+    return v1::ChunkPayloadBytes(ctx_->max_message_bytes, requested);
   }
 
   // The answer of a mesh or snapshot: `bytes` in chunks, the first filled by `first`, the
@@ -553,7 +564,7 @@ class SessionCall : public OrderedStream<v1::FusionRequest, v1::FusionResponse> 
   // Restore in progress: the bytes so far, the config the first part declared.
   std::optional<std::string> restore_;
   fusion::FusionConfig restore_config_;
-  v1::DeviceHint restore_hint_;
+  DevicePreference restore_preference_ = DevicePreference::kAny;
 };
 
 }  // namespace

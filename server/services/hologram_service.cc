@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "fresnel/core/status.h"
+#include "fresnel/v1/wire_limits.h"
 #include "fresnel/v1/array_convert.h"
 #include "server/services/hologram_params.h"
 #include "server/status_util.h"
@@ -17,16 +18,11 @@ namespace fresnel::server {
 namespace {
 
 constexpr char kService[] = "fresnel.v1.HologramService";
-// Room for a message's other fields (header, ExecutionInfo, chunk framing) next to array bytes.
-constexpr int64_t kEnvelopeBytes = 16 << 10;
-// Smallest chunk a client may ask for: below this the per-message overhead dominates.
-constexpr int64_t kMinChunkBytes = 4096;
+using v1::kEnvelopeBytes;
 
 // Data bytes per chunk (and the budget of a header with inline arrays).
 int64_t ChunkBytes(int64_t max_message_bytes, int64_t requested) {
-  const int64_t cap = std::max(kMinChunkBytes, max_message_bytes - kEnvelopeBytes);
-  if (requested > 0) return std::clamp(requested, kMinChunkBytes, cap);
-  return cap;
+  return v1::ChunkPayloadBytes(max_message_bytes, requested);
 }
 
 double SecondsSince(Clock::time_point t) {
@@ -117,10 +113,15 @@ std::shared_ptr<Job> MakeRenderJob(std::shared_ptr<RenderWork> work, const holog
   job->deadline = deadline;
   job->device_bytes =
       HologramDeviceBytes(work->options, static_cast<int64_t>(work->points.size()));
-  job->run = [work, limits, kernel_errors_as_data](const Device& device,
-                                                   StageTimes* times) -> absl::Status {
-    absl::StatusOr<hologram::HologramResult> r = hologram::ComputeHologram(
-        device, work->points, OptionsForDevice(work->options, device), times, limits);
+  // The job outlives its run function, so the render may poll it: a cancelled (or timed-out)
+  // request stops between rows / point batches and frees its worker.
+  const Job* self = job.get();
+  job->run = [work, limits, kernel_errors_as_data, self](const Device& device,
+                                                         StageTimes* times) -> absl::Status {
+    hologram::HologramOptions options = OptionsForDevice(work->options, device);
+    options.should_stop = [self] { return self->cancelled(); };
+    absl::StatusOr<hologram::HologramResult> r =
+        hologram::ComputeHologram(device, work->points, options, times, limits);
     hologram::PointCloud().swap(work->points);  // free the cloud before the reply is built
     if (!r.ok()) {
       if (!kernel_errors_as_data) return r.status();
@@ -187,8 +188,10 @@ class RenderCall : public grpc::ServerWriteReactor<v1::RenderResponse> {
     chunk_bytes_ = ChunkBytes(ctx_->max_message_bytes, request.config().max_chunk_bytes());
     record_.Payload("in", static_cast<double>(request.ByteSizeLong()));
     const int64_t points = static_cast<int64_t>(work->points.size());
+    FRESNEL_ASSIGN_OR_RETURN(DevicePreference preference,
+                             PreferenceOf(request.config().device(), "config.device"));
     std::shared_ptr<Job> job =
-        MakeRenderJob(work, limits_, "Render", PreferenceOf(request.config().device()),
+        MakeRenderJob(work, limits_, "Render", preference,
                       DeadlineOf(context_), /*kernel_errors_as_data=*/false);
     job->done = [this, work, points](const absl::Status& status, const JobReport& report) {
       slot_.Clear();
@@ -413,7 +416,7 @@ class StreamCall
     FRESNEL_RETURN_IF_ERROR(
         CheckAlgorithmPlacement(base_, config.device(), ctx_->pool->gpu_count()));
     hint_ = config.device();
-    preference_ = PreferenceOf(hint_);
+    FRESNEL_ASSIGN_OR_RETURN(preference_, PreferenceOf(hint_, "config.device"));
     chunk_bytes_ = ChunkBytes(ctx_->max_message_bytes, config.max_chunk_bytes());
     configured_ = true;
     return absl::OkStatus();
@@ -732,7 +735,7 @@ class ReconstructCall : public grpc::ServerReadReactor<v1::ReconstructRequest> {
     auto job = std::make_shared<Job>();
     job->service = kService;
     job->method = "Reconstruct";
-    job->preference = PreferenceOf(config_.device());
+    FRESNEL_ASSIGN_OR_RETURN(job->preference, PreferenceOf(config_.device(), "config.device"));
     job->deadline = DeadlineOf(context_);
     // The field, its spectrum and the propagated field (complex64 on the device) and the image.
     job->device_bytes = field->size() * (8 * 3 + 1);

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "fresnel/core/status.h"
+#include "fresnel/v1/wire_limits.h"
 #include "fresnel/v1/array_convert.h"
 #include "server/services/interpolation_params.h"
 #include "server/status_util.h"
@@ -14,8 +15,7 @@ namespace fresnel::server {
 namespace {
 
 constexpr char kService[] = "fresnel.v1.InterpolationService";
-// Room for the response's other fields next to the array bytes.
-constexpr int64_t kEnvelopeBytes = 4096;
+using v1::kEnvelopeBytes;
 
 int64_t Channels(const HostArray& x) { return x.ndim() == 2 ? x.dim(0) : 1; }
 
@@ -74,8 +74,9 @@ void SubmitOneShot(ServiceContext* ctx, UnaryJobCall* call, HostArray x, int64_t
                    v1::InterpolationResponse* response, Compute compute) {
   absl::Status fits = CheckResponseFits(Channels(x), n_out, x.dtype(), ctx->max_message_bytes,
                                         "use ResampleStream for long signals");
-  if (!fits.ok()) {
-    call->Reject(fits);
+  absl::StatusOr<DevicePreference> preference = PreferenceOf(hint);
+  if (!fits.ok() || !preference.ok()) {
+    call->Reject(!fits.ok() ? fits : preference.status());
     return;
   }
   Metrics* metrics = ctx->metrics;
@@ -86,7 +87,7 @@ void SubmitOneShot(ServiceContext* ctx, UnaryJobCall* call, HostArray x, int64_t
   };
   auto state = std::make_shared<State>();
   auto job = std::make_shared<Job>();
-  job->preference = PreferenceOf(hint);
+  job->preference = *preference;
   job->device_bytes = DeviceBytes(x, n_out, taps);
   state->x = std::move(x);
   job->run = [state, compute = std::move(compute)](const Device& device,
@@ -261,7 +262,8 @@ class ResampleStreamCall
           auto r, interp::StreamingResampler::ForUpfirdn(std::move(call.taps), call.options,
                                                          channels, dtype, ctx_->interp_limits));
       resampler_.emplace(std::move(r));
-      preference_ = PreferenceOf(config.upfirdn().device());
+      FRESNEL_ASSIGN_OR_RETURN(preference_,
+                               PreferenceOf(config.upfirdn().device(), "config.upfirdn.device"));
     } else if (config.op_case() == v1::ResampleStreamConfig::kResamplePoly) {
       FRESNEL_ASSIGN_OR_RETURN(interp::ResamplePolyOptions opts,
                                ParseResamplePoly(config.resample_poly()));
@@ -275,7 +277,8 @@ class ResampleStreamCall
       FRESNEL_ASSIGN_OR_RETURN(auto r, interp::StreamingResampler::ForResamplePoly(
                                            opts, channels, dtype, ctx_->interp_limits));
       resampler_.emplace(std::move(r));
-      preference_ = PreferenceOf(config.resample_poly().device());
+      FRESNEL_ASSIGN_OR_RETURN(
+          preference_, PreferenceOf(config.resample_poly().device(), "config.resample_poly.device"));
     } else {
       return absl::InvalidArgumentError("config: set upfirdn or resample_poly");
     }

@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "fresnel/core/status.h"
 #include "fresnel/v1/array_convert.h"
+#include "server/call.h"
 
 namespace fresnel::server {
 namespace {
@@ -197,14 +198,7 @@ absl::StatusOr<UnwrapInput> ParseUnwrap(const v1::UnwrapRequest& request, HostAr
     in.congruent = !o.has_congruent() || o.congruent();
     in.return_maps = false;
   }
-  switch (request.device().kind()) {
-    case v1::DEVICE_KIND_ANY: in.preference = DevicePreference::kAny; break;
-    case v1::DEVICE_KIND_GPU: in.preference = DevicePreference::kGpu; break;
-    case v1::DEVICE_KIND_CPU: in.preference = DevicePreference::kCpu; break;
-    default:
-      return absl::InvalidArgumentError(absl::StrCat("device.kind: unknown device kind ",
-                                                     static_cast<int>(request.device().kind())));
-  }
+  FRESNEL_ASSIGN_OR_RETURN(in.preference, PreferenceOf(request.device()));
   in.phase = std::move(phase);
   in.mask = std::move(mask);
   in.quality = std::move(quality);

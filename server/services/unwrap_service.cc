@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "fresnel/core/status.h"
+#include "fresnel/v1/wire_limits.h"
 #include "fresnel/v1/array_convert.h"
 #include "server/jobs.h"
 #include "server/services/unwrap_params.h"
@@ -16,8 +17,7 @@ namespace fresnel::server {
 namespace {
 
 constexpr char kService[] = "fresnel.v1.UnwrapService";
-// Room for a message's other fields next to its array bytes.
-constexpr int64_t kEnvelopeBytes = 16 << 10;
+using v1::kEnvelopeBytes;
 
 void SetTime(std::chrono::system_clock::time_point t, google::protobuf::Timestamp* out) {
   const auto ns =
@@ -45,11 +45,7 @@ bool TerminalProto(v1::JobState state) {
 void JobToProto(const JobSnapshot& s, v1::UnwrapJob* out) {
   out->set_job_id(s.id);
   out->set_state(StateToProto(s.state));
-  out->set_method(v1::UNWRAP_METHOD_GOLDSTEIN);
-  for (v1::UnwrapMethod m :
-       {v1::UNWRAP_METHOD_LEAST_SQUARES, v1::UNWRAP_METHOD_WEIGHTED_LEAST_SQUARES}) {
-    if (s.method == UnwrapMethodName(m)) out->set_method(m);
-  }
+  out->set_method(static_cast<v1::UnwrapMethod>(s.method_code));
   out->set_dtype(ToProto(s.dtype));
   out->mutable_shape()->Assign(s.shape.begin(), s.shape.end());
   out->set_stage(s.stage);
@@ -197,6 +193,7 @@ class SubmitCall : public grpc::ServerReadReactor<v1::SubmitRequest> {
                                        ctx_->unwrap_limits));
     JobSpec spec;
     spec.method = UnwrapMethodName(input.method);
+    spec.method_code = input.method;
     spec.dtype = input.phase.dtype();
     spec.shape = input.phase.shape();
     spec.request_id = RequestIdOr(input.request_id);
@@ -409,10 +406,7 @@ class GetCall : public grpc::ServerWriteReactor<v1::GetUnwrapResultResponse> {
     FRESNEL_ASSIGN_OR_RETURN(JobStore::Result result, ctx_->jobs->GetResult(request.job_id()));
     output_ = std::dynamic_pointer_cast<const UnwrapOutput>(result.output);
     if (!output_) return absl::InternalError("job output is not an unwrap result");
-    chunk_bytes_ = std::max<int64_t>(1024, ctx_->max_message_bytes - kEnvelopeBytes);
-    if (request.max_chunk_bytes() > 0) {
-      chunk_bytes_ = std::min(chunk_bytes_, request.max_chunk_bytes());
-    }
+    chunk_bytes_ = v1::ChunkPayloadBytes(ctx_->max_message_bytes, request.max_chunk_bytes());
     arrays_ = output_->Arrays();
     v1::UnwrapResponse* header = response_.mutable_result();
     header->set_request_id(result.job.request_id);
@@ -534,7 +528,7 @@ grpc::ServerWriteReactor<v1::GetUnwrapResultResponse>* UnwrapService::Get(
 }
 
 grpc::ServerUnaryReactor* UnwrapService::Cancel(grpc::CallbackServerContext* context,
-                                                const v1::CancelUnwrapRequest* request,
+                                                const v1::CancelJobRequest* request,
                                                 v1::UnwrapJob* response) {
   RpcRecord record(ctx_->metrics, kService, "Cancel");
   absl::Status status = RequireJobId(request->job_id());
@@ -550,7 +544,7 @@ grpc::ServerUnaryReactor* UnwrapService::Cancel(grpc::CallbackServerContext* con
 }
 
 grpc::ServerUnaryReactor* UnwrapService::List(grpc::CallbackServerContext* context,
-                                              const v1::ListUnwrapJobsRequest* request,
+                                              const v1::ListJobsRequest* request,
                                               v1::ListUnwrapJobsResponse* response) {
   RpcRecord record(ctx_->metrics, kService, "List");
   absl::StatusOr<JobStore::Page> page =

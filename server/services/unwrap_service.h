@@ -24,10 +24,10 @@ class UnwrapService final : public v1::UnwrapService::CallbackService {
   grpc::ServerWriteReactor<v1::GetUnwrapResultResponse>* Get(
       grpc::CallbackServerContext* context, const v1::GetUnwrapResultRequest* request) override;
   grpc::ServerUnaryReactor* Cancel(grpc::CallbackServerContext* context,
-                                   const v1::CancelUnwrapRequest* request,
+                                   const v1::CancelJobRequest* request,
                                    v1::UnwrapJob* response) override;
   grpc::ServerUnaryReactor* List(grpc::CallbackServerContext* context,
-                                 const v1::ListUnwrapJobsRequest* request,
+                                 const v1::ListJobsRequest* request,
                                  v1::ListUnwrapJobsResponse* response) override;
 
  private:

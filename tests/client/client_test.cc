@@ -181,3 +181,30 @@ TEST_CASE("ResampleStream against a dead server returns Unavailable", "[client]"
 
 }  // namespace
 }  // namespace fresnel
+
+TEST_CASE("ChannelTarget: one address and URIs pass through, numeric lists become ipv4:/ipv6:",
+          "[client]") {
+  for (const char* same : {"localhost:50051", "fresnel.example:50051", "127.0.0.1:1",
+                           "dns:///fresnel-grpc.ns.svc.cluster.local:50051",
+                           "ipv4:10.0.0.1:50051,10.0.0.2:50051", "unix:/run/fresnel.sock",
+                           "[::1]:50051"}) {
+    auto target = fresnel::ChannelTarget(same);
+    REQUIRE(target.ok());
+    CHECK(*target == same);
+  }
+  auto v4 = fresnel::ChannelTarget("127.0.0.1:50051, localhost:50052,10.1.2.3:7");
+  REQUIRE(v4.ok());
+  CHECK(*v4 == "ipv4:127.0.0.1:50051,127.0.0.1:50052,10.1.2.3:7");
+  auto v6 = fresnel::ChannelTarget("[::1]:50051,[fe80::1]:50052");
+  REQUIRE(v6.ok());
+  CHECK(*v6 == "ipv6:[::1]:50051,[fe80::1]:50052");
+
+  auto named = fresnel::ChannelTarget("a.example:1,b.example:2");
+  CHECK(named.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(named.status().message().find("dns:///NAME:PORT") != absl::string_view::npos);
+  CHECK(fresnel::ChannelTarget("127.0.0.1:1,[::1]:2").status().code() ==
+        absl::StatusCode::kInvalidArgument);
+  CHECK(fresnel::ChannelTarget("127.0.0.1:1,,127.0.0.1:2").status().code() ==
+        absl::StatusCode::kInvalidArgument);
+  CHECK(fresnel::ChannelTarget("").status().code() == absl::StatusCode::kInvalidArgument);
+}

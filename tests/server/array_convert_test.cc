@@ -37,6 +37,20 @@ TEST_CASE("FromProto names the field on bad arrays", "[proto]") {
              Catch::Contains("signal.dtype"));
 }
 
+TEST_CASE("element count times item size is overflow-checked", "[proto]") {
+  // [2^61] float64 is 2^64 bytes, which wraps to 0 in size_t; [1, 2^62] float32 likewise.
+  for (auto [dtype, shape] : {std::pair<v1::DType, std::vector<int64_t>>{v1::FLOAT64, {int64_t{1} << 61}},
+                              {v1::FLOAT32, {1, int64_t{1} << 62}},
+                              {v1::COMPLEX128, {int64_t{1} << 60}}}) {
+    v1::NdArray wire;
+    wire.set_dtype(dtype);
+    for (int64_t d : shape) wire.add_shape(d);
+    auto bad = FromProto(wire, "taps");
+    REQUIRE(bad.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(std::string(bad.status().message()), Catch::Contains("taps.shape"));
+  }
+}
+
 TEST_CASE("chunks reassemble to the original array", "[proto]") {
   HostArray a = RandomArray(DType::kComplex64, {7, 33});
   for (int64_t chunk : {1, 7, 100, 1 << 20}) {

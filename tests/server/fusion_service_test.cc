@@ -300,6 +300,9 @@ TEST_CASE("fusion service: bad configs and snapshots end the stream naming the f
   c = ProtoConfig();
   c.set_brick_budget_bytes(10);
   open_fails(c, absl::StatusCode::kInvalidArgument, "brick_budget_bytes");
+  c = ProtoConfig();
+  c.mutable_device()->set_kind(static_cast<v1::DeviceKind>(7));
+  open_fails(c, absl::StatusCode::kInvalidArgument, "config.device");
   // A budget larger than the server's session memory cap: RESOURCE_EXHAUSTED with the counts.
   c = ProtoConfig(v1::DEVICE_KIND_CPU);
   c.set_brick_budget_bytes(int64_t{64} << 30);

@@ -4,6 +4,8 @@
 // input is INVALID_ARGUMENT naming the field. [gpu]: GPU renders against the CPU oracle.
 #include <catch2/catch.hpp>
 
+#include <thread>
+
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -540,6 +542,9 @@ TEST_CASE("Render rejects bad input with INVALID_ARGUMENT naming the field", "[s
   req.mutable_config()->set_algorithm(v1::HOLOGRAM_ALGORITHM_TENSOR);
   expect(req, "algorithm");
   req = RenderReq(cloud, good);
+  req.mutable_config()->mutable_device()->set_kind(static_cast<v1::DeviceKind>(9));
+  expect(req, "config.device.kind");
+  req = RenderReq(cloud, good);
   req.mutable_config()->mutable_reconstruction()->set_depth_m(-2);
   expect(req, "reconstruction.depth_m");
   req = RenderReq(cloud, good);
@@ -549,6 +554,30 @@ TEST_CASE("Render rejects bad input with INVALID_ARGUMENT naming the field", "[s
   ToProto(HostArray(DType::kUint8, {8, 8}), req.mutable_image()->mutable_image());
   req.mutable_image()->set_spacing_m(kPitch);
   expect(req, "image.depth_m");
+}
+
+TEST_CASE("a Render past its deadline stops and frees its worker", "[server][hologram]") {
+  server::ServerConfig config = TestServer::CpuConfig();
+  config.cpu_workers = 1;
+  TestServer ts(config);
+  ClientOptions options;
+  options.address = ts.address;
+  options.default_timeout = std::chrono::seconds(1);
+  auto client = Client::Connect(options);
+  REQUIRE(client.ok());
+  // 4000 distinct columns on 2048 x 2048 with the float64 reference: tens of seconds on the CPU.
+  auto r = (*client)->Render(RenderReq(RandomCloud(4000, 11), Config(2048, 2048,
+                                                                     v1::HOLOGRAM_ALGORITHM_REFERENCE)));
+  REQUIRE(r.status().code() == absl::StatusCode::kDeadlineExceeded);
+  // The render polls its cancellation between row blocks: the worker is free within moments,
+  // not after the render's full run time.
+  bool idle = false;
+  for (int i = 0; i < 100 && !idle; ++i) {
+    idle = ts.server->MetricsText().find("fresnel_running_jobs{device=\"cpu\"} 0") !=
+           std::string::npos;
+    if (!idle) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  CHECK(idle);
 }
 
 TEST_CASE("Render on the GPU matches the CPU oracle", "[server][hologram][gpu]") {

@@ -348,5 +348,36 @@ TEST_CASE("List pages through the jobs newest first", "[server][jobs]") {
   CHECK(distinct.size() == ids.size());
 }
 
+TEST_CASE("with an instance name, ids name their instance and other instances' ids are refused",
+          "[jobs]") {
+  JobStoreOptions options;
+  options.instance = "node-a:50051";
+  Env env(options);
+  auto job = env.store->Submit(Spec(nullptr, 8));
+  REQUIRE(job.ok());
+  const std::string& id = job->job.id;
+  const std::string suffix = "@node-a:50051";
+  REQUIRE(id.size() == 32 + suffix.size());
+  CHECK(id.compare(32, std::string::npos, suffix) == 0);
+  CHECK(id.substr(0, 32).find_first_not_of("0123456789abcdef") == std::string::npos);
+  WaitFor(*env.store, id, Finished);
+  CHECK(env.store->GetResult(id).ok());
+
+  // The same random part minted by another instance: NOT_FOUND naming both, for every lookup.
+  const std::string foreign = id.substr(0, 32) + "@node-b:50051";
+  for (const absl::Status& status :
+       {env.store->Get(foreign).status(), env.store->GetResult(foreign).status(),
+        env.store->Cancel(foreign).status(),
+        env.store->Subscribe(foreign, [](const JobSnapshot&) {}).status()}) {
+    CHECK(status.code() == absl::StatusCode::kNotFound);
+    CHECK(Contains(status.message(), "belongs to instance node-b:50051"));
+    CHECK(Contains(status.message(), "this is instance node-a:50051"));
+  }
+  // An id without an instance is simply unknown.
+  absl::Status plain = env.store->Get(id.substr(0, 32)).status();
+  CHECK(plain.code() == absl::StatusCode::kNotFound);
+  CHECK(Contains(plain.message(), "unknown job id"));
+}
+
 }  // namespace
 }  // namespace fresnel::server

@@ -338,6 +338,13 @@ TEST_CASE("bad interpolation input gets INVALID_ARGUMENT naming the field", "[se
     CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
     CHECK_THAT(st.error_message(), Catch::Contains("x.dtype"));
   }
+  SECTION("unknown device kind") {
+    auto req = UpfirdnReq(x, {1, 2}, 2, 1);
+    req.mutable_device()->set_kind(static_cast<v1::DeviceKind>(7));
+    grpc::Status st = call(req);
+    CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(st.error_message(), Catch::Contains("device.kind"));
+  }
   SECTION("three-dimensional x") {
     auto req = UpfirdnReq(x, {1, 2}, 2, 1);
     *req.mutable_x() = Wire(RandomArray(DType::kFloat32, {2, 2, 25}));
@@ -440,10 +447,16 @@ TEST_CASE("shutdown drains accepted work and refuses new work", "[server]") {
                                  std::string::npos; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
+  // The request must be running when the shutdown begins, or the test proves nothing.
+  REQUIRE(ts.server->MetricsText().find("fresnel_running_jobs{device=\"cpu\"} 1") !=
+          std::string::npos);
   auto stopping = std::async(std::launch::async, [&] { return ts.server->Shutdown(); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
   CHECK(inflight.get().ok());
   CHECK(stopping.get());
+  v1::InterpolationResponse late;
+  auto ctx = Ctx(5);
+  CHECK(ts.interp->ResamplePoly(ctx.get(), req, &late).error_code() ==
+        grpc::StatusCode::UNAVAILABLE);
 }
 
 TEST_CASE("GPU pool: results over gRPC equal the CPU oracle", "[server][gpu]") {

@@ -178,7 +178,9 @@ TEST_CASE("Submit, Watch sees QUEUED then RUNNING then DONE, Get equals the CPU 
   const std::string blocker = Id(client->SubmitUnwrap(BlockerRequest()));
   TestPhase p = MakePhase(120, 170, DType::kFloat32, 0.0, 3, true);
   const std::string id = Id(client->SubmitUnwrap(Request(p)));
-  CHECK(id.size() == 32);
+  // 32 hex digits, then "@" and the server's instance name (HOSTNAME:PORT by default).
+  CHECK(id.size() > 33);
+  CHECK(id.find('@') == 32);
   CHECK(id != blocker);
 
   std::mutex mu;
@@ -291,7 +293,7 @@ TEST_CASE("List shows the jobs newest first, with paging", "[server][unwrap]") {
     CHECK(j.created().seconds() > 0);
   }
   CHECK(all->jobs(1).method() == v1::UNWRAP_METHOD_LEAST_SQUARES);
-  v1::ListUnwrapJobsRequest page;
+  v1::ListJobsRequest page;
   page.set_page_size(2);
   auto first = client->ListUnwrapJobs(page);
   REQUIRE(first.ok());
@@ -486,7 +488,7 @@ TEST_CASE("bad input is INVALID_ARGUMENT naming the field, for Unwrap and Submit
   auto empty = client->CancelUnwrap("");
   CHECK(empty.status().code() == absl::StatusCode::kInvalidArgument);
   CHECK(Contains(empty.status().message(), "job_id"));
-  v1::ListUnwrapJobsRequest bad_page;
+  v1::ListJobsRequest bad_page;
   bad_page.set_page_token("nonsense");
   CHECK(client->ListUnwrapJobs(bad_page).status().code() == absl::StatusCode::kInvalidArgument);
 }
@@ -731,7 +733,11 @@ TEST_CASE("fresnel unwrap and fresnel jobs against the server", "[server][unwrap
   CHECK(png->shape() == std::vector<int64_t>{70, 2 * 90 + 8, 3});
   const size_t at = r.err.find("fresnel: job ");
   REQUIRE(at != std::string::npos);
-  const std::string id = r.err.substr(at + 13, 32);
+  // The whole id, "@instance" included: "fresnel: job ID submitted".
+  const size_t end = r.err.find(' ', at + 13);
+  REQUIRE(end != std::string::npos);
+  const std::string id = r.err.substr(at + 13, end - at - 13);
+  CHECK(id.find('@') == 32);
 
   r = Cli(ts, {"unwrap", path("phase.npy"), "--mask", path("mask.npy"), "--method", "lsq", "--out",
                path("lsq.npy"), "--sync", "--json"});

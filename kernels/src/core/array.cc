@@ -124,7 +124,13 @@ absl::StatusOr<HostArray> HostArray::FromBytes(DType dtype, std::vector<int64_t>
     return absl::InvalidArgumentError(
         absl::StrCat(field, ".shape ", ShapeString(shape), " is invalid (negative or overflowing)"));
   }
-  size_t want = static_cast<size_t>(n) * DTypeSize(dtype);
+  const int64_t item = static_cast<int64_t>(DTypeSize(dtype));
+  if (n > std::numeric_limits<int64_t>::max() / item) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ".shape ", ShapeString(shape), " of ",
+                                                   DTypeName(dtype),
+                                                   " needs more than 2^63 bytes"));
+  }
+  const size_t want = static_cast<size_t>(n * item);
   if (bytes.size() != want) {
     return absl::InvalidArgumentError(absl::StrCat(
         field, ".data has ", bytes.size(), " bytes but shape ", ShapeString(shape), " of ",

@@ -195,6 +195,7 @@ absl::StatusOr<HologramResult> ComputeHologram(const Device& device, const Point
                                                const HologramOptions& options, StageTimes* times,
                                                const Limits& limits) {
   FRESNEL_RETURN_IF_ERROR(ValidateHologram(points, options, limits));
+  FRESNEL_RETURN_IF_ERROR(RequireStream(device));
   const Algorithm algorithm = internal::ResolveAlgorithm(device, options);
   const PreparedPoints prepared = internal::PreparePoints(points, options);
 
@@ -253,6 +254,7 @@ absl::StatusOr<Reconstruction> ReconstructAsm(const Device& device, const HostAr
                                          limits.max_pixels));
   }
   FRESNEL_RETURN_IF_ERROR(ValidateAsmOptions(options, ""));
+  FRESNEL_RETURN_IF_ERROR(RequireStream(device));
 
   if (device.kind == DeviceKind::kCuda) {
 #if FRESNEL_WITH_CUDA

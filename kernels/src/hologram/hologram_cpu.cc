@@ -3,12 +3,16 @@
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 
+#include <atomic>
+#include <functional>
+
 #include <algorithm>
 #include <cmath>
 #include <complex>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "fresnel/core/status.h"
 #include "hologram/hologram_internal.h"
 
 namespace fresnel::hologram::internal {
@@ -25,8 +29,30 @@ constexpr int64_t kRowBlock = 8;
 // Phases are reduced to turns in float64 before sin/cos; T is the storage and accumulation type.
 // Row functions shared by several points (equal y and z) are computed once when that saves at
 // least half of them.
+// Polls HologramOptions::should_stop from the worker threads; once it said stop, every later
+// check says so without calling it again.
+class StopCheck {
+ public:
+  explicit StopCheck(const std::function<bool()>& should_stop) : should_stop_(should_stop) {}
+  bool operator()() {
+    if (stopped_.load(std::memory_order_relaxed)) return true;
+    if (should_stop_ && should_stop_()) stopped_.store(true, std::memory_order_relaxed);
+    return stopped_.load(std::memory_order_relaxed);
+  }
+  absl::Status status() const {
+    return stopped_.load() ? absl::CancelledError("the render was stopped (request cancelled or "
+                                                  "past its deadline)")
+                           : absl::OkStatus();
+  }
+
+ private:
+  const std::function<bool()>& should_stop_;
+  std::atomic<bool> stopped_{false};
+};
+
 template <class T>
-std::vector<std::complex<double>> ExactCpu(const PreparedPoints& p) {
+absl::StatusOr<std::vector<std::complex<double>>> ExactCpu(const PreparedPoints& p,
+                                                           StopCheck& stop) {
   const int64_t w = p.width, h = p.height;
   const PointGroups cols = *GroupByColumn(p);
   const std::optional<PointGroups> row_groups = GroupByRow(p, p.size() / 2);
@@ -56,7 +82,7 @@ std::vector<std::complex<double>> ExactCpu(const PreparedPoints& p) {
   std::vector<T> acc_re(static_cast<size_t>(w * h), T(0));
   std::vector<T> acc_im(static_cast<size_t>(w * h), T(0));
   std::vector<T> b_re, b_im, x_re, x_im;
-  for (int64_t g0 = 0; g0 < cols.count(); g0 += kChunk) {
+  for (int64_t g0 = 0; g0 < cols.count() && !stop(); g0 += kChunk) {
     const int64_t ng = std::min(kChunk, cols.count() - g0);
     b_re.assign(static_cast<size_t>(ng * h), T(0));
     b_im.assign(static_cast<size_t>(ng * h), T(0));
@@ -94,6 +120,7 @@ std::vector<std::complex<double>> ExactCpu(const PreparedPoints& p) {
     });
     tbb::parallel_for(
         tbb::blocked_range<int64_t>(0, h, kRowBlock), [&](const tbb::blocked_range<int64_t>& r) {
+          if (stop()) return;
           for (int64_t gi = 0; gi < ng; ++gi) {
             const T* xr = &x_re[gi * w];
             const T* xi = &x_im[gi * w];
@@ -111,6 +138,7 @@ std::vector<std::complex<double>> ExactCpu(const PreparedPoints& p) {
           }
         });
   }
+  FRESNEL_RETURN_IF_ERROR(stop.status());
   std::vector<std::complex<double>> field(static_cast<size_t>(w * h));
   for (int64_t i = 0; i < w * h; ++i) field[i] = {double(acc_re[i]), double(acc_im[i])};
   return field;
@@ -118,8 +146,9 @@ std::vector<std::complex<double>> ExactCpu(const PreparedPoints& p) {
 
 // Bit-exact emulation of the CUDA TA / PA kernels: the same phase bytes, the same 8-bit
 // amplitudes, integer sums (exact in int64), the same final scaling.
-std::vector<std::complex<double>> FixedPointCpu(const PreparedPoints& p, int subdivision,
-                                                bool piecewise) {
+absl::StatusOr<std::vector<std::complex<double>>> FixedPointCpu(const PreparedPoints& p,
+                                                                int subdivision, bool piecewise,
+                                                                StopCheck& stop) {
   const int64_t w = p.width, h = p.height, n = p.size();
   const FixedPointPoints f = PrepareFixedPoint(p, subdivision, piecewise);
   const int dc = piecewise ? kPaDc : kTaDc;
@@ -129,7 +158,7 @@ std::vector<std::complex<double>> FixedPointCpu(const PreparedPoints& p, int sub
   const int64_t k = f.subdivision;
   std::vector<int64_t> tot_re(static_cast<size_t>(w * h), 0), tot_im(static_cast<size_t>(w * h), 0);
   std::vector<uint8_t> bx, by;
-  for (int64_t j0 = 0; j0 < n; j0 += kChunk) {
+  for (int64_t j0 = 0; j0 < n && !stop(); j0 += kChunk) {
     const int64_t nj = std::min(kChunk, n - j0);
     bx.assign(static_cast<size_t>(nj * w), 0);
     by.assign(static_cast<size_t>(nj * h), 0);
@@ -146,6 +175,7 @@ std::vector<std::complex<double>> FixedPointCpu(const PreparedPoints& p, int sub
       }
     });
     tbb::parallel_for(int64_t{0}, h, [&](int64_t v) {
+      if (v % kRowBlock == 0 && stop()) return;
       int64_t* re = &tot_re[v * w];
       int64_t* im = &tot_im[v * w];
       for (int64_t jj = 0; jj < nj; ++jj) {
@@ -162,6 +192,7 @@ std::vector<std::complex<double>> FixedPointCpu(const PreparedPoints& p, int sub
       }
     });
   }
+  FRESNEL_RETURN_IF_ERROR(stop.status());
   std::vector<std::complex<double>> field(static_cast<size_t>(w * h));
   for (int64_t i = 0; i < w * h; ++i) {
     // Rounded to float32 exactly as the GPU finishes ((float)(double(total) * scale)).
@@ -176,13 +207,15 @@ std::vector<std::complex<double>> FixedPointCpu(const PreparedPoints& p, int sub
 absl::StatusOr<std::vector<std::complex<double>>> HologramCpu(const PreparedPoints& prepared,
                                                               const HologramOptions& options,
                                                               Algorithm algorithm) {
+  StopCheck stop(options.should_stop);
   switch (algorithm) {
     case Algorithm::kReference:
-      return options.cpu_float32 ? ExactCpu<float>(prepared) : ExactCpu<double>(prepared);
+      return options.cpu_float32 ? ExactCpu<float>(prepared, stop)
+                                 : ExactCpu<double>(prepared, stop);
     case Algorithm::kTriangular:
-      return FixedPointCpu(prepared, options.lateral_subdivision, /*piecewise=*/false);
+      return FixedPointCpu(prepared, options.lateral_subdivision, /*piecewise=*/false, stop);
     case Algorithm::kPiecewise:
-      return FixedPointCpu(prepared, options.lateral_subdivision, /*piecewise=*/true);
+      return FixedPointCpu(prepared, options.lateral_subdivision, /*piecewise=*/true, stop);
     default:
       return absl::InvalidArgumentError(absl::StrCat("algorithm: \"", AlgorithmName(algorithm),
                                                      "\" does not run on the CPU"));

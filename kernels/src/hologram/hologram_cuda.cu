@@ -54,6 +54,9 @@ absl::Status RunReference(const Device& device, const PreparedPoints& p,
 
   int64_t batches = 0;
   for (int64_t j0 = 0; j0 < n; j0 += batch, ++batches) {
+    if (j0 > 0 && options.should_stop && options.should_stop()) {
+      return absl::CancelledError("the render was stopped (request cancelled or past its deadline)");
+    }
     const int64_t nj = std::min(batch, n - j0);
     RefTablesKernel<<<StrideGrid(nj * mpad), 256, 0, stream>>>(pts, j0, nj, p.width, mpad, 0,
                                                                  p.pitch_m, xt.get());
@@ -144,6 +147,9 @@ absl::Status RunFixed(const Device& device, const PreparedPoints& p,
 
   int64_t batches = 0;
   for (int64_t q0 = 0; q0 < quads; q0 += batch, ++batches) {
+    if (q0 > 0 && options.should_stop && options.should_stop()) {
+      return absl::CancelledError("the render was stopped (request cancelled or past its deadline)");
+    }
     const int64_t nq = std::min(batch, quads - q0);
     const unsigned qblocks = static_cast<unsigned>(CeilDiv(nq, 256));
     FixedTablesKernel<<<dim3(qblocks, static_cast<unsigned>(mpad)), 256, 0, stream>>>(

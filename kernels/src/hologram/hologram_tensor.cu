@@ -562,13 +562,6 @@ const std::vector<uint32_t>& ByteTable(bool rows) {
   return rows ? y : x;
 }
 
-// The table build is the default for int8; FRESNEL_HOLOGRAM_TENSOR_LUT=0 selects the sincos
-// build (TensorBuildKernel) for comparison.
-bool ByteTableBuildEnabled() {
-  const char* v = std::getenv("FRESNEL_HOLOGRAM_TENSOR_LUT");
-  return v == nullptr || v[0] != '0';
-}
-
 // Resident blocks of TensorLutBuildKernel on the device.
 absl::StatusOr<unsigned> LutBuildBlocks(const Device& device) {
   int sms = 0, per_sm = 0;
@@ -607,7 +600,9 @@ absl::Status RunTensorTyped(const Device& device, const PreparedPoints& p,
                       });
   };
   // int8: X from the phase table always, Y too when every point has the same amplitude.
-  const bool table_build = std::is_same_v<T, int8_t> && ByteTableBuildEnabled();
+  // The table build is the default for int8; options.tensor_byte_table = false selects the
+  // sincos build (TensorBuildKernel) for comparison.
+  const bool table_build = std::is_same_v<T, int8_t> && options.tensor_byte_table;
   PackedUpload up;
   const size_t oxp = up.Reserve<AxisPoly>(ncols), oxl = up.Reserve<int32_t>(ncols),
                oxh = up.Reserve<int32_t>(ncols);

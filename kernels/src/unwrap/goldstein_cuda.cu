@@ -38,14 +38,9 @@ unsigned StrideBlocks(int64_t n, int sms) {
   return std::min<unsigned>(BlocksFor(n, 256), static_cast<unsigned>(sms) * 16);
 }
 
-bool EnvFlag(const char* name) {
-  const char* v = std::getenv(name);
-  return v != nullptr && v[0] != '\0' && v[0] != '0';
-}
-
-// Kernel-choice switches (docs/unwrap.md, "Switches").
+// Kernel choices (GoldsteinCudaOptions; docs/unwrap.md, "Switches").
 //
-// FRESNEL_UNWRAP_PAIRING=graph|launches|cooperative picks how the pairing rounds run:
+// `pairing` picks how the pairing rounds run:
 //  - graph (default): one CUDA graph per (device, stream, dtype) whose WHILE node repeats
 //    propose + accept; the last accept block advances the round on the device and sets the
 //    condition, so the host launches the whole schedule once (no per-round launch latency).
@@ -55,39 +50,19 @@ bool EnvFlag(const char* name) {
 //  - cooperative: all rounds in one cooperative kernel. On the H200 (2026-11-30) it diverged from
 //    the CPU on masked and on noisy 1000x1000 inputs (37 failed [gpu] assertions; cause unknown),
 //    so it is opt-in only.
-// The older FRESNEL_UNWRAP_COOPERATIVE=1 / FRESNEL_UNWRAP_NO_COOPERATIVE=1 are still accepted
-// when FRESNEL_UNWRAP_PAIRING is unset.
 //
-// FRESNEL_UNWRAP_TILE_SCAN=1|0 picks the segmented-scan tile kernel (TileIntegrateScanKernel) or
-// the propagation kernel (TileIntegrateKernel) for the integration; unset = kTileScanDefault.
-// Both compute the same fixed point. The scan kernel is the default since the H200 run of
-// 2026-11-30 (third): every [gpu] case bit-exact with it, integration 0.23 vs 0.42 ms at 1024^2
-// and 3.2 vs 11.9 ms at 8192^2 (docs/bench/unwrap.md). FRESNEL_UNWRAP_NO_FENCE=1 drops the
-// per-thread fences before the grid barriers of the cooperative pairing kernel (to test whether
-// they matter). FRESNEL_UNWRAP_DEBUG_DUMP=file records every proposal of every pairing step and
-// writes them with the pairing state (residue list, keys, proposals, bin table, device mask, match
-// counts per step) to `file` after pairing; tests/kernels/unwrap/pairing_replay.h reads it.
-enum class PairingMode { kGraph, kLaunches, kCooperative };
-
-PairingMode PairingModeFromEnv() {
-  const char* v = std::getenv("FRESNEL_UNWRAP_PAIRING");
-  if (v != nullptr && v[0] != '\0') {
-    if (std::strcmp(v, "launches") == 0) return PairingMode::kLaunches;
-    if (std::strcmp(v, "cooperative") == 0) return PairingMode::kCooperative;
-    return PairingMode::kGraph;
-  }
-  if (EnvFlag("FRESNEL_UNWRAP_NO_COOPERATIVE")) return PairingMode::kLaunches;
-  if (EnvFlag("FRESNEL_UNWRAP_COOPERATIVE")) return PairingMode::kCooperative;
-  return PairingMode::kGraph;
-}
-
-constexpr bool kTileScanDefault = true;
-
-bool TileScanFromEnv() {
-  const char* v = std::getenv("FRESNEL_UNWRAP_TILE_SCAN");
-  if (v == nullptr || v[0] == '\0') return kTileScanDefault;
-  return v[0] != '0';
-}
+// `tile_scan` picks the segmented-scan tile kernel (TileIntegrateScanKernel, default) or the
+// propagation kernel (TileIntegrateKernel) for the integration. Both compute the same fixed point.
+// The scan kernel is the default since the H200 run of 2026-11-30 (third): every [gpu] case
+// bit-exact with it, integration 0.23 vs 0.42 ms at 1024^2 and 3.2 vs 11.9 ms at 8192^2
+// (docs/bench/unwrap.md). `cooperative_fences = false` drops the per-thread fences before the
+// grid barriers of the cooperative pairing kernel (to test whether they matter).
+//
+// Diagnostics only (not a kernel choice): FRESNEL_UNWRAP_DEBUG_DUMP=file records every proposal
+// of every pairing step and writes them with the pairing state (residue list, keys, proposals,
+// bin table, device mask, match counts per step) to `file` after pairing;
+// tests/kernels/unwrap/pairing_replay.h reads it.
+using PairingMode = GoldsteinCudaOptions::Pairing;
 
 const char* DumpPath() {
   const char* path = std::getenv("FRESNEL_UNWRAP_DEBUG_DUMP");
@@ -176,7 +151,7 @@ absl::Status SyncAndReport(const GoldsteinOptions& options, cudaStream_t stream,
 }
 
 // ---------------------------------------------------------------------------------------------
-// Pairing rounds as a CUDA graph (FRESNEL_UNWRAP_PAIRING=graph, the default).
+// Pairing rounds as a CUDA graph (GoldsteinCudaOptions::Pairing::kGraph, the default).
 //
 //   start --> WHILE(cond) { propose --> accept } --> force-to-frame
 //
@@ -562,7 +537,7 @@ absl::StatusOr<GoldsteinResult> Run(const Device& device, const HostArray& phase
   Schedule sched{};
   sched.num_radii = static_cast<int>(radii.size());
   sched.iterations = options.iterations_per_radius;
-  sched.fence = EnvFlag("FRESNEL_UNWRAP_NO_FENCE") ? 0 : 1;
+  sched.fence = options.cuda.cooperative_fences ? 1 : 0;
   if (sched.num_radii > kMaxRadii) return absl::InternalError("radius schedule too long");
   std::copy(radii.begin(), radii.end(), sched.radii);
   const int64_t slots = static_cast<int64_t>(sched.num_radii) * sched.iterations * p.res_capacity;
@@ -577,7 +552,7 @@ absl::StatusOr<GoldsteinResult> Run(const Device& device, const HostArray& phase
   }
   PairingInitKernel<T><<<1, 1, 0, stream>>>(p);
   FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(PairingInitKernel<T>);
-  PairingMode mode = PairingModeFromEnv();
+  PairingMode mode = options.cuda.pairing;
   if (mode == PairingMode::kCooperative) {
     int cooperative = 0;
     FRESNEL_CUDA_RETURN_IF_ERROR(
@@ -619,7 +594,7 @@ absl::StatusOr<GoldsteinResult> Run(const Device& device, const HostArray& phase
 
   // Stage 3: tiles, tile graph, labels, output.
   const int tiles_y = (rows + kTile - 1) / kTile, tiles_x = (cols + kTile - 1) / kTile;
-  if (TileScanFromEnv()) {
+  if (options.cuda.tile_scan) {
     TileIntegrateScanKernel<T><<<dim3(tiles_x, tiles_y), dim3(32, 8), 0, stream>>>(p);
     FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(TileIntegrateScanKernel<T>);
   } else {

@@ -98,7 +98,7 @@ struct Schedule {
   int num_radii;
   int iterations;
   // Every thread executes __threadfence() before each grid barrier of the cooperative pairing
-  // kernel (see there). 0 only for the FRESNEL_UNWRAP_NO_FENCE=1 diagnostic.
+  // kernel (see there). 0 only for the cooperative_fences = false diagnostic.
   int fence;
 };
 
@@ -699,7 +699,7 @@ __global__ void __launch_bounds__(256) TileIntegrateKernel(Params<T> p) {
   }
 }
 
-// Stage 3a, second version (opt-in, FRESNEL_UNWRAP_TILE_SCAN=1, until it has run on hardware):
+// Stage 3a, second version (GoldsteinCudaOptions::tile_scan, the default since it ran on the H200):
 // the same fixed point reached faster, by alternating passes along rows and columns in which a
 // whole run of open pixels agrees at once. In a pass every warp owns whole lines of the tile (rows in the
 // row pass, columns in the column pass; lane = position along the line), so no two warps touch

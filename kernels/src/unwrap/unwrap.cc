@@ -212,6 +212,7 @@ absl::StatusOr<GoldsteinResult> UnwrapGoldstein(const Device& device, const Host
                                                 StageTimes* times) {
   FRESNEL_RETURN_IF_ERROR(internal::Report(options.progress, Stage::kValidate, 0.0));
   FRESNEL_RETURN_IF_ERROR(ValidateGoldstein(phase, options));
+  FRESNEL_RETURN_IF_ERROR(RequireStream(device));
   if (device.kind == DeviceKind::kCuda) {
 #if FRESNEL_WITH_CUDA
     return internal::UnwrapGoldsteinCuda(device, phase, options, times);
@@ -289,6 +290,7 @@ absl::StatusOr<LeastSquaresResult> UnwrapLeastSquares(const Device& device,
                                                       StageTimes* times) {
   FRESNEL_RETURN_IF_ERROR(internal::Report(options.progress, Stage::kValidate, 0.0));
   FRESNEL_RETURN_IF_ERROR(ValidateLeastSquares(phase, options));
+  FRESNEL_RETURN_IF_ERROR(RequireStream(device));
   if (options.weights != nullptr) {
     FRESNEL_RETURN_IF_ERROR(internal::CheckWeightValues(*options.weights, options.mask));
   }

@@ -42,7 +42,7 @@ struct Variant {
   TensorPrecision precision = TensorPrecision::kAuto;
   bool paper_intrinsics = false;
   bool grouping = true;
-  bool sincos_build = false;  // int8: FRESNEL_HOLOGRAM_TENSOR_LUT=0 (operands by sincos)
+  bool sincos_build = false;  // int8: tensor_byte_table = false (operands by sincos)
 };
 
 std::vector<Variant> AllVariants(bool with_direct) {
@@ -76,10 +76,8 @@ bool MeasureOnce(const Device& gpu, const PointCloud& pts, HologramOptions o, co
 
 bool Measure(const Device& gpu, const PointCloud& pts, HologramOptions o, const Variant& v,
              double depth, int max_reps, Measurement* m) {
-  if (v.sincos_build) setenv("FRESNEL_HOLOGRAM_TENSOR_LUT", "0", 1);
-  const bool ok = MeasureOnce(gpu, pts, o, v, depth, max_reps, m);
-  unsetenv("FRESNEL_HOLOGRAM_TENSOR_LUT");
-  return ok;
+  if (v.sincos_build) o.tensor_byte_table = false;
+  return MeasureOnce(gpu, pts, o, v, depth, max_reps, m);
 }
 
 bool MeasureOnce(const Device& gpu, const PointCloud& pts, HologramOptions o, const Variant& v,
@@ -327,10 +325,10 @@ int main(int argc, char** argv) {
               "the float reference ==\n");
   RunTable(gpu, b1e5, base, 0.2, AllVariants(false), max_reps);
   TensorProfile(gpu, b1e5, base, TensorPrecision::kInt8);
-  setenv("FRESNEL_HOLOGRAM_TENSOR_LUT", "0", 1);
-  std::printf("  (FRESNEL_HOLOGRAM_TENSOR_LUT=0: sincos operand build)\n");
-  TensorProfile(gpu, b1e5, base, TensorPrecision::kInt8);
-  unsetenv("FRESNEL_HOLOGRAM_TENSOR_LUT");
+  std::printf("  (tensor_byte_table = false: sincos operand build)\n");
+  HologramOptions sincos = base;
+  sincos.tensor_byte_table = false;
+  TensorProfile(gpu, b1e5, sincos, TensorPrecision::kInt8);
   TensorProfile(gpu, b1e5, base, TensorPrecision::kFp16);
 
   HologramOptions uhd = base;

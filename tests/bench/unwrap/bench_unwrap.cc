@@ -3,6 +3,7 @@
 //
 //   fresnel_bench_unwrap [--sizes 1024,4096,8192] [--densities 0,1e-4,1e-3] [--reps 7]
 //                        [--cpu-max 4096] [--npy-dir DIR] [--npy-max 4096]
+//                        [--pairing graph|launches|cooperative] [--tile-scan 1|0]
 //
 // Inputs: the smooth surface of tests/kernels/unwrap/synthetic_phase.h (10 turns) plus Gaussian
 // phase noise whose sigma is bisected so that the residue density (residues per plaquette) hits
@@ -95,6 +96,7 @@ int main(int argc, char** argv) {
   int reps = 7;
   int cpu_max = 4096, npy_max = 4096;
   std::string npy_dir;
+  GoldsteinCudaOptions cuda;  // GoldsteinCudaOptions: kernel choices, same results
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i], v = argv[i + 1];
     if (k == "--sizes") sizes = ParseList(v);
@@ -103,7 +105,12 @@ int main(int argc, char** argv) {
     else if (k == "--cpu-max") cpu_max = std::atoi(v.c_str());
     else if (k == "--npy-dir") npy_dir = v;
     else if (k == "--npy-max") npy_max = std::atoi(v.c_str());
-    else {
+    else if (k == "--tile-scan") cuda.tile_scan = v != "0";
+    else if (k == "--pairing" && (v == "graph" || v == "launches" || v == "cooperative")) {
+      cuda.pairing = v == "graph"      ? GoldsteinCudaOptions::Pairing::kGraph
+                     : v == "launches" ? GoldsteinCudaOptions::Pairing::kLaunches
+                                       : GoldsteinCudaOptions::Pairing::kCooperative;
+    } else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;
     }
@@ -176,12 +183,14 @@ int main(int argc, char** argv) {
       bool have_result = false;
       if (have_gpu) {
         std::vector<double> res, cut, integ, dev, e2e, lean, h2d, d2h;
-        GoldsteinOptions lean_options;
+        GoldsteinOptions options;
+        options.cuda = cuda;
+        GoldsteinOptions lean_options = options;
         lean_options.return_maps = false;
         for (int r = 0; r < reps + 1; ++r) {
           StageTimes times;
           auto t = Clock::now();
-          auto out = UnwrapGoldstein(gpu, data.wrapped, {}, &times);
+          auto out = UnwrapGoldstein(gpu, data.wrapped, options, &times);
           const double wall = std::chrono::duration<double>(Clock::now() - t).count();
           if (!out.ok()) {
             std::fprintf(stderr, "GPU Goldstein failed: %s\n", out.status().ToString().c_str());

@@ -107,6 +107,21 @@ TEST_CASE("the tensor algorithm needs a GPU", "[hologram]") {
   CHECK(MessageOf(r.status()).rfind("algorithm:", 0) == 0);
 }
 
+TEST_CASE("a CUDA device without a stream is refused, never the default stream", "[hologram]") {
+  const Device no_stream = Device::Cuda(0, nullptr);
+  const auto r = ComputeHologram(no_stream, PointCloud{Point{0, 0, 0.1, 1, 0}},
+                                 SmallOptions(32, 32, Algorithm::kReference));
+  REQUIRE(r.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_THAT(MessageOf(r.status()), Catch::Contains("device.stream is null"));
+  HostArray field(DType::kComplex64, {16, 16});
+  AsmOptions asm_options;
+  asm_options.pitch_m = 4e-6;
+  asm_options.wavelength_m = 532e-9;
+  asm_options.depth_m = 0.1;
+  const auto rec = ReconstructAsm(no_stream, field, asm_options);
+  CHECK(rec.status().code() == absl::StatusCode::kFailedPrecondition);
+}
+
 TEST_CASE("names round-trip", "[hologram]") {
   for (Algorithm a : {Algorithm::kAuto, Algorithm::kReference, Algorithm::kTriangular,
                       Algorithm::kPiecewise, Algorithm::kTensor}) {

@@ -169,7 +169,7 @@ TEST_CASE("tensor-core hologram meets its precision's SNR", "[gpu][hologram]") {
 }
 
 // int8 operands come from an 8-bit phase table (X always, Y when every amplitude is equal);
-// FRESNEL_HOLOGRAM_TENSOR_LUT=0 computes them with sincos instead. Both meet the int8 design SNR,
+// tensor_byte_table = false computes them with sincos instead. Both meet the int8 design SNR,
 // and they differ only where a table angle rounds a byte the other way.
 TEST_CASE("tensor int8 table build agrees with the sincos build", "[gpu][hologram]") {
   if (SkipWithoutGpu()) return;
@@ -187,9 +187,9 @@ TEST_CASE("tensor int8 table build agrees with the sincos build", "[gpu][hologra
       }
       const HologramResult c = Oracle(pts, o);
       const HologramResult table = Run(gpu, pts, o);
-      setenv("FRESNEL_HOLOGRAM_TENSOR_LUT", "0", 1);
-      const HologramResult sincos = Run(gpu, pts, o);
-      unsetenv("FRESNEL_HOLOGRAM_TENSOR_LUT");
+      HologramOptions sincos_options = o;
+      sincos_options.tensor_byte_table = false;
+      const HologramResult sincos = Run(gpu, pts, sincos_options);
       INFO("uniform " << uniform << " alias " << static_cast<int>(alias) << ": table "
                       << SnrDb(table.field, c.field) << " dB, sincos "
                       << SnrDb(sincos.field, c.field) << " dB, table vs sincos "

@@ -180,8 +180,8 @@ TEST_CASE("GPU Goldstein equals the CPU with masks, quality maps and seeds", "[u
 }
 
 // A fixed masked case (seed from a failing run of the cooperative pairing kernel) run several
-// times in the configured pairing mode (FRESNEL_UNWRAP_PAIRING; the fences only exist in the
-// cooperative kernel), with and without the per-thread fences (FRESNEL_UNWRAP_NO_FENCE=1):
+// times in the configured pairing mode (GoldsteinCudaOptions::pairing; the fences only exist in the
+// cooperative kernel), with and without the per-thread fences (cooperative_fences = false):
 // prints the pairing statistics of the CPU and of each GPU run, to tell a deterministic divergence
 // from a race and to show whether the fences matter. With FRESNEL_UNWRAP_DEBUG_DUMP set, the GPU
 // also records every pairing step and each run is replayed against the rules (pairing_replay.h):
@@ -206,7 +206,7 @@ TEST_CASE("GPU mask diagnostics", "[.][unwrap][gpu][diagnostics]") {
   const std::string dump_path = dump != nullptr ? dump : "";
   std::string report = line("cpu", cpu->stats);
   for (const bool fence : {true, false}) {
-    if (!fence) setenv("FRESNEL_UNWRAP_NO_FENCE", "1", 1);
+    options.cuda.cooperative_fences = fence;
     for (int run = 0; run < 2; ++run) {
       const std::string who = std::string("gpu") + (fence ? "" : " (no fence)");
       auto gpu = UnwrapGoldstein(*TestGpu(), phase, options);
@@ -228,38 +228,12 @@ TEST_CASE("GPU mask diagnostics", "[.][unwrap][gpu][diagnostics]") {
         }
       }
     }
-    if (!fence) unsetenv("FRESNEL_UNWRAP_NO_FENCE");
   }
   WARN(report);
 }
 
-// Sets an environment variable for one scope and restores the previous value (or its absence).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    const char* old = std::getenv(name);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had_) {
-      setenv(name_, old_.c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  bool had_ = false;
-  std::string old_;
-};
-
 // Every pairing mode that may be the default (graph, separate launches) with both tile kernels,
-// whatever the environment says, on the inputs that broke the cooperative kernel (masks, a noisy
+// on the inputs that broke the cooperative kernel (masks, a noisy
 // 1000x1000 image) and on sizes that reuse the cached pairing graph with other parameters.
 TEST_CASE("GPU Goldstein: pairing modes and tile kernels", "[unwrap][gpu]") {
   if (SkipWithoutGpu()) return;
@@ -274,32 +248,41 @@ TEST_CASE("GPU Goldstein: pairing modes and tile kernels", "[unwrap][gpu]") {
   spec.seed = seed + 1;
   auto noisy = MakeSynthetic(spec, DType::kFloat32);
   HostArray small = RandomPhase(DType::kFloat64, 33, 47, seed + 2);
-  for (const char* pairing : {"graph", "launches"}) {
-    for (const char* tile_scan : {"0", "1"}) {
-      ScopedEnv p("FRESNEL_UNWRAP_PAIRING", pairing);
-      ScopedEnv t("FRESNEL_UNWRAP_TILE_SCAN", tile_scan);
-      const std::string cfg = std::string("pairing ") + pairing + " tile_scan " + tile_scan +
-                              " seed " + std::to_string(seed);
+  using Pairing = GoldsteinCudaOptions::Pairing;
+  for (const Pairing pairing : {Pairing::kGraph, Pairing::kLaunches}) {
+    for (const bool tile_scan : {false, true}) {
+      GoldsteinCudaOptions cuda;
+      cuda.pairing = pairing;
+      cuda.tile_scan = tile_scan;
+      const std::string cfg = std::string("pairing ") +
+                              (pairing == Pairing::kGraph ? "graph" : "launches") +
+                              " tile_scan " + (tile_scan ? "1" : "0") + " seed " +
+                              std::to_string(seed);
       GoldsteinOptions options;
       options.mask = &mask;
+      options.cuda = cuda;
       CheckBitExact(masked, options, "masked random 277x259, " + cfg);
-      CheckBitExact(noisy.wrapped, {}, "noisy 1000x1000, " + cfg);
+      GoldsteinOptions plain;
+      plain.cuda = cuda;
+      CheckBitExact(noisy.wrapped, plain, "noisy 1000x1000, " + cfg);
       GoldsteinOptions three;
+      three.cuda = cuda;
       three.iterations_per_radius = 3;
       CheckBitExact(small, three, "random 33x47 float64, 3 iterations, " + cfg);
     }
   }
 }
 
-// The cooperative pairing kernel is opt-in (FRESNEL_UNWRAP_PAIRING=cooperative): on the H200 it
+// The cooperative pairing kernel is opt-in (GoldsteinCudaOptions::Pairing::kCooperative): on the H200 it
 // diverged from the CPU on masked and noisy inputs (docs/unwrap.md). This case keeps it exercised
 // and reports its state without failing the run until the divergence is understood.
 TEST_CASE("GPU Goldstein: the opt-in cooperative pairing kernel", "[.][unwrap][gpu][cooperative]") {
   if (SkipWithoutGpu()) return;
   const uint64_t seed = FreshSeed();
   HostArray phase = RandomPhase(DType::kFloat32, 257, 301, seed);
-  ScopedEnv p("FRESNEL_UNWRAP_PAIRING", "cooperative");
-  CheckBitExact(phase, {}, "cooperative kernel, seed " + std::to_string(seed));
+  GoldsteinOptions options;
+  options.cuda.pairing = GoldsteinCudaOptions::Pairing::kCooperative;
+  CheckBitExact(phase, options, "cooperative kernel, seed " + std::to_string(seed));
 }
 
 TEST_CASE("GPU Goldstein is deterministic and honours return_maps", "[unwrap][gpu]") {

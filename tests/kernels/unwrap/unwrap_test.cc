@@ -76,6 +76,16 @@ TEST_CASE("residue-free phase unwraps to the truth plus one multiple of 2 pi", "
   }
 }
 
+TEST_CASE("a CUDA device without a stream is refused, never the default stream", "[unwrap]") {
+  const Device no_stream = Device::Cuda(0, nullptr);
+  HostArray phase = RandomPhase(DType::kFloat32, 16, 16, 7);
+  auto g = UnwrapGoldstein(no_stream, phase, {});
+  REQUIRE(g.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(std::string(g.status().message()).find("device.stream is null") != std::string::npos);
+  auto ls = UnwrapLeastSquares(no_stream, phase, {});
+  CHECK(ls.status().code() == absl::StatusCode::kFailedPrecondition);
+}
+
 TEST_CASE("random phase with many residues keeps every invariant", "[unwrap]") {
   for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
     for (auto [rows, cols] : {std::pair{40, 56}, std::pair{67, 131}, std::pair{3, 90}}) {

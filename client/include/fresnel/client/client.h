@@ -23,7 +23,10 @@
 namespace fresnel {
 
 struct ClientOptions {
-  std::string address = "localhost:50051";  // HOST:PORT
+  // HOST:PORT; a gRPC URI such as "dns:///fresnel.ns.svc:50051" (every address the name resolves
+  // to) or "ipv4:10.0.0.1:50051,10.0.0.2:50051"; or a comma list of numeric addresses
+  // ("127.0.0.1:50051,127.0.0.1:50052", "localhost" allowed, IPv6 in brackets). See ChannelTarget.
+  std::string address = "localhost:50051";
   // Largest message either side may send; the server's own cap is in ServerInfo.limits.
   int64_t max_message_bytes = 64 << 20;
   // Deadline applied to calls whose CallOptions do not set one; zero = none.
@@ -85,6 +88,19 @@ struct HologramReconstruction {
 // Health of one service (grpc.health.v1); "" is the whole server.
 enum class ServingStatus { kUnknown, kServing, kNotServing, kServiceUnknown };
 
+// The gRPC target for ClientOptions::address. A single HOST:PORT and any URI (a "scheme:" prefix:
+// dns:, ipv4:, ipv6:, unix:) pass through; a comma list of numeric addresses becomes "ipv4:a,b"
+// or "ipv6:[a]:p,[b]:q" ("localhost" counts as 127.0.0.1). INVALID_ARGUMENT for a list that
+// names a host (use dns:///NAME:PORT) or mixes IPv4 and IPv6, or an empty entry.
+absl::StatusOr<std::string> ChannelTarget(const std::string& address);
+
+// Many servers behind one address (a list, or a name with several addresses): stateless calls
+// (interpolation, Unwrap, hologram, admin, health) are spread by gRPC's round_robin over the
+// servers that pass grpc.health.v1 (a draining server drops out); a stream stays on the server it
+// started on. Job calls (SubmitUnwrap, WatchUnwrap, GetUnwrapJob, GetUnwrapResult, CancelUnwrap,
+// ListUnwrapJobs) go through a second, pick_first channel so that a job's calls reach the server
+// that owns it; each Client shuffles a list once, so that many clients spread their jobs. Job ids
+// end in "@instance"; a server asked for another instance's job answers NOT_FOUND naming both.
 class Client {
  public:
   // Creates the channel. With connect_timeout_s > 0, fails with Unavailable when the server
@@ -143,7 +159,7 @@ class Client {
   absl::StatusOr<v1::UnwrapJob> CancelUnwrap(const std::string& job_id,
                                              const CallOptions& call = {});
   absl::StatusOr<v1::ListUnwrapJobsResponse> ListUnwrapJobs(
-      const v1::ListUnwrapJobsRequest& request = {}, const CallOptions& call = {});
+      const v1::ListJobsRequest& request = {}, const CallOptions& call = {});
 
   // Holograms (HologramService). Render sends one request (pass it with std::move to avoid
   // copying the points) and reassembles the outputs, however many chunks they came in. When

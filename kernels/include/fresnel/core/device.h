@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "absl/status/status.h"
+
 namespace fresnel {
 
 enum class DeviceKind { kCpu, kCuda };
@@ -24,6 +26,17 @@ struct Device {
   // "cpu" or "cuda:N": the `device` label used in metrics and server info.
   std::string Name() const;
 };
+
+// OK for the CPU and for a CUDA device with a stream; FailedPrecondition for a CUDA device
+// without one: no kernel entry point enqueues on the legacy default stream, which would
+// serialise against every other stream of the device.
+inline absl::Status RequireStream(const Device& device) {
+  if (device.kind == DeviceKind::kCuda && device.stream == nullptr) {
+    return absl::FailedPreconditionError(
+        "device.stream is null: CUDA work is never enqueued on the legacy default stream");
+  }
+  return absl::OkStatus();
+}
 
 // Seconds spent in each stage of one host-level call. On CUDA these are measured with events on
 // the call's stream; on the CPU only compute_s is set.

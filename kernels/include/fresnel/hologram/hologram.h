@@ -43,6 +43,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -116,6 +117,13 @@ struct HologramOptions {
   // kTensor: merge points that share (x, z) into one matrix column (exact, not an
   // approximation); used only when it shrinks the product by at least half.
   bool tensor_grouping = true;
+  // kTensor with int8 operands: build them from the 4096-entry phase byte table (default) or with
+  // sincos per element (the slower build, kept for comparison: same values within π/4096).
+  bool tensor_byte_table = true;
+  // Polled between pieces of work (CPU: every 8 hologram rows of every 512-column chunk; CUDA:
+  // between point batches); returning true stops the render with CancelledError. For a
+  // cancelled or timed-out request, so that it frees its worker and memory. Empty = never stop.
+  std::function<bool()> should_stop;
   // kTriangular / kPiecewise: lateral quantisation step s = pitch_m / lateral_subdivision.
   int lateral_subdivision = 1;
   // CPU kReference: accumulate in float32 instead of float64.

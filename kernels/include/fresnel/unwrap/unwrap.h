@@ -57,6 +57,21 @@ struct Pixel {
   int64_t col = 0;
 };
 
+// How the CUDA backend runs Goldstein (the CPU ignores it): kernel choices that compute the same
+// result, for measurement and diagnosis. docs/unwrap.md ("Switches") has the measurements.
+struct GoldsteinCudaOptions {
+  enum class Pairing {
+    kGraph,        // one CUDA graph whose WHILE node repeats the rounds on the device (default)
+    kLaunches,     // two launches per scheduled round (the fallback when a graph call fails)
+    kCooperative,  // one cooperative kernel; diverged from the CPU on masked inputs: opt-in only
+  };
+  Pairing pairing = Pairing::kGraph;
+  // Segmented-scan tile integration (default) or the propagation kernel; same fixed point.
+  bool tile_scan = true;
+  // kCooperative only: thread fences before its grid barriers (false to test whether they matter).
+  bool cooperative_fences = true;
+};
+
 struct GoldsteinOptions {
   // Borrowed, must outlive the call; nullptr = none. See the file comment for dtypes.
   const HostArray* mask = nullptr;
@@ -72,6 +87,7 @@ struct GoldsteinOptions {
   bool return_maps = true;
   ProgressFn progress;
   Limits limits;
+  GoldsteinCudaOptions cuda;
 };
 
 struct GoldsteinStats {

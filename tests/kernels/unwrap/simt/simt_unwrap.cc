@@ -8,7 +8,7 @@
 //     --no-mask        no mask (default: RandomMask(rows, cols, 8, 12, 40, SEED), as the
 //                      "random phase with mask" GPU test)
 //     --separate       pairing as separate launches (FRESNEL_UNWRAP_NO_COOPERATIVE)
-//     --tile-scan      segmented-scan tile kernel (FRESNEL_UNWRAP_TILE_SCAN)
+//     --tile-scan      segmented-scan tile kernel (GoldsteinCudaOptions::tile_scan)
 //     --runs N         N schedules (default 1)     --preempt P  preemption probability (0.2)
 //     --sms S          emulated SM count, sets the grid sizes as on the device (default 1)
 //
