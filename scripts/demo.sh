@@ -59,6 +59,11 @@ echo "holographic video: the same plane as 8 frames over one Stream call, render
 $fresnel hologram --image "$out/hologram_source.png" --spacing 32e-6 --depth 0.1 \
   --size 256x256 --pitch 8e-6 --wavelength 532e-9 --frames 8 --phase-png "$out/hologram_video_last.png"
 
+step "fusion: a synthetic room (60 noisy 320 x 240 depth frames, known poses) fused in one session"
+$fresnel fuse "$out/fusion_room" --generate 60 --voxel-size 0.01 --truncation 0.06 \
+  --budget-mib 64 --view-every 30 --out-dir "$out/fusion"
+ls -l "$out/fusion/view.png" "$out/fusion/mesh.ply"
+
 step "a few lines of the Prometheus metrics"
 python3 - "$metrics_port" "$out/metrics.txt" <<'PY'
 import sys, urllib.request
@@ -78,3 +83,4 @@ echo
 echo "Results in $out/: chirp_48k.wav, chirp_up4.npy, resample_160_147.png, upfirdn_x4.png,"
 echo "  phase_unwrapped.npy, unwrap_before_after.png, hologram_phase.png,"
 echo "  hologram_reconstruction.png, hologram_video_last.png, metrics.txt"
+echo "  fusion/view.png (the fused room, shaded), fusion/mesh.ply, fusion/trajectory.txt"

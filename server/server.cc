@@ -14,6 +14,7 @@
 #include "server/metrics.h"
 #include "server/sessions.h"
 #include "server/services/admin_service.h"
+#include "server/services/fusion_service.h"
 #include "server/services/hologram_service.h"
 #include "server/services/interpolation_service.h"
 #include "server/services/unwrap_service.h"
@@ -33,6 +34,7 @@ struct FresnelServer::Impl {
   std::unique_ptr<UnwrapService> unwrap;
   std::unique_ptr<HologramService> hologram;
   std::unique_ptr<AdminService> admin;
+  std::unique_ptr<FusionService> fusion;
   std::unique_ptr<grpc::Server> grpc_server;
   std::vector<std::string> service_names;
   int port = 0;
@@ -98,6 +100,7 @@ absl::StatusOr<std::unique_ptr<FresnelServer>> FresnelServer::Start(const Server
   impl->service_names = {"fresnel.v1.InterpolationService", "fresnel.v1.UnwrapService",
                          "fresnel.v1.AdminService"};
   impl->service_names.push_back("fresnel.v1.HologramService");
+  impl->service_names.push_back("fresnel.v1.FusionService");
   std::vector<std::string> listed = impl->service_names;
   listed.push_back("grpc.health.v1.Health");
   listed.push_back("grpc.reflection.v1alpha.ServerReflection");
@@ -107,6 +110,7 @@ absl::StatusOr<std::unique_ptr<FresnelServer>> FresnelServer::Start(const Server
   hologram_limits.max_pixels = config.hologram_max_pixels;
   hologram_limits.max_points = config.hologram_max_points;
   impl->hologram = std::make_unique<HologramService>(&impl->ctx, hologram_limits);
+  impl->fusion = std::make_unique<FusionService>(&impl->ctx, FusionServiceLimits{});
   impl->admin = std::make_unique<AdminService>(&impl->ctx, impl->config, listed);
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -119,6 +123,7 @@ absl::StatusOr<std::unique_ptr<FresnelServer>> FresnelServer::Start(const Server
   builder.RegisterService(impl->unwrap.get());
   builder.RegisterService(impl->hologram.get());
   builder.RegisterService(impl->admin.get());
+  builder.RegisterService(impl->fusion.get());
   impl->grpc_server = builder.BuildAndStart();
   if (!impl->grpc_server || impl->port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", config.listen));

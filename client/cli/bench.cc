@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "commands.h"
+#include "fuse_cmd.h"
 #include "format.h"
 #include "fresnel/v1/array_convert.h"
 
@@ -219,8 +220,8 @@ double Percentile(const std::vector<double>& sorted, double p) {
 }  // namespace
 
 absl::Status ValidateBenchOptions(const BenchOptions& o) {
-  if (o.op != "upfirdn" && o.op != "resample_poly" && o.op != "stream") {
-    return absl::InvalidArgumentError("--op must be upfirdn, resample_poly or stream");
+  if (o.op != "upfirdn" && o.op != "resample_poly" && o.op != "stream" && o.op != "fuse") {
+    return absl::InvalidArgumentError("--op must be upfirdn, resample_poly, stream or fuse");
   }
   if (o.concurrency < 1) return absl::InvalidArgumentError("--concurrency must be >= 1");
   if (o.count < 0) return absl::InvalidArgumentError("--count must be >= 1");
@@ -248,6 +249,18 @@ int RunBench(const GlobalOptions& global, const BenchOptions& o, std::ostream& o
              std::ostream& err) {
   if (absl::Status s = ValidateBenchOptions(o); !s.ok()) {
     return ReportUsageError(err, std::string(s.message()), "bench");
+  }
+  if (o.op == "fuse") {
+    FuseBenchOptions f;
+    f.sessions = o.concurrency;
+    f.fps = o.fps;
+    f.duration_s = o.count > 0 ? static_cast<double>(o.count) / o.fps : o.duration_s;
+    f.warmup_frames = o.warmup >= 0 ? o.warmup : 30;
+    f.frame_size = o.frame_size;
+    f.budget_mib = o.budget_mib;
+    f.device = o.device;
+    f.json = o.json;
+    return RunFuseBench(global, f, out, err);
   }
   absl::StatusOr<std::unique_ptr<Client>> client = ConnectClient(global);
   if (!client.ok()) return ReportError(err, kExitRpc, client.status(), global.server);

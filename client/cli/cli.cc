@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "commands.h"
+#include "fuse_cmd.h"
 #include "hologram_cmd.h"
 
 #ifndef FRESNEL_VERSION
@@ -157,7 +158,7 @@ int Main(int argc, const char* const* argv, std::ostream& out, std::ostream& err
   CLI::App* bench_cmd = app.add_subcommand(
       "bench", "Load generator: concurrent requests, throughput and latency percentiles");
   bench_cmd->add_option("--op", bench.op, "Which RPC to exercise")
-      ->check(CLI::IsMember({"upfirdn", "resample_poly", "stream"}))
+      ->check(CLI::IsMember({"upfirdn", "resample_poly", "stream", "fuse"}))
       ->capture_default_str();
   bench_cmd->add_option("--concurrency,-c", bench.concurrency, "Requests in flight at once")
       ->check(CLI::Range(1, 4096))
@@ -198,7 +199,20 @@ int Main(int argc, const char* const* argv, std::ostream& out, std::ostream& err
                         "--op stream: samples per chunk (default: samples / 8)")
       ->check(AtLeast(1));
   bench_cmd->add_flag("--json", bench.json, "Print the results as JSON");
+  // --op fuse (fuse_cmd.cc): --concurrency sessions, each at --fps for --duration.
+  bench_cmd->add_option("--fps", bench.fps, "--op fuse: frames per second each session sends")
+      ->check(Positive())
+      ->capture_default_str();
+  bench_cmd->add_option("--frame-size", bench.frame_size, "--op fuse: WxH depth frames")
+      ->capture_default_str();
+  bench_cmd->add_option("--budget-mib", bench.budget_mib,
+                        "--op fuse: brick budget per session in MiB (default 512)")
+      ->check(AtLeast(1));
   bench_cmd->footer(kExitCodeHelp);
+
+  // fresnel fuse (fuse_cmd.cc)
+  FuseOptions fuse;
+  CLI::App* fuse_cmd = AddFuseCommand(&app, &fuse);
 
   // fresnel hologram (hologram_cmd.cc)
   HologramCmdOptions hologram;
@@ -296,11 +310,11 @@ int Main(int argc, const char* const* argv, std::ostream& out, std::ostream& err
     }
     if (arg.empty() || arg[0] == '-') continue;
     if (arg != "info" && arg != "health" && arg != "interp" && arg != "bench" && arg != "unwrap" &&
-        arg != "jobs" && arg != "hologram") {
+        arg != "jobs" && arg != "hologram" && arg != "fuse") {
       return ReportUsageError(
           err,
           absl::StrCat("unknown command '", arg,
-                       "' (commands: info, health, interp, unwrap, jobs, hologram, bench)"),
+                       "' (commands: info, health, interp, unwrap, jobs, hologram, fuse, bench)"),
           "");
     }
     if (arg == "jobs" && i + 1 < argc && argv[i + 1][0] != '-') {
@@ -336,6 +350,7 @@ int Main(int argc, const char* const* argv, std::ostream& out, std::ostream& err
     if (interp_cmd->parsed()) return RunInterp(global, interp, out, err);
     if (bench_cmd->parsed()) return RunBench(global, bench, out, err);
     if (hologram_cmd->parsed()) return RunHologram(global, hologram, out, err);
+    if (fuse_cmd->parsed()) return RunFuse(global, fuse, out, err);
     if (unwrap_cmd->parsed()) return RunUnwrap(global, unwrap, out, err);
     if (jobs_cmd->parsed()) {
       jobs.action = jobs_list->parsed() ? "list" : jobs_get->parsed() ? "get" : "cancel";

@@ -119,6 +119,14 @@ void PrintServerInfo(const std::string& server, const std::string& health,
                                           l.hologram_max_pixels(), " px, <= ",
                                           l.hologram_max_points(), " points")});
   }
+  if (info.has_fusion()) {
+    const v1::FusionLimits& f = info.fusion();
+    head.AddRow({"fusion", absl::StrCat("sessions <= ", f.max_sessions_per_device(),
+                                        " per device and ", f.max_sessions_per_client(),
+                                        " per client, idle TTL ",
+                                        absl::StrFormat("%g", f.session_ttl_seconds()), " s, ",
+                                        f.max_pending(), " messages in flight per stream")});
+  }
   head.Print(out);
   out << "\n";
   Table devices;

@@ -111,6 +111,10 @@ struct BenchOptions {
   std::string device = "any";
   int64_t chunk = 0;  // stream op: samples per chunk; 0 = samples / 8
   bool json = false;
+  // fuse op (fuse_cmd.cc): concurrency = sessions.
+  double fps = 90;
+  std::string frame_size = "848x480";
+  int64_t budget_mib = 0;
 };
 
 absl::Status ValidateBenchOptions(const BenchOptions& options);

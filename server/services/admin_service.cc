@@ -2,6 +2,8 @@
 
 #include "fresnel/core/gpu.h"
 #include "fresnel/hologram/hologram.h"
+#include "server/services/fusion_service.h"
+#include "server/sessions.h"
 
 #ifndef FRESNEL_VERSION
 #define FRESNEL_VERSION "dev"
@@ -43,6 +45,16 @@ grpc::ServerUnaryReactor* AdminService::GetServerInfo(grpc::CallbackServerContex
   limits->set_hologram_max_pixels(config_.hologram_max_pixels);
   limits->set_hologram_max_points(config_.hologram_max_points);
   limits->set_job_memory_bytes(config_.job_memory_bytes);
+  if (ctx_->sessions != nullptr) {
+    const FusionServiceLimits fusion_limits;
+    v1::FusionLimits* fusion = response->mutable_fusion();
+    fusion->set_max_sessions_per_device(ctx_->sessions->options().max_sessions_per_device);
+    fusion->set_max_sessions_per_client(ctx_->sessions->options().max_sessions_per_client);
+    fusion->set_session_ttl_seconds(ctx_->sessions->options().ttl_s);
+    fusion->set_max_pending(fusion_limits.max_pending);
+    fusion->set_max_snapshot_bytes(fusion_limits.max_snapshot_bytes);
+    fusion->set_max_render_pixels(fusion_limits.max_render_pixels);
+  }
   for (const std::string& s : services_) response->add_services(s);
   auto* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);

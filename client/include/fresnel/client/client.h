@@ -186,6 +186,7 @@ class Client {
   const ClientOptions& options() const { return options_; }
 
  private:
+  friend class FusionSession;  // fusion_client.h: its stream runs on this channel
   struct Impl;
   Client(ClientOptions options, std::unique_ptr<Impl> impl);
   // Render's path for clouds larger than `cap`: one Stream frame sent in parts.

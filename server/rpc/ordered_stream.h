@@ -1,0 +1,250 @@
+// OrderedStream: the bidirectional reactor of a session stream (FusionService.Session and the
+// like). Every request message gets a sequence number (0 = the first) and exactly one answer —
+// a response, a response followed by chunks cut as they are sent, or nothing — and the answers go
+// out in request order, one write at a time, whichever thread produced them (the gRPC thread for
+// validation errors, a device worker for a session job).
+//
+// Backpressure: at most `max_in_flight` requests are read and not yet fully answered; while that
+// many are, the reactor does not read, so HTTP/2 flow control holds the client back. Memory stays
+// bounded by max_in_flight requests and answers.
+//
+// Ending: End(status) stops reading and finishes with `status` once every request read so far is
+// answered and written (a close request, a half-close, a fatal error after which the earlier
+// answers are still worth sending); Abort(status) stops reading and writing and finishes once no
+// answer is outstanding (cancellation, a broken connection). The reactor never finishes while an
+// answer is outstanding, so a job may always call Answer(); the subclass must answer every
+// request it was given exactly once.
+//
+// Subclasses implement OnRequest (on a gRPC thread, one at a time, in order) and may override
+// OnHalfClose and OnStreamDone; their constructor calls StartReading() last.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "grpcpp/grpcpp.h"
+#include "server/call.h"
+#include "server/status_util.h"
+
+namespace fresnel::server {
+
+template <class Request, class Response>
+class OrderedStream : public grpc::ServerBidiReactor<Request, Response> {
+ public:
+  // One request's answer: `first`, then, while `more` returns true, the response it filled.
+  struct Reply {
+    Response first;
+    std::function<bool(Response*)> more;
+  };
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      bool ending;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        reads_done_ = true;
+        reading_ = false;
+        ending = ending_;
+      }
+      if (!ending) OnHalfClose();
+      Progress();
+      return;
+    }
+    record_.Payload("in", static_cast<double>(request_.ByteSizeLong()));
+    int64_t seq;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (ending_) {
+        reading_ = false;
+        seq = -1;
+      } else {
+        seq = next_seq_++;
+        ++in_flight_;
+        ++outstanding_;
+      }
+    }
+    if (seq >= 0) OnRequest(seq, &request_);
+    bool read;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      read = seq >= 0 && !ending_ && !reads_done_ && in_flight_ < max_in_flight_;
+      reading_ = read;
+    }
+    if (read) this->StartRead(&request_);
+    Progress();
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        writing_ = false;
+      }
+      more_ = nullptr;
+      Abort(absl::CancelledError("the client stopped reading"));
+      return;
+    }
+    bool aborted;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      aborted = aborted_;
+    }
+    if (!aborted && more_) {
+      write_.Clear();
+      if (more_(&write_)) {
+        record_.Payload("out", static_cast<double>(write_.ByteSizeLong()));
+        this->StartWrite(&write_);
+        return;
+      }
+    }
+    more_ = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      writing_ = false;
+      ++next_write_;
+      --in_flight_;
+    }
+    Progress();
+  }
+
+  void OnCancel() override { Abort(absl::CancelledError("the client cancelled the stream")); }
+
+  void OnDone() override {
+    OnStreamDone();
+    delete this;
+  }
+
+ protected:
+  OrderedStream(Metrics* metrics, const char* service, const char* method, int max_in_flight)
+      : record_(metrics, service, method), max_in_flight_(max_in_flight < 1 ? 1 : max_in_flight) {}
+  ~OrderedStream() override = default;
+
+  void StartReading() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      reading_ = true;
+    }
+    this->StartRead(&request_);
+  }
+
+  // Request `seq`, on a gRPC thread; `request` may be moved from.
+  virtual void OnRequest(int64_t seq, Request* request) = 0;
+  // The client half-closed (and the stream was not ending already). Default: End(OK).
+  virtual void OnHalfClose() { End(absl::OkStatus()); }
+  // The stream is finished and no answer is outstanding; the object is deleted next.
+  virtual void OnStreamDone() {}
+
+  // Thread-safe; each exactly once per request.
+  void Answer(int64_t seq, Reply reply) { Put(seq, std::move(reply), false); }
+  void Answer(int64_t seq, Response response) { Put(seq, Reply{std::move(response), nullptr}, false); }
+  void Skip(int64_t seq) { Put(seq, Reply{}, true); }
+
+  // Thread-safe; the first End/Abort decides the status.
+  void End(const absl::Status& status) { Stop(status, false); }
+  void Abort(const absl::Status& status) { Stop(status, true); }
+
+  RpcRecord& record() { return record_; }
+  double Elapsed() const { return record_.Elapsed(); }
+
+ private:
+  struct Slot {
+    Reply reply;
+    bool skip = false;
+  };
+
+  void Put(int64_t seq, Reply reply, bool skip) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --outstanding_;
+      if (!aborted_) ready_.emplace(seq, Slot{std::move(reply), skip});
+    }
+    Progress();
+  }
+
+  void Stop(const absl::Status& status, bool abort) {
+    std::map<int64_t, Slot> dropped;  // freed outside the lock
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!ending_) {
+        ending_ = true;
+        end_status_ = status;
+      }
+      if (abort && !aborted_) {
+        aborted_ = true;
+        if (end_status_.ok()) end_status_ = status;
+        dropped.swap(ready_);
+      }
+    }
+    Progress();
+  }
+
+  // Starts what can start now: the next write, a paused read, or the finish. Touches nothing of
+  // the object after starting the finish.
+  void Progress() {
+    bool write = false, read = false, finish = false;
+    absl::Status status;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      while (!writing_ && !aborted_) {
+        auto it = ready_.find(next_write_);
+        if (it == ready_.end()) break;
+        if (it->second.skip) {
+          ready_.erase(it);
+          ++next_write_;
+          --in_flight_;
+          continue;
+        }
+        writing_ = true;
+        write_ = std::move(it->second.reply.first);
+        more_ = std::move(it->second.reply.more);
+        ready_.erase(it);
+        write = true;
+      }
+      if (!reading_ && !reads_done_ && !ending_ && in_flight_ < max_in_flight_) {
+        reading_ = true;
+        read = true;
+      }
+      if (!write && !read && !writing_ && !finished_ && ending_ && outstanding_ == 0 &&
+          (aborted_ || in_flight_ == 0)) {
+        finished_ = true;
+        finish = true;
+        status = end_status_;
+      }
+    }
+    if (write) {
+      record_.Payload("out", static_cast<double>(write_.ByteSizeLong()));
+      this->StartWrite(&write_);
+    }
+    if (read) this->StartRead(&request_);
+    if (finish) {
+      record_.Done(status);
+      this->Finish(ToGrpcStatus(status));
+    }
+  }
+
+  RpcRecord record_;
+  const int max_in_flight_;
+  Request request_;  // the read buffer (one read in flight)
+  Response write_;   // the write buffer (one write in flight)
+  std::function<bool(Response*)> more_;  // the rest of the answer being written
+
+  std::mutex mu_;
+  std::map<int64_t, Slot> ready_;  // answered, not yet written
+  int64_t next_seq_ = 0;
+  int64_t next_write_ = 0;
+  int in_flight_ = 0;    // read, not yet fully written
+  int outstanding_ = 0;  // read, not yet answered
+  bool reading_ = false;
+  bool reads_done_ = false;
+  bool writing_ = false;
+  bool ending_ = false;
+  bool aborted_ = false;
+  bool finished_ = false;
+  absl::Status end_status_;
+};
+
+}  // namespace fresnel::server
