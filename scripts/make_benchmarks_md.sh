@@ -14,7 +14,8 @@ the date, the machine, the exact command and the raw table; the per-section sour
 prove speed.
 
 HEAD
-  for f in docs/bench/interp.md docs/bench/e2e.md docs/bench/hologram.md docs/bench/unwrap.md; do
+  for f in docs/bench/interp.md docs/bench/e2e.md docs/bench/hologram.md docs/bench/unwrap.md \
+           docs/bench/fusion.md docs/bench/volume.md docs/bench/transport.md; do
     [[ -f $f ]] || continue
     cat "$f"
     echo
