@@ -18,6 +18,18 @@ namespace {
 using internal::PreparedPoints;
 
 constexpr double kMaxCoordinateM = 1e3;
+// Largest point amplitude: 2^24 points of it still sum far below float32's range (3.4e38).
+constexpr double kMaxAmplitude = 1e12;
+
+// Index of the first NaN or infinity among n values, or -1.
+template <class T>
+int64_t FirstNonFinite(const T* v, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(v[i])) return i;
+  }
+  return -1;
+}
+
 constexpr double kMaxLengthM = 1.0;
 
 absl::Status Invalid(absl::string_view field, absl::string_view what) {
@@ -180,9 +192,9 @@ absl::Status ValidateHologram(const PointCloud& points, const HologramOptions& o
                                                 "finite and at most ", kMaxCoordinateM,
                                                 " m, got ", p.z_m));
     }
-    if (!std::isfinite(p.amplitude) || p.amplitude < 0) {
-      return Invalid(field("amplitude"),
-                     absl::StrCat("must be finite and >= 0, got ", p.amplitude));
+    if (!std::isfinite(p.amplitude) || p.amplitude < 0 || p.amplitude > kMaxAmplitude) {
+      return Invalid(field("amplitude"), absl::StrCat("must be finite, >= 0 and at most ",
+                                                      kMaxAmplitude, ", got ", p.amplitude));
     }
     if (!std::isfinite(p.phase_rad)) {
       return Invalid(field("phase_rad"), absl::StrCat("must be finite, got ", p.phase_rad));
@@ -255,6 +267,14 @@ absl::StatusOr<Reconstruction> ReconstructAsm(const Device& device, const HostAr
   }
   FRESNEL_RETURN_IF_ERROR(ValidateAsmOptions(options, ""));
   FRESNEL_RETURN_IF_ERROR(RequireStream(device));
+  // A NaN or infinite sample would spread over the whole image through the FFT and come back as
+  // an "OK" black picture.
+  const int64_t bad = field.dtype() == DType::kComplex64
+                          ? FirstNonFinite(reinterpret_cast<const float*>(field.bytes().data()),
+                                           field.size() * 2)
+                          : FirstNonFinite(reinterpret_cast<const double*>(field.bytes().data()),
+                                           field.size() * 2);
+  if (bad >= 0) return Invalid("field", absl::StrCat("sample ", bad / 2, " is not finite"));
 
   if (device.kind == DeviceKind::kCuda) {
 #if FRESNEL_WITH_CUDA

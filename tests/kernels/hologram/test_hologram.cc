@@ -122,6 +122,29 @@ TEST_CASE("a CUDA device without a stream is refused, never the default stream",
   CHECK(rec.status().code() == absl::StatusCode::kFailedPrecondition);
 }
 
+TEST_CASE("huge amplitudes and non-finite fields are refused, not rendered as inf or black",
+          "[hologram]") {
+  const HologramOptions o = SmallOptions(32, 32, Algorithm::kReference);
+  const auto r = ComputeHologram(kCpu, PointCloud{Point{0, 0, 0.1, 1e300, 0}}, o);
+  REQUIRE(r.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(MessageOf(r.status()).rfind("points[0].amplitude:", 0) == 0);
+  AsmOptions asm_options;
+  asm_options.pitch_m = 4e-6;
+  asm_options.wavelength_m = 532e-9;
+  asm_options.depth_m = 0.1;
+  for (DType dtype : {DType::kComplex64, DType::kComplex128}) {
+    HostArray field(dtype, {16, 16});
+    if (dtype == DType::kComplex64) {
+      field.data<std::complex<float>>()[37] = {std::nanf(""), 0.f};
+    } else {
+      field.data<std::complex<double>>()[37] = {0.0, std::numeric_limits<double>::infinity()};
+    }
+    const auto rec = ReconstructAsm(kCpu, field, asm_options);
+    REQUIRE(rec.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(MessageOf(rec.status()), Catch::Contains("field: sample 37 is not finite"));
+  }
+}
+
 TEST_CASE("names round-trip", "[hologram]") {
   for (Algorithm a : {Algorithm::kAuto, Algorithm::kReference, Algorithm::kTriangular,
                       Algorithm::kPiecewise, Algorithm::kTensor}) {
