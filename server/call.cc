@@ -30,6 +30,9 @@ absl::StatusOr<DevicePreference> PreferenceOf(const v1::DeviceHint& hint,
 }
 
 std::string RequestIdOr(const std::string& given) {
+  // Echoed in the response only; a client's 24 MiB id is not worth echoing.
+  constexpr size_t kMaxEchoed = 256;
+  if (given.size() > kMaxEchoed) return given.substr(0, kMaxEchoed);
   if (!given.empty()) return given;
   thread_local std::mt19937_64 rng{std::random_device{}()};
   return absl::StrFormat("%016x", rng());

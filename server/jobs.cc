@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
+#include "server/ids.h"
 #include "server/metrics.h"
 
 namespace fresnel::server {
@@ -92,12 +93,12 @@ JobStore::Record* JobStore::FindLocked(const std::string& id, absl::Status* not_
   const size_t at = id.rfind('@');
   if (at != std::string::npos && !options_.instance.empty() &&
       id.compare(at + 1, std::string::npos, options_.instance) != 0) {
-    *not_found = absl::NotFoundError(absl::StrCat("job ", id, " belongs to instance ",
-                                                  id.substr(at + 1), "; this is instance ",
-                                                  options_.instance));
+    *not_found = absl::NotFoundError(absl::StrCat("job ", EchoId(id), " belongs to instance ",
+                                                  EchoId(id.substr(at + 1)),
+                                                  "; this is instance ", options_.instance));
     return nullptr;
   }
-  *not_found = absl::NotFoundError(absl::StrCat("unknown job id '", id, "'"));
+  *not_found = absl::NotFoundError(absl::StrCat("unknown job id '", EchoId(id), "'"));
   return nullptr;
 }
 
@@ -111,7 +112,18 @@ void JobStore::NotifyLocked(Record& r) {
 
 absl::StatusOr<JobStore::Submitted> JobStore::Submit(JobSpec spec) {
   if (!spec.run) return absl::InternalError("JobSpec.run is empty");
-  const int64_t need = spec.input_bytes + spec.output_bytes;
+  // The store keeps these for the job's whole life (and List returns them): bounded, and counted
+  // in the bytes the job holds.
+  for (const auto& [name, value] : {std::pair<const char*, const std::string*>{
+                                        "request_id", &spec.request_id},
+                                    {"idempotency_key", &spec.idempotency_key}}) {
+    if (value->size() > kMaxJobStringBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": at most ", kMaxJobStringBytes,
+                                                     " bytes, got ", value->size()));
+    }
+  }
+  const int64_t need = spec.input_bytes + spec.output_bytes +
+                       static_cast<int64_t>(spec.request_id.size() + spec.idempotency_key.size());
   auto job = std::make_shared<Job>();
   Submitted submitted;
   {

@@ -38,6 +38,9 @@ namespace fresnel::server {
 
 class Metrics;
 
+// Longest request_id and idempotency_key a job may carry (JobStore::Submit: INVALID_ARGUMENT).
+inline constexpr size_t kMaxJobStringBytes = 256;
+
 enum class JobState { kQueued, kRunning, kDone, kFailed, kCancelled };
 // "queued", "running", "done", "failed", "cancelled" (also the metrics' state label).
 const char* JobStateName(JobState state);

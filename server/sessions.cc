@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "server/ids.h"
 #include "server/metrics.h"
 
 namespace fresnel::server {
@@ -12,12 +13,7 @@ namespace {
 
 using SteadyClock = std::chrono::steady_clock;
 
-// Ids echoed in messages are cut to this many characters (a client may send anything).
-constexpr size_t kMaxEchoedId = 96;
-
-std::string Echo(const std::string& id) {
-  return id.size() <= kMaxEchoedId ? id : id.substr(0, kMaxEchoedId) + "...";
-}
+std::string Echo(const std::string& id) { return EchoId(id); }
 
 }  // namespace
 

@@ -320,6 +320,24 @@ TEST_CASE("an idempotency key returns the same job; a different request with it 
   CHECK(d->job.id != a->job.id);
 }
 
+TEST_CASE("strings a job keeps are bounded; ids in errors are not echoed whole",
+          "[server][jobs]") {
+  Env env(JobStoreOptions{});
+  JobSpec long_id = Spec(nullptr, 4);
+  long_id.request_id = std::string(kMaxJobStringBytes + 1, 'r');
+  auto a = env.store->Submit(long_id);
+  REQUIRE(a.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(std::string(a.status().message()).rfind("request_id:", 0) == 0);
+  JobSpec long_key = Spec(nullptr, 4);
+  long_key.idempotency_key = std::string(24 << 20, 'k');
+  auto b = env.store->Submit(long_key);
+  REQUIRE(b.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(std::string(b.status().message()).rfind("idempotency_key:", 0) == 0);
+  auto unknown = env.store->Get(std::string(64 << 10, 'x'));
+  REQUIRE(unknown.status().code() == absl::StatusCode::kNotFound);
+  CHECK(unknown.status().message().size() < 300);
+}
+
 TEST_CASE("List pages through the jobs newest first", "[server][jobs]") {
   Env env({});
   std::vector<std::string> ids;
