@@ -1,0 +1,200 @@
+// Direct volume rendering of tetrahedral meshes (emission-absorption model).
+//
+// Model. Along the ray of each pixel the scalar s(t) is piecewise linear (linear inside each
+// tetrahedron). The transfer function maps s to a colour c(s) and an extinction τ(s) (per mesh
+// unit of length), both piecewise linear in s. Every tetrahedron a ray crosses gives one segment
+// [t_entry, t_exit] with scalars s_entry, s_exit; the segment is split where s crosses a control
+// point of the transfer function, and every piece gets the exact opacity
+//     α = 1 − exp(−∫τ dt) = 1 − exp(−length · (τ_a + τ_b) / 2)
+// and the colour (c_a + c_b)/2 · α; pieces and segments are composited front to back
+// (premultiplied "over"). So for a constant-extinction transfer function −ln(1 − α_pixel) equals
+// τ times the ray's chord length through the mesh, exactly up to rounding.
+//
+// Backends (the Device passed to DeviceMesh::Create and Render):
+//   CPU   per-pixel ray casting (TBB): enter the mesh through its boundary faces (binned in screen
+//         tiles), walk face to face through the neighbour tetrahedra, and on leaving the mesh look
+//         for the next boundary face further along the ray (non-convex meshes, holes). The test
+//         oracle.
+//   CUDA  cell projection: vertices are projected on the GPU; for each hash block (a sub-sampling
+//         of the image by the low `hash_block_bits` bits of x and y: 16 or 64 blocks) every
+//         tetrahedron scan-converts the block's pixels under its projection into intersection
+//         records (pixel, depth, segment colour and opacity: the transfer function is integrated
+//         as the record is made), block-level prefix sums place the records, CUB radix-sorts them
+//         by (pixel, depth), and a per-pixel front-to-back reduction composites them. Memory per
+//         frame is bounded by one block's records (docs/volume.md).
+// Both backends compute rays, ray–tetrahedron intersections and segment integrals with the same
+// float32 code (volume_math.h), so their images agree to rounding.
+//
+// Image frame: pixel (x, y) with x to the right and y down (row 0 is the top row); the ray of a
+// pixel passes through its centre. The image is float32 RGBA [height, width, 4], colour
+// premultiplied-composited over the background, alpha = 1 − transmittance·(1 − background alpha).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "fresnel/core/array.h"
+#include "fresnel/core/device.h"
+#include "fresnel/volume/mesh.h"
+
+namespace fresnel::volume {
+
+// ---- transfer function ---------------------------------------------------------------------
+
+struct TfPoint {
+  float scalar = 0;              // in the mesh's scalar units
+  float r = 0, g = 0, b = 0;     // emitted colour, linear [0, 1]
+  float extinction_per_unit = 0; // τ, per mesh unit of length, >= 0
+};
+inline constexpr int kMaxTfPoints = 64;
+
+// Piecewise linear in the scalar between control points sorted by scalar (strictly increasing);
+// constant beyond the first and last point. Changing it needs no new DeviceMesh.
+struct TransferFunction {
+  std::vector<TfPoint> points;
+  std::array<float, 4> background{0, 0, 0, 0};  // RGBA behind the mesh, [0, 1]
+};
+// InvalidArgument naming the field: 1..kMaxTfPoints points, strictly increasing finite scalars,
+// finite colours in [0, 1], finite extinction >= 0, background in [0, 1].
+absl::Status ValidateTransferFunction(const TransferFunction& tf);
+// A constant colour and extinction (absorption-only when the colour is black).
+TransferFunction ConstantTransferFunction(float extinction_per_unit, std::array<float, 3> rgb);
+// A ready-made colour map over [scalar_min, scalar_max]: blue → white → red with extinction
+// rising to `max_extinction_per_unit`, dark background.
+TransferFunction DefaultTransferFunction(float scalar_min, float scalar_max,
+                                         float max_extinction_per_unit);
+
+// ---- camera --------------------------------------------------------------------------------
+
+struct Camera {
+  std::array<float, 3> eye{0, 0, 5};     // mesh units
+  std::array<float, 3> target{0, 0, 0};
+  std::array<float, 3> up{0, 1, 0};      // need not be orthogonal to the view direction
+  float vertical_fov_deg = 40;           // perspective, used when orthographic_height <= 0
+  float orthographic_height = 0;         // > 0: orthographic, the view's height in mesh units
+  int width = 512;
+  int height = 512;
+};
+inline constexpr int kMaxImageSide = 8192;
+// InvalidArgument naming the field: finite vectors, eye != target, up not parallel to the view
+// direction, 0 < fov < 180, 1 <= width, height <= kMaxImageSide.
+absl::Status ValidateCamera(const Camera& camera);
+// A perspective camera looking at the centre of [bounds_min, bounds_max] from azimuth/elevation
+// (degrees; azimuth 0 looks along −z from +z... measured about +y), far enough that the bounding
+// sphere fits the vertical field of view. For turntables and benches.
+Camera OrbitCamera(const std::array<float, 3>& bounds_min, const std::array<float, 3>& bounds_max,
+                   float azimuth_deg, float elevation_deg, int width, int height,
+                   float vertical_fov_deg = 30);
+
+// ---- rendering -----------------------------------------------------------------------------
+
+enum class Compositing {
+  kAuto,           // the measured faster one (kPairwise on the H200, docs/volume.md)
+  kPairwise,       // per pixel: warp-wide pairwise "over" reductions of 32 records at a time
+  kSegmentedScan,  // CUB inclusive scan by pixel key with "over", last element per pixel
+};
+
+struct RenderOptions {
+  // CUDA: hash blocks are the pixels with equal (x mod 2^bits, y mod 2^bits): 2 → 16 blocks,
+  // 3 → 64 blocks. More blocks: less memory per block, more passes over the tetrahedra.
+  // 0 = choose: 2, or 3 when 16 blocks would need more than max_block_records records.
+  // The CPU renders in the same blocks (only the progress callbacks see them).
+  int hash_block_bits = 0;
+  Compositing compositing = Compositing::kAuto;
+  // CUDA: record buffers hold at most this many records per block; a block that needs more fails
+  // with ResourceExhausted (use more hash blocks).
+  int64_t max_block_records = int64_t{1} << 30;
+};
+
+// One completed hash block: its pixels (x = x0 + i·stride, y = y0 + j·stride) in their final
+// colours, float32 RGBA, row-major [height][width][4]. Valid only during the callback.
+struct PartialFrame {
+  int block = 0;          // 0-based, in completion order
+  int num_blocks = 0;
+  int x0 = 0, y0 = 0, stride = 1;
+  int width = 0, height = 0;
+  const float* rgba = nullptr;
+};
+// Called on the rendering thread after each block; a non-OK status stops the render and is
+// returned by Render (e.g. Cancelled when the client went away).
+using PartialFrameCallback = std::function<absl::Status(const PartialFrame&)>;
+
+// Seconds per stage of one Render, summed over blocks. CUDA stages are timed with events on the
+// call's stream; the CPU sets setup_s (tiling) and records_s (ray casting).
+struct RenderStats {
+  double upload_s = 0;     // per-call uploads (transfer function is passed by value: ~0)
+  double project_s = 0;    // vertex projection + per-tetrahedron screen boxes
+  double records_s = 0;    // scan conversion into records, segment integration included
+  double sort_s = 0;       // CUB radix sort by (pixel, depth)
+  double composite_s = 0;  // front-to-back compositing
+  double d2h_s = 0;        // image (and partial frames) to the host
+  double total_s = 0;      // wall time of Render
+  int64_t records = 0;     // intersection records (= ray segments) over all blocks
+  int64_t max_block_records = 0;
+  int64_t tets_rendered = 0;  // non-degenerate tetrahedra
+  int num_blocks = 0;
+  // CUDA: bytes of per-frame device buffers at their peak, plus the mesh's persistent buffers.
+  int64_t peak_device_bytes = 0;
+  Compositing compositing = Compositing::kAuto;  // the one used
+};
+
+struct RenderResult {
+  HostArray image;  // float32 [height, width, 4]
+  RenderStats stats;
+};
+
+// A mesh prepared for one device: CUDA keeps its points, scalars and (non-degenerate) tetrahedra
+// in persistent device buffers until destruction; CPU keeps face adjacency and boundary faces.
+// Thread-safe for concurrent Render calls (it is read-only after Create).
+class DeviceMesh {
+ public:
+  // Validates `mesh` (InvalidArgument as ValidateMesh) and uploads it. CUDA: synchronous on
+  // device.stream; ResourceExhausted when the device is out of memory.
+  static absl::StatusOr<std::unique_ptr<DeviceMesh>> Create(const Device& device,
+                                                            const TetMesh& mesh);
+  ~DeviceMesh();
+  DeviceMesh(const DeviceMesh&) = delete;
+  DeviceMesh& operator=(const DeviceMesh&) = delete;
+
+  const Device& device() const { return device_; }
+  const MeshReport& report() const { return report_; }
+  // Bytes of the persistent buffers (device memory for CUDA, host memory for the CPU).
+  int64_t resident_bytes() const { return resident_bytes_; }
+
+  struct Impl;
+  const Impl& impl() const { return *impl_; }
+
+ private:
+  DeviceMesh(const Device& device, MeshReport report);
+  Device device_;
+  MeshReport report_;
+  int64_t resident_bytes_ = 0;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Persistent device bytes a CUDA DeviceMesh of `mesh` takes (for a cache cap), without uploading.
+int64_t DeviceBytes(const TetMesh& mesh);
+
+// Renders `mesh` on `device` (same kind and ordinal as the mesh's; for CUDA any stream of that
+// device: all work goes on device.stream, temporaries come from device.mem_pool, and the stream
+// is synchronised before returning). InvalidArgument for a bad transfer function, camera or
+// options; FailedPrecondition when the device does not match the mesh; the callback's status
+// when it stops the render.
+absl::StatusOr<RenderResult> Render(const Device& device, const DeviceMesh& mesh,
+                                    const TransferFunction& tf, const Camera& camera,
+                                    const RenderOptions& options = {},
+                                    const PartialFrameCallback& on_block = nullptr);
+
+// float32 RGBA [h, w, 4] → uint8 RGBA [h, w, 4] (clamped to [0, 1], ×255, rounded).
+absl::StatusOr<HostArray> ToRgba8(const HostArray& rgba);
+
+// Peak signal-to-noise ratio (dB, peak 1) between two float32 RGBA images of equal shape, over
+// all four channels; +inf when equal.
+double ImagePsnrDb(const HostArray& a, const HostArray& b);
+
+}  // namespace fresnel::volume

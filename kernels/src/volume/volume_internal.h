@@ -1,0 +1,63 @@
+// Internal interfaces of the volume renderer between render.cc (validation, dispatch),
+// render_cpu.cc and render_cuda.cu.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "fresnel/core/device.h"
+#include "fresnel/volume/render.h"
+#include "volume/volume_math.h"
+
+namespace fresnel::volume {
+
+// The renderable part of a mesh: points, scalars and the non-degenerate tetrahedra.
+struct RenderMesh {
+  std::vector<float> points_xyz;
+  std::vector<float> scalars;
+  std::vector<int32_t> tets;
+  int64_t num_tets() const { return static_cast<int64_t>(tets.size() / 4); }
+};
+
+// CPU acceleration data: the neighbour across each face (face i is opposite vertex i; -1 on the
+// boundary) and the boundary faces as 4·tet + face.
+struct CpuMesh {
+  RenderMesh mesh;
+  std::vector<int32_t> neighbors;
+  std::vector<int64_t> boundary_faces;
+};
+CpuMesh BuildCpuMesh(RenderMesh mesh);
+int64_t CpuMeshBytes(const CpuMesh& mesh);
+
+// Persistent device buffers of a mesh (defined in render_cuda.cu).
+struct CudaMesh;
+struct CudaMeshDeleter {
+  void operator()(CudaMesh* mesh) const;
+};
+absl::StatusOr<std::unique_ptr<CudaMesh, CudaMeshDeleter>> UploadMeshCuda(
+    const Device& device, const RenderMesh& mesh, int64_t* device_bytes);
+int64_t CudaMeshBytes(int64_t num_points, int64_t num_tets);
+
+// Everything Render validated and converted.
+struct RenderJob {
+  math::TfTable tf;
+  math::CameraFrame camera;
+  int hash_block_bits = 2;
+  Compositing compositing = Compositing::kAuto;
+  int64_t max_block_records = 0;
+  const PartialFrameCallback* on_block = nullptr;
+};
+
+absl::Status RenderCpu(const CpuMesh& mesh, const RenderJob& job, RenderResult* result);
+absl::Status RenderCuda(const Device& device, const CudaMesh& mesh, int64_t mesh_bytes,
+                        const RenderJob& job, RenderResult* result);
+
+}  // namespace fresnel::volume
+
+struct fresnel::volume::DeviceMesh::Impl {
+  std::unique_ptr<CpuMesh> cpu;
+  std::unique_ptr<CudaMesh, CudaMeshDeleter> cuda;
+};

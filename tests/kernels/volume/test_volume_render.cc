@@ -1,0 +1,405 @@
+// CPU renderer tests: absorption against independent float64 chords (a tetrahedron, a cube of
+// tetrahedra, a non-convex mesh with a hole and a notch), invariance to tetrahedron and vertex
+// order, the face-to-face walk against brute force, hash blocks and partial frames, bad input.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "fresnel/volume/mesh.h"
+#include "fresnel/volume/render.h"
+#include "support/test_support.h"
+#include "volume/volume_math.h"
+#include "volume_test_util.h"
+
+namespace fresnel::volume {
+namespace {
+
+using testing::ChordBox;
+using testing::ChordTet;
+using testing::D3;
+using testing::FreshSeed;
+using testing::OpticalDepth;
+using testing::RandomCamera;
+using testing::RayOf;
+
+std::unique_ptr<DeviceMesh> CpuMesh(const TetMesh& m) {
+  auto dm = DeviceMesh::Create(Device::Cpu(), m);
+  REQUIRE(dm.ok());
+  return std::move(*dm);
+}
+
+HostArray RenderImage(const DeviceMesh& dm, const TransferFunction& tf, const Camera& cam,
+                      RenderOptions opt = {}, const PartialFrameCallback& cb = nullptr) {
+  auto r = Render(Device::Cpu(), dm, tf, cam, opt, cb);
+  REQUIRE(r.ok());
+  return std::move(r->image);
+}
+
+double MaxAbsDiff(const HostArray& a, const HostArray& b) {
+  double m = 0;
+  for (int64_t i = 0; i < a.size(); ++i)
+    m = std::max(m, std::fabs(double{a.data<float>()[i]} - b.data<float>()[i]));
+  return m;
+}
+
+// Checks −ln(1 − α) = τ · chord at every pixel; returns the number of pixels the mesh covers.
+template <class ChordFn>
+int CheckAbsorption(const HostArray& image, const Camera& cam, double tau, ChordFn chord) {
+  int covered = 0;
+  double worst = 0;
+  for (int y = 0; y < cam.height; ++y)
+    for (int x = 0; x < cam.width; ++x) {
+      D3 o, d;
+      RayOf(cam, x, y, &o, &d);
+      const double want = tau * chord(o, d);
+      const double got = OpticalDepth(image, x, y);
+      worst = std::max(worst, std::fabs(got - want) / (1e-4 + 1e-4 * want));
+      covered += want > 0;
+      if (std::fabs(got - want) > 2e-4 + 2e-4 * want) {
+        FAIL_CHECK("pixel (" << x << ", " << y << "): optical depth " << got << ", want "
+                             << want);
+        return covered;
+      }
+    }
+  INFO("worst error / tolerance " << worst);
+  return covered;
+}
+
+TEST_CASE("absorption: one tetrahedron, every pixel", "[volume]") {
+  std::mt19937_64 rng(FreshSeed());
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (int rep = 0; rep < 4; ++rep) {
+    // A regular tetrahedron with every coordinate moved by up to ±0.3: random, never thin.
+    static const float kRegular[12] = {1, 1, 1, 1, -1, -1, -1, 1, -1, -1, -1, 1};
+    TetMesh m;
+    for (int i = 0; i < 12; ++i) m.points_xyz.push_back(0.8f * kRegular[i] + 0.3f * u(rng));
+    m.tets = {0, 1, 2, 3};
+    m.scalars = {u(rng), u(rng), u(rng), u(rng)};
+    if (IsDegenerateTet(m, 0)) continue;
+    auto dm = CpuMesh(m);
+    const float tau = 0.5f + u(rng) * 0.4f;
+    const TransferFunction tf = ConstantTransferFunction(tau, {0, 0, 0});
+    Camera cam = RandomCamera(dm->report(), 72, 56, rng);
+    if (rep % 2 == 1) cam.orthographic_height = 3.5f;
+    const HostArray img = RenderImage(*dm, tf, cam);
+    D3 p[4];
+    for (int i = 0; i < 4; ++i)
+      for (int k = 0; k < 3; ++k) p[i][k] = m.points_xyz[3 * i + k];
+    const int covered =
+        CheckAbsorption(img, cam, tau, [&](const D3& o, const D3& d) { return ChordTet(p, o, d); });
+    CHECK(covered > 300);
+  }
+}
+
+TEST_CASE("absorption: a cube of tetrahedra", "[volume]") {
+  std::mt19937_64 rng(FreshSeed());
+  std::vector<TetMesh> meshes;
+  const std::string shared = fresnel::testing::DataPath("volume/cube_tets.vtk");
+  if (!shared.empty()) {
+    auto c = ReadVtk(shared);
+    REQUIRE(c.ok());
+    meshes.push_back(*c);
+  }
+  auto grid = GenerateGridMesh({4, 4, 4, {0, 0, 0}, {1, 1, 1}});
+  REQUIRE(grid.ok());
+  meshes.push_back(*grid);
+  for (const TetMesh& m : meshes) {
+    auto dm = CpuMesh(m);
+    for (int rep = 0; rep < 3; ++rep) {
+      const float tau = 1.3f;
+      Camera cam = RandomCamera(dm->report(), 80, 80, rng);
+      if (rep == 2) cam.orthographic_height = 2.0f;
+      const HostArray img = RenderImage(*dm, ConstantTransferFunction(tau, {0, 0, 0}), cam);
+      const int covered = CheckAbsorption(img, cam, tau, [](const D3& o, const D3& d) {
+        return ChordBox({0, 0, 0}, {1, 1, 1}, o, d);
+      });
+      CHECK(covered > 500);
+    }
+  }
+}
+
+TEST_CASE("absorption: non-convex mesh with a hole and a notch", "[volume]") {
+  std::mt19937_64 rng(FreshSeed());
+  const int nx = 12, ny = 12, nz = 6;
+  auto m = GenerateGridMesh({nx, ny, nz, {0, 0, 0}, {12, 12, 6}, GridShape::kHoleAndNotch});
+  REQUIRE(m.ok());
+  auto dm = CpuMesh(*m);
+  // The kept cells, as GridShape::kHoleAndNotch documents them.
+  std::vector<std::array<int, 3>> cells;
+  for (int k = 0; k < nz; ++k)
+    for (int j = 0; j < ny; ++j)
+      for (int i = 0; i < nx; ++i) {
+        const bool hole = i >= 4 && i < 6 && j >= 4 && j < 8;
+        const bool notch = i >= 10 && j >= 4 && j < 8 && k >= 2 && k < 4;
+        if (!hole && !notch) cells.push_back({i, j, k});
+      }
+  auto chord = [&](const D3& o, const D3& d) {
+    double sum = 0;
+    for (const auto& c : cells)
+      sum += ChordBox({double(c[0]), double(c[1]), double(c[2])},
+                      {c[0] + 1.0, c[1] + 1.0, c[2] + 1.0}, o, d);
+    return sum;
+  };
+  const float tau = 0.15f;
+  const TransferFunction tf = ConstantTransferFunction(tau, {0, 0, 0});
+  std::vector<Camera> cams;
+  Camera down;  // straight down z through the hole
+  down.eye = {6, 6, 20};
+  down.target = {6, 6, 3};
+  down.orthographic_height = 14;
+  down.width = down.height = 56;
+  cams.push_back(down);
+  Camera side;  // along y, looking into the notch from the +x side at an angle
+  side.eye = {22, 6.3f, 3.1f};
+  side.target = {6, 6, 3};
+  side.vertical_fov_deg = 40;
+  side.width = side.height = 64;
+  cams.push_back(side);
+  for (int i = 0; i < 2; ++i) cams.push_back(RandomCamera(dm->report(), 64, 64, rng));
+  int multiple_entries = 0, holes = 0;
+  for (const Camera& cam : cams) {
+    const HostArray img = RenderImage(*dm, tf, cam);
+    CheckAbsorption(img, cam, tau, chord);
+    for (int y = 0; y < cam.height; ++y)
+      for (int x = 0; x < cam.width; ++x) {
+        D3 o, d;
+        RayOf(cam, x, y, &o, &d);
+        const double box = ChordBox({0, 0, 0}, {12, 12, 6}, o, d), c = chord(o, d);
+        holes += box > 1 && c == 0;
+        multiple_entries += c > 0 && c < box - 0.5;
+      }
+  }
+  // The views do exercise the non-convex cases: rays through the hole, and rays that leave the
+  // mesh and enter it again.
+  CHECK(holes > 20);
+  CHECK(multiple_entries > 100);
+}
+
+// Brute force with the renderer's own float32 math: every tetrahedron for every pixel, segments
+// sorted by mid depth, composited front to back. Validates the walk (entries, neighbours,
+// re-entry) independently of it.
+HostArray BruteForce(const TetMesh& m, const TransferFunction& tf, const Camera& cam) {
+  HostArray img(DType::kFloat32, {cam.height, cam.width, 4});
+  math::TfTable t{};
+  t.n = static_cast<int>(tf.points.size());
+  for (int i = 0; i < t.n; ++i) {
+    t.x[i] = tf.points[i].scalar, t.r[i] = tf.points[i].r, t.g[i] = tf.points[i].g;
+    t.b[i] = tf.points[i].b, t.tau[i] = tf.points[i].extinction_per_unit;
+  }
+  t.background = {tf.background[0], tf.background[1], tf.background[2], tf.background[3]};
+  // The camera frame as render.cc builds it (double, rounded to float).
+  const D3 eye = {cam.eye[0], cam.eye[1], cam.eye[2]};
+  const D3 f = testing::Normalize(testing::Sub({cam.target[0], cam.target[1], cam.target[2]}, eye));
+  const D3 r = testing::Normalize(testing::Cross(f, {cam.up[0], cam.up[1], cam.up[2]}));
+  const D3 up = testing::Cross(r, f);
+  math::CameraFrame c{};
+  c.eye = {cam.eye[0], cam.eye[1], cam.eye[2]};
+  c.forward = {float(f[0]), float(f[1]), float(f[2])};
+  c.right = {float(r[0]), float(r[1]), float(r[2])};
+  c.up = {float(up[0]), float(up[1]), float(up[2])};
+  c.orthographic = cam.orthographic_height > 0;
+  const double sy = c.orthographic ? 0.5 * cam.orthographic_height
+                                   : std::tan(0.5 * cam.vertical_fov_deg * M_PI / 180.0);
+  c.sy = float(sy);
+  c.sx = float(sy * cam.width / cam.height);
+  c.width = cam.width;
+  c.height = cam.height;
+  for (int y = 0; y < cam.height; ++y)
+    for (int x = 0; x < cam.width; ++x) {
+      math::V3 o, d;
+      math::PixelRay(c, x, y, &o, &d);
+      std::vector<std::pair<float, math::Rgba>> segs;
+      for (int64_t tt = 0; tt < m.num_tets(); ++tt) {
+        if (IsDegenerateTet(m, tt)) continue;
+        math::V3 p[4];
+        float s[4];
+        for (int i = 0; i < 4; ++i) {
+          const int v = m.tets[4 * tt + i];
+          p[i] = {m.points_xyz[3 * v], m.points_xyz[3 * v + 1], m.points_xyz[3 * v + 2]};
+          s[i] = m.scalars[v];
+        }
+        math::TetHit h;
+        if (math::IntersectRayTet(p, s, o, d, &h))
+          segs.push_back({0.5f * (h.t_in + h.t_out),
+                          math::IntegrateSegment(t, h.s_in, h.s_out, h.t_out - h.t_in)});
+      }
+      std::stable_sort(segs.begin(), segs.end(),
+                       [](const auto& a, const auto& b) { return a.first < b.first; });
+      math::Rgba acc = {0, 0, 0, 0};
+      for (const auto& sg : segs) acc = math::Over(acc, sg.second);
+      acc = math::OverBackground(acc, t.background);
+      float* out = &img.data<float>()[4 * (int64_t{y} * cam.width + x)];
+      out[0] = acc.r, out[1] = acc.g, out[2] = acc.b, out[3] = acc.a;
+    }
+  return img;
+}
+
+TEST_CASE("the face-to-face walk equals brute force (emission, non-convex)", "[volume]") {
+  std::mt19937_64 rng(FreshSeed());
+  auto m = GenerateGridMesh({8, 8, 7, {-1, -1, -0.8f}, {1, 1, 0.8f}, GridShape::kHoleAndNotch});
+  REQUIRE(m.ok());
+  auto dm = CpuMesh(*m);
+  const TransferFunction tf = DefaultTransferFunction(0, 1, 4.0f);
+  for (int rep = 0; rep < 2; ++rep) {
+    const Camera cam = RandomCamera(dm->report(), 40, 36, rng);
+    const HostArray walk = RenderImage(*dm, tf, cam);
+    const HostArray brute = BruteForce(*m, tf, cam);
+    CHECK(MaxAbsDiff(walk, brute) < 2e-5);
+    CHECK(ImagePsnrDb(walk, brute) > 80);
+  }
+}
+
+TEST_CASE("the image does not depend on tetrahedron or vertex order", "[volume]") {
+  std::mt19937_64 rng(FreshSeed());
+  auto m = GenerateGridMesh({7, 6, 5, {-1, -0.8f, -0.7f}, {1, 0.8f, 0.7f}});
+  REQUIRE(m.ok());
+  TetMesh shuffled = *m;
+  std::vector<int> order(m->num_tets());
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  for (size_t t = 0; t < order.size(); ++t) {
+    int v[4];
+    std::copy_n(&m->tets[4 * order[t]], 4, v);
+    std::shuffle(v, v + 4, rng);  // either orientation
+    std::copy_n(v, 4, &shuffled.tets[4 * t]);
+  }
+  auto a = CpuMesh(*m);
+  auto b = CpuMesh(shuffled);
+  const TransferFunction tf = DefaultTransferFunction(0, 1, 6.0f);
+  const Camera cam = RandomCamera(a->report(), 64, 48, rng);
+  const HostArray ia = RenderImage(*a, tf, cam), ib = RenderImage(*b, tf, cam);
+  CHECK(MaxAbsDiff(ia, ib) < 2e-5);
+  double alpha_sum = 0;
+  for (int64_t i = 3; i < ia.size(); i += 4) alpha_sum += ia.data<float>()[i];
+  CHECK(alpha_sum > 100);  // the view is not empty
+}
+
+TEST_CASE("CPU partial frames: 16 and 64 hash blocks, same image", "[volume]") {
+  std::mt19937_64 rng(FreshSeed());
+  auto m = GenerateGridMesh({6, 6, 6});
+  REQUIRE(m.ok());
+  auto dm = CpuMesh(*m);
+  const TransferFunction tf = DefaultTransferFunction(0, 1, 5.0f);
+  const Camera cam = RandomCamera(dm->report(), 45, 38, rng);
+  const HostArray plain = RenderImage(*dm, tf, cam);
+  for (int bits : {2, 3}) {
+    RenderOptions opt;
+    opt.hash_block_bits = bits;
+    std::vector<PartialFrame> frames;
+    std::vector<std::vector<float>> pixels;
+    int64_t covered = 0;
+    const HostArray img = RenderImage(*dm, tf, cam, opt, [&](const PartialFrame& f) {
+      frames.push_back(f);
+      pixels.emplace_back(f.rgba, f.rgba + 4 * int64_t{f.width} * f.height);
+      covered += int64_t{f.width} * f.height;
+      return absl::OkStatus();
+    });
+    CHECK(MaxAbsDiff(img, plain) == 0);
+    REQUIRE(frames.size() == size_t{1} << (2 * bits));
+    CHECK(covered == int64_t{cam.width} * cam.height);
+    for (size_t k = 0; k < frames.size(); ++k) {
+      const PartialFrame& f = frames[k];
+      CHECK(f.block == static_cast<int>(k));
+      CHECK(f.stride == 1 << bits);
+      for (int j = 0; j < f.height; ++j)
+        for (int i = 0; i < f.width; ++i)
+          for (int c = 0; c < 4; ++c)
+            REQUIRE(pixels[k][4 * (j * f.width + i) + c] ==
+                    plain.data<float>()[4 * ((f.y0 + j * f.stride) * cam.width + f.x0 +
+                                             i * f.stride) + c]);
+    }
+  }
+  // A callback error stops the render and comes back.
+  RenderOptions opt;
+  int calls = 0;
+  auto r = Render(Device::Cpu(), *dm, tf, cam, opt, [&](const PartialFrame&) {
+    return ++calls == 3 ? absl::CancelledError("client left") : absl::OkStatus();
+  });
+  CHECK(r.status().code() == absl::StatusCode::kCancelled);
+  CHECK(calls == 3);
+}
+
+TEST_CASE("Blunt Fin renders on the CPU", "[volume]") {
+  const std::string fin = fresnel::testing::DataPath("volume/bluntfin_tets.vtk");
+  if (fin.empty()) {
+    WARN("shared data missing: skipping");
+    return;
+  }
+  auto m = ReadVtk(fin);
+  REQUIRE(m.ok());
+  auto dm = CpuMesh(*m);
+  CHECK(dm->report().degenerate_tets >= 77);
+  const auto& r = dm->report();
+  const TransferFunction tf = DefaultTransferFunction(r.scalar_min, r.scalar_max, 2.0f);
+  const Camera cam = OrbitCamera(r.bounds_min, r.bounds_max, 30, 25, 96, 64);
+  auto res = Render(Device::Cpu(), *dm, tf, cam);
+  REQUIRE(res.ok());
+  CHECK(res->stats.records > 10000);
+  int lit = 0;
+  for (int64_t i = 0; i < res->image.size(); i += 4) {
+    const float* p = &res->image.data<float>()[i];
+    for (int c = 0; c < 4; ++c) REQUIRE((p[c] >= 0 && p[c] <= 1.0001f));
+    lit += p[0] + p[1] + p[2] > 0.2f;
+  }
+  CHECK(lit > 500);
+  auto rgba8 = ToRgba8(res->image);
+  REQUIRE(rgba8.ok());
+  CHECK(rgba8->dtype() == DType::kUint8);
+  CHECK(rgba8->shape() == res->image.shape());
+}
+
+TEST_CASE("Render refuses bad input by name", "[volume]") {
+  auto m = GenerateGridMesh({2, 2, 2});
+  REQUIRE(m.ok());
+  auto dm = CpuMesh(*m);
+  const Camera cam = OrbitCamera(dm->report().bounds_min, dm->report().bounds_max, 0, 0, 8, 8);
+  auto code_msg = [&](const TransferFunction& tf, const Camera& c, RenderOptions o = {}) {
+    auto r = Render(Device::Cpu(), *dm, tf, c, o);
+    return std::make_pair(r.status().code(), std::string(r.status().message()));
+  };
+  TransferFunction tf = ConstantTransferFunction(1, {1, 1, 1});
+  CHECK(code_msg(tf, cam).first == absl::StatusCode::kOk);
+  TransferFunction bad = tf;
+  bad.points.clear();
+  CHECK_THAT(code_msg(bad, cam).second, Catch::Contains("transfer_function.points"));
+  bad = DefaultTransferFunction(0, 1, 1);
+  bad.points[2].scalar = bad.points[1].scalar;
+  CHECK_THAT(code_msg(bad, cam).second, Catch::Contains("strictly increasing"));
+  bad = tf;
+  bad.points[0].extinction_per_unit = -1;
+  CHECK_THAT(code_msg(bad, cam).second, Catch::Contains("extinction_per_unit"));
+  bad = tf;
+  bad.points[0].g = 1.5f;
+  CHECK_THAT(code_msg(bad, cam).second, Catch::Contains("colour"));
+  Camera c = cam;
+  c.target = c.eye;
+  CHECK_THAT(code_msg(tf, c).second, Catch::Contains("camera.eye"));
+  c = cam;
+  c.up = {c.target[0] - c.eye[0], c.target[1] - c.eye[1], c.target[2] - c.eye[2]};
+  CHECK_THAT(code_msg(tf, c).second, Catch::Contains("camera.up"));
+  c = cam;
+  c.width = 0;
+  CHECK_THAT(code_msg(tf, c).second, Catch::Contains("camera.width"));
+  c = cam;
+  c.vertical_fov_deg = 180;
+  CHECK_THAT(code_msg(tf, c).second, Catch::Contains("vertical_fov_deg"));
+  RenderOptions o;
+  o.hash_block_bits = 4;
+  CHECK_THAT(code_msg(tf, cam, o).second, Catch::Contains("hash_block_bits"));
+  // A CPU mesh on a CUDA device.
+  auto r = Render(Device::Cuda(0, reinterpret_cast<void*>(1)), *dm, tf, cam);
+  CHECK(r.status().code() == absl::StatusCode::kFailedPrecondition);
+  // Bad meshes are refused at DeviceMesh::Create.
+  TetMesh broken = *m;
+  broken.tets[0] = 1000;
+  CHECK(DeviceMesh::Create(Device::Cpu(), broken).status().code() ==
+        absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace fresnel::volume

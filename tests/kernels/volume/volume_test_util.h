@@ -1,0 +1,112 @@
+// Independent references for the volume tests: ray chords through tetrahedra and axis-aligned
+// boxes in float64, and random cameras around a mesh.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "fresnel/volume/mesh.h"
+#include "fresnel/volume/render.h"
+
+namespace fresnel::volume::testing {
+
+using D3 = std::array<double, 3>;
+
+inline D3 Sub(const D3& a, const D3& b) { return {a[0] - b[0], a[1] - b[1], a[2] - b[2]}; }
+inline double Dot(const D3& a, const D3& b) { return a[0] * b[0] + a[1] * b[1] + a[2] * b[2]; }
+inline D3 Cross(const D3& a, const D3& b) {
+  return {a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]};
+}
+inline D3 Normalize(const D3& a) {
+  const double n = std::sqrt(Dot(a, a));
+  return {a[0] / n, a[1] / n, a[2] / n};
+}
+
+// The pixel ray of render.h's camera model, in float64, written out independently.
+inline void RayOf(const Camera& c, int x, int y, D3* o, D3* d) {
+  const D3 eye = {c.eye[0], c.eye[1], c.eye[2]};
+  const D3 f = Normalize(Sub({c.target[0], c.target[1], c.target[2]}, eye));
+  const D3 r = Normalize(Cross(f, {c.up[0], c.up[1], c.up[2]}));
+  const D3 u = Cross(r, f);
+  const double px = (x + 0.5) * 2.0 / c.width - 1.0, py = 1.0 - (y + 0.5) * 2.0 / c.height;
+  const bool ortho = c.orthographic_height > 0;
+  const double sy = ortho ? 0.5 * c.orthographic_height
+                          : std::tan(0.5 * c.vertical_fov_deg * M_PI / 180.0);
+  const double sx = sy * c.width / c.height;
+  D3 off;
+  for (int k = 0; k < 3; ++k) off[k] = px * sx * r[k] + py * sy * u[k];
+  if (ortho) {
+    for (int k = 0; k < 3; ++k) (*o)[k] = eye[k] + off[k];
+    *d = f;
+  } else {
+    *o = eye;
+    *d = Normalize({f[0] + off[0], f[1] + off[1], f[2] + off[2]});
+  }
+}
+
+// Length of the ray (t >= 0) inside the tetrahedron: clip by its four half-spaces.
+inline double ChordTet(const D3 p[4], const D3& o, const D3& d) {
+  double t0 = 0, t1 = INFINITY;
+  for (int i = 0; i < 4; ++i) {
+    const D3 &a = p[(i + 1) % 4], &b = p[(i + 2) % 4], &c = p[(i + 3) % 4];
+    D3 n = Cross(Sub(b, a), Sub(c, a));
+    if (Dot(n, Sub(p[i], a)) < 0) n = {-n[0], -n[1], -n[2]};  // inward
+    const double num = Dot(n, Sub(o, a)), den = Dot(n, d);  // inside: num + t·den >= 0
+    if (den == 0) {
+      if (num < 0) return 0;
+    } else if (den > 0) {
+      t0 = std::max(t0, -num / den);
+    } else {
+      t1 = std::min(t1, -num / den);
+    }
+  }
+  return std::max(0.0, t1 - t0);
+}
+
+// Length of the ray (t >= 0) inside the box [lo, hi].
+inline double ChordBox(const D3& lo, const D3& hi, const D3& o, const D3& d) {
+  double t0 = 0, t1 = INFINITY;
+  for (int k = 0; k < 3; ++k) {
+    if (d[k] == 0) {
+      if (o[k] < lo[k] || o[k] > hi[k]) return 0;
+      continue;
+    }
+    double a = (lo[k] - o[k]) / d[k], b = (hi[k] - o[k]) / d[k];
+    if (a > b) std::swap(a, b);
+    t0 = std::max(t0, a);
+    t1 = std::min(t1, b);
+  }
+  return std::max(0.0, t1 - t0);
+}
+
+// −ln(1 − α) of a pixel of a float32 RGBA image rendered over a transparent background.
+inline double OpticalDepth(const HostArray& image, int x, int y) {
+  const double a = image.data<float>()[4 * (int64_t{y} * image.dim(1) + x) + 3];
+  return -std::log1p(-std::min(a, 1.0 - 1e-12));
+}
+
+// A random perspective camera looking at the centre of the bounds from outside.
+inline Camera RandomCamera(const MeshReport& r, int width, int height, std::mt19937_64& rng) {
+  std::uniform_real_distribution<float> az(0, 360), el(-60, 60);
+  return OrbitCamera(r.bounds_min, r.bounds_max, az(rng), el(rng), width, height, 35);
+}
+
+inline uint64_t FreshSeed() { return std::random_device{}(); }
+
+// The chord through every tetrahedron summed, for absorption-only references on small meshes.
+inline double ChordMesh(const TetMesh& m, const D3& o, const D3& d) {
+  double sum = 0;
+  for (int64_t t = 0; t < m.num_tets(); ++t) {
+    D3 p[4];
+    for (int i = 0; i < 4; ++i)
+      for (int k = 0; k < 3; ++k) p[i][k] = m.points_xyz[3 * int64_t{m.tets[4 * t + i]} + k];
+    sum += ChordTet(p, o, d);
+  }
+  return sum;
+}
+
+}  // namespace fresnel::volume::testing
