@@ -59,6 +59,11 @@ echo "holographic video: the same plane as 8 frames over one Stream call, render
 $fresnel hologram --image "$out/hologram_source.png" --spacing 32e-6 --depth 0.1 \
   --size 256x256 --pitch 8e-6 --wavelength 532e-9 --frames 8 --phase-png "$out/hologram_video_last.png"
 
+step "volume render: a generated tetrahedral mesh with a hole and a notch (6 x 24^3 tets), then a turntable"
+$fresnel render --generate hole:24 --write-vtk "$out/volume_mesh.vtk" --size 512x512 \
+  --camera "azimuth=35 elevation=25" --out "$out/volume_render.png"
+$fresnel render "$out/volume_mesh.vtk" --size 256x256 --orbit 12 --out "$out/volume_orbit.png"
+
 step "a few lines of the Prometheus metrics"
 python3 - "$metrics_port" "$out/metrics.txt" <<'PY'
 import sys, urllib.request
@@ -78,3 +83,4 @@ echo
 echo "Results in $out/: chirp_48k.wav, chirp_up4.npy, resample_160_147.png, upfirdn_x4.png,"
 echo "  phase_unwrapped.npy, unwrap_before_after.png, hologram_phase.png,"
 echo "  hologram_reconstruction.png, hologram_video_last.png, metrics.txt"
+echo "  volume_render.png (volume rendering), volume_orbit_000..011.png (turntable), volume_mesh.vtk"

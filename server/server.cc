@@ -19,6 +19,7 @@
 #include "server/services/hologram_service.h"
 #include "server/services/interpolation_service.h"
 #include "server/services/unwrap_service.h"
+#include "server/services/volume_service.h"
 
 namespace fresnel::server {
 
@@ -47,6 +48,7 @@ struct FresnelServer::Impl {
   std::unique_ptr<InterpolationService> interpolation;
   std::unique_ptr<UnwrapService> unwrap;
   std::unique_ptr<HologramService> hologram;
+  std::unique_ptr<VolumeService> volume;
   std::unique_ptr<AdminService> admin;
   std::unique_ptr<grpc::Server> grpc_server;
   std::vector<std::string> service_names;
@@ -109,6 +111,7 @@ absl::StatusOr<std::unique_ptr<FresnelServer>> FresnelServer::Start(const Server
   impl->service_names = {"fresnel.v1.InterpolationService", "fresnel.v1.UnwrapService",
                          "fresnel.v1.AdminService"};
   impl->service_names.push_back("fresnel.v1.HologramService");
+  impl->service_names.push_back("fresnel.v1.VolumeRenderService");
   std::vector<std::string> listed = impl->service_names;
   listed.push_back("grpc.health.v1.Health");
   listed.push_back("grpc.reflection.v1alpha.ServerReflection");
@@ -118,6 +121,10 @@ absl::StatusOr<std::unique_ptr<FresnelServer>> FresnelServer::Start(const Server
   hologram_limits.max_pixels = config.hologram_max_pixels;
   hologram_limits.max_points = config.hologram_max_points;
   impl->hologram = std::make_unique<HologramService>(&impl->ctx, hologram_limits);
+  VolumeLimits volume_limits;
+  volume_limits.max_points = config.volume_max_points;
+  volume_limits.max_tets = config.volume_max_tets;
+  impl->volume = std::make_unique<VolumeService>(&impl->ctx, volume_limits);
   impl->admin = std::make_unique<AdminService>(&impl->ctx, config, listed);
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -129,6 +136,7 @@ absl::StatusOr<std::unique_ptr<FresnelServer>> FresnelServer::Start(const Server
   builder.RegisterService(impl->interpolation.get());
   builder.RegisterService(impl->unwrap.get());
   builder.RegisterService(impl->hologram.get());
+  builder.RegisterService(impl->volume.get());
   builder.RegisterService(impl->admin.get());
   impl->grpc_server = builder.BuildAndStart();
   if (!impl->grpc_server || impl->port == 0) {

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "commands.h"
 #include "hologram_cmd.h"
+#include "render_cmd.h"
 
 #ifndef FRESNEL_VERSION
 #define FRESNEL_VERSION "unknown"
@@ -194,6 +195,10 @@ int Main(int argc, const char* const* argv, std::ostream& out, std::ostream& err
   HologramCmdOptions hologram;
   CLI::App* hologram_cmd = AddHologramCommand(&app, &hologram);
 
+  // fresnel render (render_cmd.cc)
+  RenderCmdOptions render;
+  CLI::App* render_cmd = AddRenderCommand(&app, &render);
+
   // fresnel unwrap
   UnwrapOptions unwrap;
   CLI::App* unwrap_cmd = app.add_subcommand(
@@ -286,11 +291,11 @@ int Main(int argc, const char* const* argv, std::ostream& out, std::ostream& err
     }
     if (arg.empty() || arg[0] == '-') continue;
     if (arg != "info" && arg != "interp" && arg != "bench" && arg != "unwrap" &&
-        arg != "jobs" && arg != "hologram") {
+        arg != "jobs" && arg != "hologram" && arg != "render") {
       return ReportUsageError(
           err,
           absl::StrCat("unknown command '", arg,
-                       "' (commands: info, interp, unwrap, jobs, hologram, bench)"),
+                       "' (commands: info, interp, unwrap, jobs, hologram, render, bench)"),
           "");
     }
     if (arg == "jobs" && i + 1 < argc && argv[i + 1][0] != '-') {
@@ -325,6 +330,7 @@ int Main(int argc, const char* const* argv, std::ostream& out, std::ostream& err
     if (interp_cmd->parsed()) return RunInterp(global, interp, out, err);
     if (bench_cmd->parsed()) return RunBench(global, bench, out, err);
     if (hologram_cmd->parsed()) return RunHologram(global, hologram, out, err);
+    if (render_cmd->parsed()) return RunRender(global, render, out, err);
     if (unwrap_cmd->parsed()) return RunUnwrap(global, unwrap, out, err);
     if (jobs_cmd->parsed()) {
       jobs.action = jobs_list->parsed() ? "list" : jobs_get->parsed() ? "get" : "cancel";

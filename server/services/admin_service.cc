@@ -2,6 +2,7 @@
 
 #include "fresnel/core/gpu.h"
 #include "fresnel/hologram/hologram.h"
+#include "fresnel/volume/render.h"
 
 #ifndef FRESNEL_VERSION
 #define FRESNEL_VERSION "dev"
@@ -42,6 +43,11 @@ grpc::ServerUnaryReactor* AdminService::GetServerInfo(grpc::CallbackServerContex
   limits->set_hologram_max_pixels(config_.hologram_max_pixels);
   limits->set_hologram_max_points(config_.hologram_max_points);
   limits->set_job_memory_bytes(config_.job_memory_bytes);
+  limits->set_volume_max_points(config_.volume_max_points);
+  limits->set_volume_max_tets(config_.volume_max_tets);
+  limits->set_volume_max_image_side(volume::kMaxImageSide);
+  limits->set_session_gpu_cap_bytes(config_.session_gpu_memory_bytes);
+  limits->set_session_cpu_cap_bytes(config_.session_cpu_memory_bytes);
   for (const std::string& s : services_) response->add_services(s);
   auto* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
