@@ -239,6 +239,9 @@ absl::StatusOr<RenderResult> Render(const Device& device, const DeviceMesh& mesh
   if (options.max_block_records < 1 || options.max_block_records > (int64_t{1} << 31)) {
     return absl::InvalidArgumentError("options.max_block_records must be in [1, 2^31]");
   }
+  if (options.max_pass_records < 1 || options.max_pass_records > (int64_t{1} << 31)) {
+    return absl::InvalidArgumentError("options.max_pass_records must be in [1, 2^31]");
+  }
   if (device.kind != mesh.device().kind ||
       (device.kind == DeviceKind::kCuda && device.ordinal != mesh.device().ordinal)) {
     return absl::FailedPreconditionError(absl::StrCat("the mesh lives on ", mesh.device().Name(),
@@ -253,11 +256,17 @@ absl::StatusOr<RenderResult> Render(const Device& device, const DeviceMesh& mesh
   job.hash_block_bits = options.hash_block_bits;
   job.compositing = options.compositing;
   job.max_block_records = options.max_block_records;
+  job.max_pass_records = options.max_pass_records;
+  job.rgba8 = options.rgba8 && device.kind == DeviceKind::kCuda;
   job.on_block = on_block ? &on_block : nullptr;
   RenderResult result;
-  result.image = HostArray(DType::kFloat32, {camera.height, camera.width, 4});
+  result.image = HostArray(job.rgba8 ? DType::kUint8 : DType::kFloat32,
+                           {camera.height, camera.width, 4});
   if (device.kind == DeviceKind::kCpu) {
     FRESNEL_RETURN_IF_ERROR(RenderCpu(*mesh.impl().cpu, job, &result));
+    if (options.rgba8) {
+      FRESNEL_ASSIGN_OR_RETURN(result.image, ToRgba8(result.image));
+    }
   } else {
     FRESNEL_RETURN_IF_ERROR(
         RenderCuda(device, *mesh.impl().cuda, mesh.resident_bytes(), job, &result));

@@ -6,7 +6,9 @@
 // Walk: from an entry, intersect the current tetrahedron, composite its segment, and step to the
 // neighbour across the exit face. Leaving the mesh (no neighbour: a hole, a concavity, or the
 // gap of a degenerate tetrahedron that was dropped), the ray resumes at the next entry beyond
-// what it has covered — the fallback that makes non-convex meshes render correctly.
+// what it has covered — the fallback that makes non-convex meshes render correctly. Where the
+// exit face is ambiguous (an edge, a vertex, a sliver) and the neighbour leads back, the walk
+// searches the tetrahedra around for the one the ray continues in (RenderStats::walk_fallbacks).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -145,7 +147,7 @@ absl::Status RenderCpu(const CpuMesh& cm, const RenderJob& job, RenderResult* re
 
   float* image = result->image.data<float>();
   const int64_t max_steps = mesh.num_tets() + 16;
-  std::atomic<int64_t> records{0};
+  std::atomic<int64_t> records{0}, fallbacks{0};
   auto load = [&](int32_t t, V3 p[4], float s[4]) {
     for (int i = 0; i < 4; ++i) {
       const int32_t v = mesh.tets[4 * int64_t{t} + i];
@@ -154,7 +156,8 @@ absl::Status RenderCpu(const CpuMesh& cm, const RenderJob& job, RenderResult* re
       s[i] = mesh.scalars[v];
     }
   };
-  auto shade = [&](int x, int y, std::vector<Entry>* entries, int64_t* segs) {
+  auto shade = [&](int x, int y, std::vector<Entry>* entries, int64_t* segs,
+                   int64_t* fallbacks) {
     V3 o, d;
     math::PixelRay(cam, x, y, &o, &d);
     entries->clear();
@@ -166,9 +169,13 @@ absl::Status RenderCpu(const CpuMesh& cm, const RenderJob& job, RenderResult* re
       float s[4];
       load(t, p, s);
       math::TetHit hit;
-      if (math::IntersectRayTet(p, s, o, d, &hit) && hit.face_in == f % 4) {
-        entries->push_back({hit.t_in, t});
-      }
+      const bool ok = math::IntersectRayTet(p, s, o, d, &hit);
+      // A sliver on the boundary (Blunt Fin's collapsed edge) can come out empty by rounding
+      // where the ray does cross it: keep it as an entry while its interval misses by no more
+      // than rounding, so the walk goes on through its exit face into the tetrahedra behind.
+      const bool grazed = !ok && hit.face_out >= 0 &&
+                          hit.t_in - hit.t_out <= 1e-5f * std::max(1.0f, std::fabs(hit.t_in));
+      if ((ok || grazed) && hit.face_in == f % 4) entries->push_back({hit.t_in, t});
     }
     std::sort(entries->begin(), entries->end());
     Rgba acc = {0, 0, 0, 0};
@@ -179,6 +186,37 @@ absl::Status RenderCpu(const CpuMesh& cm, const RenderJob& job, RenderResult* re
       for (int i = 0; i < std::min(n_recent, 8); ++i)
         if (recent[i] == t) return true;
       return false;
+    };
+    // Breadth-first over face neighbours (up to 3 steps, 96 tetrahedra): the one whose segment
+    // runs on past t_done and starts nearest it.
+    auto FindContinuation = [&](int32_t from, float t_now) -> int32_t {
+      int32_t queue[96];
+      int head = 0, tail = 0;
+      queue[tail++] = from;
+      int32_t best = -1;
+      float best_in = INFINITY;
+      const float eps = 1e-5f * std::max(1.0f, std::fabs(t_now));
+      for (int depth = 0; depth < 3 && head < tail; ++depth) {
+        const int level_end = tail;
+        for (; head < level_end; ++head) {
+          for (int f = 0; f < 4; ++f) {
+            const int32_t nb = cm.neighbors[4 * int64_t{queue[head]} + f];
+            if (nb < 0 || tail >= 96 || std::find(queue, queue + tail, nb) != queue + tail) continue;
+            queue[tail++] = nb;
+            V3 p[4];
+            float s[4];
+            load(nb, p, s);
+            math::TetHit h;
+            if (math::IntersectRayTet(p, s, o, d, &h) && h.t_out > t_now + eps &&
+                h.t_in <= t_now + 1e3f * eps && h.t_in < best_in) {
+              best = nb;
+              best_in = h.t_in;
+            }
+          }
+        }
+        if (best >= 0) return best;
+      }
+      return best;
     };
     for (const Entry& e : *entries) {
       if (e.t < t_done - 1e-5f * std::max(1.0f, std::fabs(t_done))) continue;
@@ -196,9 +234,16 @@ absl::Status RenderCpu(const CpuMesh& cm, const RenderJob& job, RenderResult* re
           ++*segs;
         }
         recent[n_recent++ & 7] = cur;
-        if (hit.face_out < 0) break;
-        const int32_t next = cm.neighbors[4 * int64_t{cur} + hit.face_out];
-        if (next < 0 || next == prev) break;
+        int32_t next = hit.face_out < 0 ? -1 : cm.neighbors[4 * int64_t{cur} + hit.face_out];
+        if (hit.face_out >= 0 && next < 0) break;  // left the mesh: resume at the next entry
+        if (next < 0 || next == prev) {
+          // The exit face is ambiguous (the ray passes through an edge or a vertex, or a sliver's
+          // planes nearly coincide) and leads back or nowhere: look for the tetrahedron the ray
+          // continues in among the tetrahedra around this one.
+          next = FindContinuation(cur, t_done);
+          ++*fallbacks;
+          if (next < 0) break;
+        }
         prev = cur;
         cur = next;
       }
@@ -218,15 +263,16 @@ absl::Status RenderCpu(const CpuMesh& cm, const RenderJob& job, RenderResult* re
     tbb::parallel_for(tbb::blocked_range2d<int>(0, tiles_y, 1, 0, tiles_x, 1),
                       [&](const tbb::blocked_range2d<int>& r) {
       std::vector<Entry> entries;
-      int64_t segs = 0;
+      int64_t segs = 0, fb = 0;
       for (int ty = r.rows().begin(); ty < r.rows().end(); ++ty)
         for (int tx = r.cols().begin(); tx < r.cols().end(); ++tx)
           for (int y = ty * kTile; y < std::min(h, (ty + 1) * kTile); ++y) {
             if (y % stride != by) continue;
             for (int x = tx * kTile; x < std::min(w, (tx + 1) * kTile); ++x)
-              if (x % stride == bx) shade(x, y, &entries, &segs);
+              if (x % stride == bx) shade(x, y, &entries, &segs, &fb);
           }
       records += segs;
+      fallbacks += fb;
     });
     if (job.on_block != nullptr) {
       PartialFrame frame;
@@ -250,6 +296,7 @@ absl::Status RenderCpu(const CpuMesh& cm, const RenderJob& job, RenderResult* re
   stats.project_s = std::chrono::duration<double>(t1 - t0).count();
   stats.records_s = std::chrono::duration<double>(t2 - t1).count();
   stats.records = records.load();
+  stats.walk_fallbacks = fallbacks.load();
   stats.num_blocks = num_blocks;
   stats.compositing = Compositing::kAuto;
   return absl::OkStatus();

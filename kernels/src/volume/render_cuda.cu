@@ -2,26 +2,22 @@
 //
 // Per frame:
 //   1. ProjectKernel: every point to continuous pixel coordinates (NaN when behind the eye).
-//   2. BoxKernel: every tetrahedron's screen box of pixel centres, widened by one pixel (the
-//      exact ray test below decides coverage, the box only has to contain it); boxes that cannot
-//      be projected (a point behind the eye) cover the whole image.
-//   3. For each hash block (bx, by) — the pixels x ≡ bx, y ≡ by (mod S), S = 2^bits:
-//      a. RecordKernel, one thread per tetrahedron: walk the block's pixels in the box, intersect
-//         each pixel's ray with the tetrahedron (volume_math.h, the CPU's code), count the hits,
-//         place them with a block-wide exclusive prefix sum plus one global atomic per thread
-//         block, and write per hit the sort key (local pixel index << 32 | float bits of the
-//         segment's mid depth; depths are > 0 so their bits order like the floats) and the
-//         segment's premultiplied RGBA (the transfer function integrated along the segment).
-//         Records whose slot lies past the buffer are counted, not written: the host then grows
-//         the buffers and runs the block again.
-//      b. cub::DeviceRadixSort::SortPairs over (key, record index), bits [0, 32 + pixel bits).
-//      c. Compositing, front to back per pixel: kPairwise (warp per pixel, order-preserving
-//         shuffle reductions of "over" 32 records at a time) or kSegmentedScan
-//         (cub::DeviceScan::InclusiveScanByKey with "over", the last record of each pixel).
-//      d. Optionally the block's pixels to the host for the progress callback.
-//   4. The image to the host.
-// Memory per frame: points × 8 B + tetrahedra × 8 B + image + one block's records × 40 B (key,
-// index, alternate key and index for the sort, RGBA) + CUB temporaries.
+//   2. BoxKernel: every tetrahedron's box of covered pixel centres; boxes of more than
+//      kSmallTetPixels pixels go to a list that is worked on by one warp per tetrahedron.
+//   3. CountKernel (scan conversion, counting): every tetrahedron intersects the rays of the
+//      pixels in its box (volume_math.h: the CPU's code) and counts the hits per
+//      (x mod 8, y mod 8) bin, so the records of every hash block are known exactly.
+//   4. Passes: consecutive hash blocks (pixels with equal (x, y) mod 2^bits) whose records fit
+//      max_pass_records. RecordKernel writes a pass's records into per-block regions: sort key
+//      (local pixel, depth) and the segment's premultiplied RGBA (the transfer function
+//      integrated along it), placed with per-thread-block prefix counts in shared memory.
+//   5. Per hash block: cub::DeviceRadixSort::SortPairs over (key, record index), then
+//      compositing front to back per pixel — kPairwise (a warp per pixel, order-preserving
+//      shuffle reductions of "over") or kSegmentedScan (cub::DeviceScan::InclusiveScanByKey with
+//      "over", the last record of each pixel) — and the partial frame to the host if asked.
+//   6. The image (float, or RGBA8 converted on the device) to the host.
+// Memory per frame: points × 8 B + tetrahedra × 12 B + image + a pass's records × 24 B (key,
+// index, RGBA) + the largest block's × 8 B (the sort's second buffers) + CUB temporaries.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -29,6 +25,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <vector>
 
 #include <cub/block/block_scan.cuh>
@@ -51,6 +48,8 @@ struct CudaMesh {
   int4* tets = nullptr;
   int64_t num_points = 0;
   int64_t num_tets = 0;
+  float centre[3] = {0, 0, 0};  // bounding sphere of the points (depth quantisation range)
+  float radius = 0;
 };
 
 void CudaMeshDeleter::operator()(CudaMesh* mesh) const {
@@ -73,10 +72,21 @@ absl::StatusOr<std::unique_ptr<CudaMesh, CudaMeshDeleter>> UploadMeshCuda(
   out->num_points = static_cast<int64_t>(mesh.scalars.size());
   out->num_tets = mesh.num_tets();
   std::vector<float4> points(out->num_points);
+  float lo[3] = {INFINITY, INFINITY, INFINITY}, hi[3] = {-INFINITY, -INFINITY, -INFINITY};
   for (int64_t i = 0; i < out->num_points; ++i) {
     points[i] = make_float4(mesh.points_xyz[3 * i], mesh.points_xyz[3 * i + 1],
                             mesh.points_xyz[3 * i + 2], mesh.scalars[i]);
+    for (int k = 0; k < 3; ++k) {
+      lo[k] = std::min(lo[k], mesh.points_xyz[3 * i + k]);
+      hi[k] = std::max(hi[k], mesh.points_xyz[3 * i + k]);
+    }
   }
+  double r2 = 0;
+  for (int k = 0; k < 3; ++k) {
+    out->centre[k] = 0.5f * (lo[k] + hi[k]);
+    r2 += 0.25 * (double{hi[k]} - lo[k]) * (double{hi[k]} - lo[k]);
+  }
+  out->radius = static_cast<float>(std::sqrt(r2) * 1.001 + 1e-6);
   // Persistent buffers live outside the stream-ordered pool: they outlast every stream's work.
   FRESNEL_CUDA_RETURN_IF_ERROR(
       cudaMalloc(&out->points, std::max<size_t>(16, points.size() * sizeof(float4))));
@@ -98,11 +108,30 @@ namespace {
 using math::Rgba;
 using math::V3;
 
-constexpr int kRecordThreads = 128;
+constexpr int kThreads = 256;
+// The count pass bins hits by (x mod 8, y mod 8); 16 blocks fold these bins by 2 × 2.
+constexpr int kCountBits = 3;
+constexpr int kBins = 1 << (2 * kCountBits);
+// Tetrahedra whose box holds more pixels than this are cut into chunks of kChunkPixels, one
+// warp each: Blunt Fin's largest cells cover 10^4-10^5 pixels at 1024², and one thread walking
+// them held a frame behind a handful of threads (55 ms of 62 in the first measurement; a warp
+// per tetrahedron still left 5 ms). Small ones keep the hits of the count pass as a 64-bit mask,
+// so the record pass intersects only the hits again (at 35 M tetrahedra 1 candidate in 4 hits).
+constexpr int kSmallTetPixels = 64;
+constexpr int kChunkPixels = 512;
 
 __device__ __forceinline__ V3 Xyz(float4 p) { return {p.x, p.y, p.z}; }
 __device__ __forceinline__ Rgba ToRgba(float4 v) { return {v.x, v.y, v.z, v.w}; }
 __device__ __forceinline__ float4 ToFloat4(Rgba v) { return make_float4(v.r, v.g, v.b, v.a); }
+
+// Per-frame constants of the record pass.
+struct FrameParams {
+  math::CameraFrame cam;
+  int bits;           // hash block bits: block of pixel (x, y) = (y & m)·2^bits + (x & m)
+  int depth_bits;     // 32-bit keys: local pixel << depth_bits | quantised depth; 0: 64-bit keys
+  float depth_near;   // t of depth 0 (bounding sphere of the mesh)
+  float depth_scale;  // quantisation steps per unit of t
+};
 
 __global__ void ProjectKernel(const float4* __restrict__ points, int64_t n,
                               math::CameraFrame cam, float2* __restrict__ screen) {
@@ -113,12 +142,18 @@ __global__ void ProjectKernel(const float4* __restrict__ points, int64_t n,
   screen[i] = make_float2(x, y);
 }
 
-// Box of pixel indices [x0, x1] × [y0, y1] as int16 (image sides <= 8192); x0 > x1 when empty.
+// Box of the pixel centres [x0, x1] × [y0, y1] under the tetrahedron's projection (int16: image
+// sides <= 8192; x0 > x1 when empty). The box is widened by 0.01 pixel, far above the float
+// rounding of the projection (~1e-4 pixel at 8192), so every pixel whose ray the exact test
+// would accept is inside. Tetrahedra with a point behind the eye cover the whole image.
+// Boxes over kSmallTetPixels are cut into (tetrahedron, first pixel) chunks, appended with one
+// atomic per warp; past `chunk_capacity` they are only counted (the host grows the list).
 __global__ void BoxKernel(const int4* __restrict__ tets, int64_t n, const float2* __restrict__ screen,
                           int width, int height, short4* __restrict__ boxes,
-                          unsigned long long* __restrict__ area_sum) {
+                          int2* __restrict__ chunks, unsigned int chunk_capacity,
+                          unsigned int* __restrict__ chunk_count) {
   const int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  unsigned long long area = 0;
+  int64_t area = 0;
   if (t < n) {
     const int4 v = tets[t];
     const int ids[4] = {v.x, v.y, v.z, v.w};
@@ -129,116 +164,263 @@ __global__ void BoxKernel(const int4* __restrict__ tets, int64_t n, const float2
       all = all && !isnan(s.x);
       x0 = fminf(x0, s.x), x1 = fmaxf(x1, s.x), y0 = fminf(y0, s.y), y1 = fmaxf(y1, s.y);
     }
-    int bx0, bx1, by0, by1;
+    int bx0 = 1, bx1 = 0, by0 = 1, by1 = 0;
     if (!all) {
       bx0 = 0, bx1 = width - 1, by0 = 0, by1 = height - 1;
     } else {
-      const float lx = fmaxf(ceilf(x0 - 1.0f), 0.0f), hx = fminf(floorf(x1 + 1.0f), width - 1.0f);
-      const float ly = fmaxf(ceilf(y0 - 1.0f), 0.0f), hy = fminf(floorf(y1 + 1.0f), height - 1.0f);
+      const float lx = fmaxf(ceilf(x0 - 0.01f), 0.0f), hx = fminf(floorf(x1 + 0.01f), width - 1.0f);
+      const float ly = fmaxf(ceilf(y0 - 0.01f), 0.0f), hy = fminf(floorf(y1 + 0.01f), height - 1.0f);
       if (lx <= hx && ly <= hy) {
         bx0 = static_cast<int>(lx), bx1 = static_cast<int>(hx);
         by0 = static_cast<int>(ly), by1 = static_cast<int>(hy);
-      } else {
-        bx0 = 1, bx1 = 0, by0 = 1, by1 = 0;
       }
     }
     boxes[t] = make_short4(bx0, bx1, by0, by1);
-    if (bx0 <= bx1) area = static_cast<unsigned long long>(bx1 - bx0 + 1) * (by1 - by0 + 1);
+    if (bx0 <= bx1) area = int64_t{bx1 - bx0 + 1} * (by1 - by0 + 1);
   }
-  // One atomic per warp.
-  for (int o = 16; o > 0; o >>= 1) area += __shfl_down_sync(0xffffffffu, area, o);
-  if ((threadIdx.x & 31) == 0 && area > 0) atomicAdd(area_sum, area);
+  const unsigned mine =
+      area > kSmallTetPixels ? static_cast<unsigned>((area + kChunkPixels - 1) / kChunkPixels) : 0;
+  // Warp-inclusive scan of the chunk counts, one atomic for the warp.
+  const int lane = threadIdx.x & 31;
+  unsigned incl = mine;
+  for (int o = 1; o < 32; o <<= 1) {
+    const unsigned up = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += up;
+  }
+  const unsigned total = __shfl_sync(0xffffffffu, incl, 31);
+  if (total == 0) return;
+  unsigned base = 0;
+  if (lane == 31) base = atomicAdd(chunk_count, total);
+  base = __shfl_sync(0xffffffffu, base, 31) + incl - mine;
+  for (unsigned c = 0; c < mine; ++c)
+    if (base + c < chunk_capacity)
+      chunks[base + c] = make_int2(static_cast<int>(t), static_cast<int>(c * kChunkPixels));
 }
 
-// First lattice coordinate c >= lo with c ≡ offset (mod stride), as a lattice index.
-__device__ __forceinline__ int LatticeBegin(int lo, int offset, int stride) {
-  return lo <= offset ? 0 : (lo - offset + stride - 1) / stride;
-}
-
-struct BlockGeometry {
-  int bx, by, stride;   // pixel (bx + stride·i, by + stride·j)
-  int width, height;    // lattice size of this block
+// What one thread (small tetrahedra) or one warp (a chunk of a big one) works on.
+struct Work {
+  int64_t t;
+  short4 box;
+  int bw;            // box width
+  int k, k_end, dk;  // pixels k, k + dk, ... < k_end of the box, row-major
+  math::TetPlanes tp;
+  float a[4];        // RayOffsets at the eye (perspective)
 };
 
-__global__ void __launch_bounds__(kRecordThreads)
+__device__ __forceinline__ bool LoadWork(const int4* __restrict__ tets, int64_t n,
+                                         const float4* __restrict__ points,
+                                         const short4* __restrict__ boxes,
+                                         const int2* __restrict__ chunks, unsigned chunk_count,
+                                         bool big, const math::CameraFrame& cam, bool planes,
+                                         Work* w) {
+  const int64_t gid = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  int first = 0;
+  if (big) {
+    const int64_t c = gid >> 5;
+    if (c >= chunk_count) return false;
+    const int2 e = chunks[c];
+    w->t = e.x;
+    first = e.y;
+  } else {
+    w->t = gid;
+    if (w->t >= n) return false;
+  }
+  w->box = boxes[w->t];
+  if (w->box.x > w->box.y) return false;
+  w->bw = w->box.y - w->box.x + 1;
+  const int area = w->bw * (w->box.w - w->box.z + 1);
+  if (big) {
+    w->k = first + (threadIdx.x & 31);
+    w->k_end = min(area, first + kChunkPixels);
+    w->dk = 32;
+  } else {
+    if (area > kSmallTetPixels) return false;  // chunks of it go to warps
+    w->k = 0;
+    w->k_end = area;
+    w->dk = 1;
+  }
+  if (!planes) return true;
+  const int4 v = tets[w->t];
+  const float4 q[4] = {__ldg(&points[v.x]), __ldg(&points[v.y]), __ldg(&points[v.z]),
+                       __ldg(&points[v.w])};
+  const V3 p[4] = {Xyz(q[0]), Xyz(q[1]), Xyz(q[2]), Xyz(q[3])};
+  const float s[4] = {q[0].w, q[1].w, q[2].w, q[3].w};
+  if (!math::PrepareTet(p, s, &w->tp)) return false;
+  if (!cam.orthographic) math::RayOffsets(w->tp, cam.eye, w->a);
+  return true;
+}
+
+__device__ __forceinline__ bool HitPixel(const Work& w, const math::CameraFrame& cam, int x, int y,
+                                         math::TetHit* hit) {
+  V3 o, d;
+  math::PixelRay(cam, x, y, &o, &d);
+  if (!cam.orthographic) return math::IntersectWithOffsets(w.tp, w.a, o, d, hit);
+  float a[4];
+  math::RayOffsets(w.tp, o, a);
+  return math::IntersectWithOffsets(w.tp, a, o, d, hit);
+}
+
+// Pass 1: hits per (x mod 8, y mod 8) bin, exact, for sizing the record buffers; small
+// tetrahedra also keep which of their box's pixels they hit.
+__global__ void __launch_bounds__(kThreads)
+CountKernel(const int4* __restrict__ tets, int64_t n, const float4* __restrict__ points,
+            const short4* __restrict__ boxes, const int2* __restrict__ chunks,
+            unsigned chunk_count, bool big, math::CameraFrame cam,
+            unsigned long long* __restrict__ masks, unsigned long long* __restrict__ bins) {
+  __shared__ unsigned int hist[kBins];
+  for (int i = threadIdx.x; i < kBins; i += blockDim.x) hist[i] = 0;
+  __syncthreads();
+  Work w;
+  unsigned long long mask = 0;
+  if (LoadWork(tets, n, points, boxes, chunks, chunk_count, big, cam, true, &w)) {
+    for (int k = w.k; k < w.k_end; k += w.dk) {
+      const int x = w.box.x + k % w.bw, y = w.box.z + k / w.bw;
+      math::TetHit hit;
+      if (HitPixel(w, cam, x, y, &hit)) {
+        atomicAdd(&hist[((y & 7) << kCountBits) | (x & 7)], 1u);
+        mask |= 1ull << (k & 63);
+      }
+    }
+  }
+  if (!big) {
+    const int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+    if (t < n) masks[t] = mask;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < kBins; i += blockDim.x)
+    if (hist[i] > 0) atomicAdd(&bins[i], static_cast<unsigned long long>(hist[i]));
+}
+
+template <class Key>
+__device__ __forceinline__ Key MakeKey(const FrameParams& f, uint32_t local_pixel, float t_mid);
+template <>
+__device__ __forceinline__ uint32_t MakeKey<uint32_t>(const FrameParams& f, uint32_t local_pixel,
+                                                      float t_mid) {
+  const float max_q = static_cast<float>((1u << f.depth_bits) - 1);
+  const float q = fminf(fmaxf((t_mid - f.depth_near) * f.depth_scale, 0.0f), max_q);
+  return (local_pixel << f.depth_bits) | static_cast<uint32_t>(q);
+}
+template <>
+__device__ __forceinline__ unsigned long long MakeKey<unsigned long long>(const FrameParams&,
+                                                                          uint32_t local_pixel,
+                                                                          float t_mid) {
+  return (static_cast<unsigned long long>(local_pixel) << 32) | __float_as_uint(t_mid);
+}
+
+// Pass 2, for the hash blocks [block_begin, block_end): every hit becomes a record in its
+// block's region of the pass buffers. Slots: the thread block counts its hits per hash block in
+// shared memory, takes one range per hash block from the global cursors (set by the host to each
+// block's offset), and hands out slots from it with shared atomics — per-thread-block prefix
+// counts instead of a device-wide scan. Small tetrahedra walk the hit mask of the count pass;
+// chunks of big ones intersect twice (count, then write).
+template <class Key>
+__global__ void __launch_bounds__(kThreads)
 RecordKernel(const int4* __restrict__ tets, int64_t n, const float4* __restrict__ points,
-             const short4* __restrict__ boxes, math::CameraFrame cam, math::TfTable tf_param,
-             BlockGeometry g, unsigned long long* __restrict__ counter, int64_t capacity,
-             unsigned long long* __restrict__ keys, uint32_t* __restrict__ values,
-             float4* __restrict__ rgba) {
+             const short4* __restrict__ boxes, const int2* __restrict__ chunks,
+             unsigned chunk_count, bool big, const unsigned long long* __restrict__ masks,
+             FrameParams f, math::TfTable tf_param, int block_begin, int block_end,
+             unsigned long long* __restrict__ cursors, Key* __restrict__ keys,
+             uint32_t* __restrict__ values, float4* __restrict__ rgba) {
   __shared__ math::TfTable tf;
+  __shared__ unsigned int count[kBins], cursor[kBins];
+  __shared__ unsigned long long base[kBins];
   {
     const int words = sizeof(math::TfTable) / 4;
     const uint32_t* src = reinterpret_cast<const uint32_t*>(&tf_param);
     uint32_t* dst = reinterpret_cast<uint32_t*>(&tf);
     for (int i = threadIdx.x; i < words; i += blockDim.x) dst[i] = src[i];
+    for (int i = threadIdx.x; i < kBins; i += blockDim.x) count[i] = cursor[i] = 0;
   }
-  using Scan = cub::BlockScan<int, kRecordThreads>;
-  __shared__ typename Scan::TempStorage scan_storage;
-  __shared__ unsigned long long cta_base;
-  const int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  V3 p[4];
-  float s[4];
-  int i0 = 0, i1 = -1, j0 = 0, j1 = -1;
-  if (t < n) {
-    const short4 b = boxes[t];
-    i0 = LatticeBegin(b.x, g.bx, g.stride);
-    i1 = b.y < g.bx ? -1 : (b.y - g.bx) / g.stride;
-    j0 = LatticeBegin(b.z, g.by, g.stride);
-    j1 = b.w < g.by ? -1 : (b.w - g.by) / g.stride;
-    if (i0 <= i1 && j0 <= j1) {
-      const int4 v = tets[t];
-      const float4 q0 = __ldg(&points[v.x]), q1 = __ldg(&points[v.y]), q2 = __ldg(&points[v.z]),
-                   q3 = __ldg(&points[v.w]);
-      p[0] = Xyz(q0), p[1] = Xyz(q1), p[2] = Xyz(q2), p[3] = Xyz(q3);
-      s[0] = q0.w, s[1] = q1.w, s[2] = q2.w, s[3] = q3.w;
-    } else {
-      i1 = -1;
-    }
-  }
-  // Pass 1: count the hits.
-  int count = 0;
-  for (int j = j0; j <= j1; ++j)
-    for (int i = i0; i <= i1; ++i) {
-      V3 o, d;
-      math::PixelRay(cam, g.bx + g.stride * i, g.by + g.stride * j, &o, &d);
-      math::TetHit hit;
-      count += math::IntersectRayTet(p, s, o, d, &hit) ? 1 : 0;
-    }
-  int offset = 0, total = 0;
-  __syncthreads();  // tf is loaded
-  Scan(scan_storage).ExclusiveSum(count, offset, total);
-  if (threadIdx.x == 0) cta_base = total > 0 ? atomicAdd(counter, static_cast<unsigned long long>(total)) : 0;
   __syncthreads();
-  if (count == 0) return;
-  // Pass 2: write them.
-  unsigned long long slot = cta_base + offset;
-  for (int j = j0; j <= j1; ++j)
-    for (int i = i0; i <= i1; ++i) {
-      V3 o, d;
-      math::PixelRay(cam, g.bx + g.stride * i, g.by + g.stride * j, &o, &d);
-      math::TetHit hit;
-      if (!math::IntersectRayTet(p, s, o, d, &hit)) continue;
-      if (slot < static_cast<unsigned long long>(capacity)) {
-        const float mid = 0.5f * (hit.t_in + hit.t_out);
-        const unsigned long long pixel = static_cast<unsigned long long>(j) * g.width + i;
-        keys[slot] = (pixel << 32) | __float_as_uint(mid);
-        values[slot] = static_cast<uint32_t>(slot);
-        rgba[slot] =
-            ToFloat4(math::IntegrateSegment(tf, hit.s_in, hit.s_out, hit.t_out - hit.t_in));
+  const int stride = 1 << f.bits, m = stride - 1;
+  const int width = f.cam.width;
+  Work w;
+  unsigned long long mask = 0;
+  bool active = false;
+  if (big) {
+    active = LoadWork(tets, n, points, boxes, chunks, chunk_count, true, f.cam, true, &w);
+  } else {
+    const int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+    mask = t < n ? masks[t] : 0;
+    // The box is needed for the pixel positions; the planes only if a hit is in this pass.
+    active = mask != 0 && LoadWork(tets, n, points, boxes, chunks, chunk_count, false, f.cam,
+                                   false, &w);
+  }
+  auto in_pass = [&](int x, int y) {
+    const int block = ((y & m) << f.bits) | (x & m);
+    return block >= block_begin && block < block_end ? block - block_begin : -1;
+  };
+  bool planes_loaded = big;
+  if (active) {
+    if (big) {
+      for (int k = w.k; k < w.k_end; k += w.dk) {
+        const int x = w.box.x + k % w.bw, y = w.box.z + k / w.bw;
+        const int i = in_pass(x, y);
+        math::TetHit hit;
+        if (i >= 0 && HitPixel(w, f.cam, x, y, &hit)) atomicAdd(&count[i], 1u);
       }
-      ++slot;
+    } else {
+      for (unsigned long long rest = mask; rest != 0; rest &= rest - 1) {
+        const int k = __ffsll(static_cast<long long>(rest)) - 1;
+        const int i = in_pass(w.box.x + k % w.bw, w.box.z + k / w.bw);
+        if (i >= 0) atomicAdd(&count[i], 1u);
+      }
     }
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < block_end - block_begin; i += blockDim.x)
+    if (count[i] > 0) base[i] = atomicAdd(&cursors[i], static_cast<unsigned long long>(count[i]));
+  __syncthreads();
+  if (!active) return;
+  auto emit = [&](int x, int y, int i, const math::TetHit& hit) {
+    const unsigned long long slot = base[i] + atomicAdd(&cursor[i], 1u);
+    const int bx = x & m;
+    const uint32_t lattice_w = static_cast<uint32_t>((width - bx + stride - 1) >> f.bits);
+    const uint32_t local = static_cast<uint32_t>(y >> f.bits) * lattice_w +
+                           static_cast<uint32_t>(x >> f.bits);
+    keys[slot] = MakeKey<Key>(f, local, 0.5f * (hit.t_in + hit.t_out));
+    values[slot] = static_cast<uint32_t>(slot);
+    rgba[slot] = ToFloat4(math::IntegrateSegment(tf, hit.s_in, hit.s_out, hit.t_out - hit.t_in));
+  };
+  if (big) {
+    for (int k = w.k; k < w.k_end; k += w.dk) {
+      const int x = w.box.x + k % w.bw, y = w.box.z + k / w.bw;
+      const int i = in_pass(x, y);
+      math::TetHit hit;
+      if (i >= 0 && HitPixel(w, f.cam, x, y, &hit)) emit(x, y, i, hit);
+    }
+    return;
+  }
+  for (unsigned long long rest = mask; rest != 0; rest &= rest - 1) {
+    const int k = __ffsll(static_cast<long long>(rest)) - 1;
+    const int x = w.box.x + k % w.bw, y = w.box.z + k / w.bw;
+    const int i = in_pass(x, y);
+    if (i < 0) continue;
+    if (!planes_loaded) {
+      // Same inputs, same float operations as the count pass: the hit repeats exactly.
+      LoadWork(tets, n, points, boxes, chunks, chunk_count, false, f.cam, true, &w);
+      planes_loaded = true;
+    }
+    math::TetHit hit;
+    if (HitPixel(w, f.cam, x, y, &hit)) emit(x, y, i, hit);
+  }
 }
 
+struct BlockGeometry {
+  int bx, by, stride;  // pixel (bx + stride·i, by + stride·j)
+  int width, height;   // lattice size of this block
+};
+
 // start[p], end[p] of each local pixel's run of sorted records (both 0 when it has none).
-__global__ void RangesKernel(const unsigned long long* __restrict__ keys, int64_t n,
+template <class Key>
+__global__ void RangesKernel(const Key* __restrict__ keys, int64_t n, int shift,
                              uint32_t* __restrict__ start, uint32_t* __restrict__ end) {
   const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (i >= n) return;
-  const uint32_t p = static_cast<uint32_t>(keys[i] >> 32);
-  if (i == 0 || static_cast<uint32_t>(keys[i - 1] >> 32) != p) start[p] = static_cast<uint32_t>(i);
-  if (i == n - 1 || static_cast<uint32_t>(keys[i + 1] >> 32) != p) end[p] = static_cast<uint32_t>(i + 1);
+  const uint32_t p = static_cast<uint32_t>(keys[i] >> shift);
+  if (i == 0 || static_cast<uint32_t>(keys[i - 1] >> shift) != p) start[p] = static_cast<uint32_t>(i);
+  if (i == n - 1 || static_cast<uint32_t>(keys[i + 1] >> shift) != p)
+    end[p] = static_cast<uint32_t>(i + 1);
 }
 
 __device__ __forceinline__ void WritePixel(float4* image, int width, const BlockGeometry& g,
@@ -286,8 +468,10 @@ struct OverOp {
     return ToFloat4(math::Over(ToRgba(f), ToRgba(b)));
   }
 };
+template <class Key>
 struct PixelOfKey {
-  __device__ uint32_t operator()(unsigned long long k) const { return static_cast<uint32_t>(k >> 32); }
+  int shift;
+  __device__ uint32_t operator()(Key k) const { return static_cast<uint32_t>(k >> shift); }
 };
 struct GatherRgba {
   const float4* rgba;
@@ -302,14 +486,25 @@ __global__ void FillBackgroundKernel(BlockGeometry g, Rgba bg, float4* __restric
 }
 
 // The last record of each pixel's run holds the pixel's scan: write it.
-__global__ void ScanLastKernel(const unsigned long long* __restrict__ keys, int64_t n,
+template <class Key>
+__global__ void ScanLastKernel(const Key* __restrict__ keys, int64_t n, int shift,
                                const float4* __restrict__ scanned, BlockGeometry g, Rgba bg,
                                float4* __restrict__ image, int width, float4* __restrict__ partial) {
   const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (i >= n) return;
-  const uint32_t p = static_cast<uint32_t>(keys[i] >> 32);
-  if (i != n - 1 && static_cast<uint32_t>(keys[i + 1] >> 32) == p) return;
+  const uint32_t p = static_cast<uint32_t>(keys[i] >> shift);
+  if (i != n - 1 && static_cast<uint32_t>(keys[i + 1] >> shift) == p) return;
   WritePixel(image, width, g, static_cast<int>(p), ToRgba(scanned[i]), bg, partial);
+}
+
+__global__ void ToRgba8Kernel(const float4* __restrict__ image, int64_t n, uchar4* __restrict__ out) {
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i >= n) return;
+  const float4 v = image[i];
+  auto q = [](float c) {
+    return static_cast<unsigned char>(__float2int_rn(fminf(fmaxf(c, 0.0f), 1.0f) * 255.0f));
+  };
+  out[i] = make_uchar4(q(v.x), q(v.y), q(v.z), q(v.w));
 }
 
 // Accumulates event-timed stages.
@@ -378,6 +573,211 @@ int CeilLog2(int64_t v) {
 
 }  // namespace
 
+namespace {
+
+// Everything the passes share, set up by RenderCuda.
+struct Setup {
+  const Device* device;
+  cudaStream_t stream;
+  const CudaMesh* mesh;
+  const RenderJob* job;
+  RenderResult* result;
+  StageTimer* timer;
+  FrameParams frame;
+  const short4* boxes;
+  const int2* chunks;
+  unsigned chunk_count;
+  const unsigned long long* masks;
+  std::vector<int64_t> block_records;  // per hash block
+  float4* image;
+  std::function<void(int64_t)> track;  // per-frame device bytes allocated (+) or freed (-)
+};
+
+template <class Key>
+absl::Status RenderBlocks(Setup& s) {
+  const Device& device = *s.device;
+  cudaStream_t stream = s.stream;
+  const RenderJob& job = *s.job;
+  RenderStats& stats = s.result->stats;
+  const int w = job.camera.width, h = job.camera.height;
+  const int bits = s.frame.bits, stride = 1 << bits, num_blocks = stride * stride;
+  const int shift = s.frame.depth_bits > 0 ? s.frame.depth_bits : 32;
+  const int end_bit = shift + CeilLog2(int64_t{(w + stride - 1) / stride} * ((h + stride - 1) / stride));
+  const Compositing mode = stats.compositing;
+  const math::Rgba bg = job.tf.background;
+  const int64_t nt = s.mesh->num_tets;
+
+  // Passes: consecutive hash blocks whose records fit max_pass_records together (a block over
+  // it gets a pass of its own).
+  std::vector<int> pass_begin = {0};
+  int64_t in_pass = 0, max_pass = 0, max_block = 0;
+  for (int b = 0; b < num_blocks; ++b) {
+    const int64_t r = s.block_records[b];
+    if (in_pass > 0 && in_pass + r > job.max_pass_records) {
+      pass_begin.push_back(b);
+      in_pass = 0;
+    }
+    in_pass += r;
+    max_pass = std::max(max_pass, in_pass);
+    max_block = std::max(max_block, r);
+  }
+  pass_begin.push_back(num_blocks);
+  stats.passes = static_cast<int>(pass_begin.size()) - 1;
+
+  cuda::DeviceBuffer<Key> keys, keys_alt;
+  cuda::DeviceBuffer<uint32_t> values, values_alt;
+  cuda::DeviceBuffer<float4> rgba, scanned, partial_dev;
+  cuda::DeviceBuffer<uint32_t> range_start, range_end;
+  cuda::DeviceBuffer<unsigned long long> cursors;
+  cuda::DeviceBuffer<uint8_t> temp;
+  const int64_t lattice = int64_t{(w + stride - 1) / stride} * ((h + stride - 1) / stride);
+  FRESNEL_RETURN_IF_ERROR(keys.Allocate(device, max_pass));
+  FRESNEL_RETURN_IF_ERROR(values.Allocate(device, max_pass));
+  FRESNEL_RETURN_IF_ERROR(rgba.Allocate(device, max_pass));
+  FRESNEL_RETURN_IF_ERROR(keys_alt.Allocate(device, max_block));
+  FRESNEL_RETURN_IF_ERROR(values_alt.Allocate(device, max_block));
+  if (mode == Compositing::kSegmentedScan) {
+    FRESNEL_RETURN_IF_ERROR(scanned.Allocate(device, max_block));
+  } else {
+    FRESNEL_RETURN_IF_ERROR(range_start.Allocate(device, lattice));
+    FRESNEL_RETURN_IF_ERROR(range_end.Allocate(device, lattice));
+  }
+  if (job.on_block != nullptr) FRESNEL_RETURN_IF_ERROR(partial_dev.Allocate(device, lattice));
+  FRESNEL_RETURN_IF_ERROR(cursors.Allocate(device, num_blocks));
+  // CUB temporaries for the largest block.
+  size_t temp_bytes = 0;
+  {
+    cub::DoubleBuffer<Key> dk(keys.get(), keys_alt.get());
+    cub::DoubleBuffer<uint32_t> dv(values.get(), values_alt.get());
+    FRESNEL_CUDA_RETURN_IF_ERROR(cub::DeviceRadixSort::SortPairs(
+        nullptr, temp_bytes, dk, dv, static_cast<int>(std::max<int64_t>(max_block, 1)), 0, end_bit,
+        stream));
+    if (mode == Compositing::kSegmentedScan) {
+      size_t scan_bytes = 0;
+      auto pix = thrust::make_transform_iterator(keys.get(), PixelOfKey<Key>{shift});
+      auto val = thrust::make_transform_iterator(values.get(), GatherRgba{rgba.get()});
+      FRESNEL_CUDA_RETURN_IF_ERROR(cub::DeviceScan::InclusiveScanByKey(
+          nullptr, scan_bytes, pix, val, scanned.get(), OverOp{},
+          static_cast<int>(std::max<int64_t>(max_block, 1)), ::cuda::std::equal_to<uint32_t>{},
+          stream));
+      temp_bytes = std::max(temp_bytes, scan_bytes);
+    }
+  }
+  FRESNEL_RETURN_IF_ERROR(temp.Allocate(device, static_cast<int64_t>(temp_bytes)));
+  const int64_t buffer_bytes = keys.bytes() + values.bytes() + rgba.bytes() + keys_alt.bytes() +
+                               values_alt.bytes() + scanned.bytes() + range_start.bytes() +
+                               range_end.bytes() + partial_dev.bytes() + cursors.bytes() +
+                               temp.bytes();
+  s.track(buffer_bytes);
+
+  std::vector<float> partial_host;
+  std::vector<unsigned long long> offsets(num_blocks);
+  int done = 0;
+  for (size_t p = 0; p + 1 < pass_begin.size(); ++p) {
+    const int b0 = pass_begin[p], b1 = pass_begin[p + 1];
+    int64_t off = 0;
+    for (int b = b0; b < b1; ++b) {
+      offsets[b - b0] = static_cast<unsigned long long>(off);
+      off += s.block_records[b];
+    }
+    FRESNEL_RETURN_IF_ERROR(s.timer->Start(&stats.records_s));
+    if (off > 0) {
+      FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(cursors.get(), offsets.data(),
+                                                   (b1 - b0) * sizeof(unsigned long long),
+                                                   cudaMemcpyHostToDevice, stream));
+      RecordKernel<Key><<<cuda::BlocksFor(nt, kThreads), kThreads, 0, stream>>>(
+          s.mesh->tets, nt, s.mesh->points, s.boxes, s.chunks, s.chunk_count, false, s.masks,
+          s.frame, job.tf, b0, b1, cursors.get(), keys.get(), values.get(), rgba.get());
+      FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(RecordKernel<Key>);
+      if (s.chunk_count > 0) {
+        RecordKernel<Key><<<cuda::BlocksFor(int64_t{s.chunk_count} * 32, kThreads), kThreads, 0,
+                            stream>>>(s.mesh->tets, nt, s.mesh->points, s.boxes, s.chunks,
+                                      s.chunk_count, true, s.masks, s.frame, job.tf, b0, b1,
+                                      cursors.get(), keys.get(), values.get(), rgba.get());
+        FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(RecordKernel<Key>);
+      }
+    }
+    FRESNEL_RETURN_IF_ERROR(s.timer->Stop());
+    for (int b = b0; b < b1; ++b) {
+      BlockGeometry g;
+      g.bx = b % stride;
+      g.by = b / stride;
+      g.stride = stride;
+      g.width = (w - g.bx + stride - 1) / stride;
+      g.height = (h - g.by + stride - 1) / stride;
+      const int64_t pixels = int64_t{g.width} * g.height;
+      float4* partial = job.on_block != nullptr ? partial_dev.get() : nullptr;
+      const int count = static_cast<int>(s.block_records[b]);
+      const int64_t region = static_cast<int64_t>(offsets[b - b0]);
+      if (count == 0) {
+        FRESNEL_RETURN_IF_ERROR(s.timer->Start(&stats.composite_s));
+        FillBackgroundKernel<<<cuda::BlocksFor(pixels, 256), 256, 0, stream>>>(g, bg, s.image, w,
+                                                                               partial);
+        FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(FillBackgroundKernel);
+        FRESNEL_RETURN_IF_ERROR(s.timer->Stop());
+      } else {
+        FRESNEL_RETURN_IF_ERROR(s.timer->Start(&stats.sort_s));
+        cub::DoubleBuffer<Key> dk(keys.get() + region, keys_alt.get());
+        cub::DoubleBuffer<uint32_t> dv(values.get() + region, values_alt.get());
+        size_t have = temp.bytes();
+        FRESNEL_CUDA_RETURN_IF_ERROR(cub::DeviceRadixSort::SortPairs(temp.get(), have, dk, dv,
+                                                                     count, 0, end_bit, stream));
+        FRESNEL_RETURN_IF_ERROR(s.timer->Stop());
+        FRESNEL_RETURN_IF_ERROR(s.timer->Start(&stats.composite_s));
+        if (mode == Compositing::kPairwise) {
+          FRESNEL_CUDA_RETURN_IF_ERROR(
+              cudaMemsetAsync(range_start.get(), 0, pixels * sizeof(uint32_t), stream));
+          FRESNEL_CUDA_RETURN_IF_ERROR(
+              cudaMemsetAsync(range_end.get(), 0, pixels * sizeof(uint32_t), stream));
+          RangesKernel<Key><<<cuda::BlocksFor(count, 256), 256, 0, stream>>>(
+              dk.Current(), count, shift, range_start.get(), range_end.get());
+          FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(RangesKernel<Key>);
+          CompositePairwiseKernel<<<cuda::BlocksFor(pixels * 32, 256), 256, 0, stream>>>(
+              dv.Current(), rgba.get(), range_start.get(), range_end.get(), g, bg, s.image, w,
+              partial);
+          FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(CompositePairwiseKernel);
+        } else {
+          FillBackgroundKernel<<<cuda::BlocksFor(pixels, 256), 256, 0, stream>>>(g, bg, s.image,
+                                                                                 w, partial);
+          FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(FillBackgroundKernel);
+          auto pix = thrust::make_transform_iterator(dk.Current(), PixelOfKey<Key>{shift});
+          auto val = thrust::make_transform_iterator(dv.Current(), GatherRgba{rgba.get()});
+          size_t scan_have = temp.bytes();
+          FRESNEL_CUDA_RETURN_IF_ERROR(cub::DeviceScan::InclusiveScanByKey(
+              temp.get(), scan_have, pix, val, scanned.get(), OverOp{}, count,
+              ::cuda::std::equal_to<uint32_t>{}, stream));
+          ScanLastKernel<Key><<<cuda::BlocksFor(count, 256), 256, 0, stream>>>(
+              dk.Current(), count, shift, scanned.get(), g, bg, s.image, w, partial);
+          FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(ScanLastKernel<Key>);
+        }
+        FRESNEL_RETURN_IF_ERROR(s.timer->Stop());
+      }
+      if (job.on_block != nullptr) {
+        FRESNEL_RETURN_IF_ERROR(s.timer->Start(&stats.d2h_s));
+        partial_host.resize(4 * pixels);
+        FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(partial_host.data(), partial_dev.get(),
+                                                     pixels * sizeof(float4),
+                                                     cudaMemcpyDeviceToHost, stream));
+        FRESNEL_RETURN_IF_ERROR(s.timer->Stop());
+        FRESNEL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+        PartialFrame frame;
+        frame.block = done;
+        frame.num_blocks = num_blocks;
+        frame.x0 = g.bx, frame.y0 = g.by, frame.stride = stride;
+        frame.width = g.width, frame.height = g.height;
+        frame.rgba = partial_host.data();
+        FRESNEL_RETURN_IF_ERROR((*job.on_block)(frame));
+      }
+      ++done;
+    }
+  }
+  // The buffers are freed (stream-ordered) when this returns.
+  s.track(-buffer_bytes);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status RenderCuda(const Device& device, const CudaMesh& mesh, int64_t mesh_bytes,
                         const RenderJob& job, RenderResult* result) {
   FRESNEL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device.ordinal));
@@ -395,191 +795,147 @@ absl::Status RenderCuda(const Device& device, const CudaMesh& mesh, int64_t mesh
 
   cuda::DeviceBuffer<float2> screen;
   cuda::DeviceBuffer<short4> boxes;
+  cuda::DeviceBuffer<int2> chunks;
+  cuda::DeviceBuffer<unsigned long long> masks;
   cuda::DeviceBuffer<float4> image;
-  cuda::DeviceBuffer<unsigned long long> counters;  // [0] records of the block, [1] box area
+  cuda::DeviceBuffer<uchar4> image8;
+  // [0, 64) hits per (x mod 8, y mod 8) bin; [64] chunks of big tetrahedra (as unsigned int).
+  cuda::DeviceBuffer<unsigned long long> counters;
   FRESNEL_RETURN_IF_ERROR(screen.Allocate(device, np));
   FRESNEL_RETURN_IF_ERROR(boxes.Allocate(device, nt));
+  FRESNEL_RETURN_IF_ERROR(masks.Allocate(device, nt));
   FRESNEL_RETURN_IF_ERROR(image.Allocate(device, int64_t{w} * h));
-  FRESNEL_RETURN_IF_ERROR(counters.Allocate(device, 2));
-  track(screen.bytes() + boxes.bytes() + image.bytes() + counters.bytes());
+  if (job.rgba8) FRESNEL_RETURN_IF_ERROR(image8.Allocate(device, int64_t{w} * h));
+  FRESNEL_RETURN_IF_ERROR(counters.Allocate(device, kBins + 1));
+  track(screen.bytes() + boxes.bytes() + masks.bytes() + image.bytes() + image8.bytes() +
+        counters.bytes());
+  unsigned int* chunk_counter = reinterpret_cast<unsigned int*>(counters.get() + kBins);
 
   FRESNEL_RETURN_IF_ERROR(timer.Start(&stats.project_s));
-  FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(counters.get(), 0, counters.bytes(), stream));
   ProjectKernel<<<cuda::BlocksFor(np, 256), 256, 0, stream>>>(mesh.points, np, cam, screen.get());
   FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(ProjectKernel);
-  BoxKernel<<<cuda::BlocksFor(nt, 256), 256, 0, stream>>>(mesh.tets, nt, screen.get(), w, h,
-                                                          boxes.get(), counters.get() + 1);
-  FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(BoxKernel);
   FRESNEL_RETURN_IF_ERROR(timer.Stop());
-  unsigned long long area = 0;
-  FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&area, counters.get() + 1, sizeof(area),
+  // Boxes and chunks; a chunk list that overflowed is grown and made again.
+  int64_t chunk_capacity = std::max<int64_t>(1024, nt / 4);
+  unsigned long long host_counters[kBins + 1];
+  for (;;) {
+    FRESNEL_RETURN_IF_ERROR(chunks.Allocate(device, chunk_capacity));
+    FRESNEL_RETURN_IF_ERROR(timer.Start(&stats.project_s));
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(counters.get(), 0, counters.bytes(), stream));
+    BoxKernel<<<cuda::BlocksFor(nt, 256), 256, 0, stream>>>(
+        mesh.tets, nt, screen.get(), w, h, boxes.get(), chunks.get(),
+        static_cast<unsigned>(chunk_capacity), chunk_counter);
+    FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(BoxKernel);
+    FRESNEL_RETURN_IF_ERROR(timer.Stop());
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_counters + kBins, counters.get() + kBins,
+                                                 sizeof(unsigned long long),
+                                                 cudaMemcpyDeviceToHost, stream));
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    const int64_t needed = static_cast<int64_t>(host_counters[kBins] & 0xffffffffu);
+    if (needed <= chunk_capacity) break;
+    chunk_capacity = needed + needed / 8;
+  }
+  track(chunks.bytes());
+  const unsigned nchunks = static_cast<unsigned>(host_counters[kBins] & 0xffffffffu);
+  stats.warp_chunks = nchunks;
+
+  // Exact hit counts per (x mod 8, y mod 8).
+  FRESNEL_RETURN_IF_ERROR(timer.Start(&stats.records_s));
+  CountKernel<<<cuda::BlocksFor(nt, kThreads), kThreads, 0, stream>>>(
+      mesh.tets, nt, mesh.points, boxes.get(), chunks.get(), nchunks, false, cam, masks.get(),
+      counters.get());
+  FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(CountKernel);
+  if (nchunks > 0) {
+    CountKernel<<<cuda::BlocksFor(int64_t{nchunks} * 32, kThreads), kThreads, 0, stream>>>(
+        mesh.tets, nt, mesh.points, boxes.get(), chunks.get(), nchunks, true, cam, masks.get(),
+        counters.get());
+    FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(CountKernel);
+  }
+  FRESNEL_RETURN_IF_ERROR(timer.Stop());
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_counters, counters.get(),
+                                               kBins * sizeof(unsigned long long),
                                                cudaMemcpyDeviceToHost, stream));
   FRESNEL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
 
-  // Hash blocks. Auto: 16, or 64 when 16 would need record buffers over 2 GiB by the box-area
-  // estimate (boxes overestimate coverage, so this leans to fewer, larger blocks).
-  constexpr int64_t kRecordBytes = 8 + 4 + 8 + 4 + 16;
-  int bits = job.hash_block_bits;
-  if (bits == 0) bits = static_cast<double>(area) / 16 * kRecordBytes > 2.0 * (1 << 30) ? 3 : 2;
-  const int stride = 1 << bits, num_blocks = stride * stride;
-  stats.num_blocks = num_blocks;
-  const Compositing mode =
-      job.compositing == Compositing::kAuto ? Compositing::kPairwise : job.compositing;
-  stats.compositing = mode;
-  const math::Rgba bg = job.tf.background;
-
-  int64_t capacity = std::min<int64_t>(
-      job.max_block_records, static_cast<int64_t>(area / num_blocks) + (int64_t{1} << 16));
-  cuda::DeviceBuffer<unsigned long long> keys, keys_alt;
-  cuda::DeviceBuffer<uint32_t> values, values_alt;
-  cuda::DeviceBuffer<float4> rgba, scanned;
-  cuda::DeviceBuffer<uint32_t> range_start, range_end;
-  cuda::DeviceBuffer<float4> partial_dev;
-  cuda::DeviceBuffer<uint8_t> temp;
-  const int lattice_w = (w + stride - 1) / stride, lattice_h = (h + stride - 1) / stride;
-  const int64_t lattice_pixels = int64_t{lattice_w} * lattice_h;
-  const int pixel_bits = CeilLog2(lattice_pixels);
-  auto allocate_records = [&](int64_t cap) -> absl::Status {
-    track(-static_cast<int64_t>(keys.bytes() + keys_alt.bytes() + values.bytes() +
-                                values_alt.bytes() + rgba.bytes() + scanned.bytes()));
-    FRESNEL_RETURN_IF_ERROR(keys.Allocate(device, cap));
-    FRESNEL_RETURN_IF_ERROR(keys_alt.Allocate(device, cap));
-    FRESNEL_RETURN_IF_ERROR(values.Allocate(device, cap));
-    FRESNEL_RETURN_IF_ERROR(values_alt.Allocate(device, cap));
-    FRESNEL_RETURN_IF_ERROR(rgba.Allocate(device, cap));
-    if (mode == Compositing::kSegmentedScan) FRESNEL_RETURN_IF_ERROR(scanned.Allocate(device, cap));
-    track(keys.bytes() + keys_alt.bytes() + values.bytes() + values_alt.bytes() + rgba.bytes() +
-          scanned.bytes());
-    capacity = cap;
-    return absl::OkStatus();
+  // Hash blocks: the asked-for bits, or 16 blocks unless one of them would exceed
+  // max_block_records (then 64).
+  auto fold = [&](int bits) {
+    std::vector<int64_t> per(size_t{1} << (2 * bits), 0);
+    const int m = (1 << bits) - 1;
+    for (int by = 0; by < 8; ++by)
+      for (int bx = 0; bx < 8; ++bx)
+        per[((by & m) << bits) | (bx & m)] += static_cast<int64_t>(host_counters[by * 8 + bx]);
+    return per;
   };
-  FRESNEL_RETURN_IF_ERROR(allocate_records(capacity));
-  FRESNEL_RETURN_IF_ERROR(range_start.Allocate(device, lattice_pixels));
-  FRESNEL_RETURN_IF_ERROR(range_end.Allocate(device, lattice_pixels));
-  track(range_start.bytes() + range_end.bytes());
-  std::vector<float> partial_host;
-  if (job.on_block != nullptr) {
-    FRESNEL_RETURN_IF_ERROR(partial_dev.Allocate(device, lattice_pixels));
-    track(partial_dev.bytes());
+  int bits = job.hash_block_bits;
+  if (bits == 0) {
+    auto per = fold(2);
+    bits = *std::max_element(per.begin(), per.end()) > job.max_block_records ? 3 : 2;
+  }
+  Setup s;
+  s.block_records = fold(bits);
+  for (int64_t r : s.block_records) {
+    stats.records += r;
+    stats.max_block_records = std::max(stats.max_block_records, r);
+  }
+  if (stats.max_block_records > job.max_block_records) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "a hash block needs ", stats.max_block_records,
+        " intersection records, over max_block_records (", job.max_block_records,
+        "); use more hash blocks"));
+  }
+  stats.num_blocks = 1 << (2 * bits);
+  stats.compositing =
+      job.compositing == Compositing::kAuto ? Compositing::kPairwise : job.compositing;
+
+  s.device = &device;
+  s.stream = stream;
+  s.mesh = &mesh;
+  s.job = &job;
+  s.result = result;
+  s.timer = &timer;
+  s.boxes = boxes.get();
+  s.chunks = chunks.get();
+  s.chunk_count = nchunks;
+  s.masks = masks.get();
+  s.image = image.get();
+  s.track = track;
+  s.frame.cam = cam;
+  s.frame.bits = bits;
+  const int stride = 1 << bits;
+  const int pixel_bits = CeilLog2(int64_t{(w + stride - 1) / stride} * ((h + stride - 1) / stride));
+  // 32-bit keys while they leave >= 16 bits of depth (1024² with 16 blocks: 16 + 16), quantised
+  // over the depth range of the mesh's bounding sphere: midpoints closer than that range / 65536
+  // may composite in either order, which only two slivers thinner than the step can notice.
+  s.frame.depth_bits = pixel_bits <= 16 ? 32 - pixel_bits : 0;
+  {
+    const V3 rel = {mesh.centre[0] - cam.eye.x, mesh.centre[1] - cam.eye.y,
+                    mesh.centre[2] - cam.eye.z};
+    const float dist = cam.orthographic ? math::Dot(rel, cam.forward) : std::sqrt(math::Dot(rel, rel));
+    const float near = std::max(0.0f, dist - mesh.radius), far = dist + mesh.radius;
+    s.frame.depth_near = near;
+    s.frame.depth_scale =
+        s.frame.depth_bits > 0
+            ? static_cast<float>((1u << s.frame.depth_bits) - 1) / std::max(far - near, 1e-30f)
+            : 0.0f;
+  }
+  if (s.frame.depth_bits > 0) {
+    FRESNEL_RETURN_IF_ERROR(RenderBlocks<uint32_t>(s));
+  } else {
+    FRESNEL_RETURN_IF_ERROR(RenderBlocks<unsigned long long>(s));
   }
 
-  for (int block = 0; block < num_blocks; ++block) {
-    BlockGeometry g;
-    g.bx = block % stride;
-    g.by = block / stride;
-    g.stride = stride;
-    g.width = (w - g.bx + stride - 1) / stride;
-    g.height = (h - g.by + stride - 1) / stride;
-    const int64_t pixels = int64_t{g.width} * g.height;
-    float4* partial = job.on_block != nullptr ? partial_dev.get() : nullptr;
-    unsigned long long n = 0;
-    for (;;) {
-      FRESNEL_RETURN_IF_ERROR(timer.Start(&stats.records_s));
-      FRESNEL_CUDA_RETURN_IF_ERROR(
-          cudaMemsetAsync(counters.get(), 0, sizeof(unsigned long long), stream));
-      RecordKernel<<<cuda::BlocksFor(nt, kRecordThreads), kRecordThreads, 0, stream>>>(
-          mesh.tets, nt, mesh.points, boxes.get(), cam, job.tf, g, counters.get(), capacity,
-          keys.get(), values.get(), rgba.get());
-      FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(RecordKernel);
-      FRESNEL_RETURN_IF_ERROR(timer.Stop());
-      FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&n, counters.get(), sizeof(n),
-                                                   cudaMemcpyDeviceToHost, stream));
-      FRESNEL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-      if (static_cast<int64_t>(n) <= capacity) break;
-      if (static_cast<int64_t>(n) > job.max_block_records) {
-        return absl::ResourceExhaustedError(absl::StrCat(
-            "hash block ", block, " needs ", n, " intersection records, over max_block_records (",
-            job.max_block_records, "); use more hash blocks"));
-      }
-      FRESNEL_RETURN_IF_ERROR(allocate_records(
-          std::min<int64_t>(job.max_block_records, static_cast<int64_t>(n + n / 4))));
-    }
-    FRESNEL_RETURN_IF_ERROR(timer.Collect(false));
-    stats.records += static_cast<int64_t>(n);
-    stats.max_block_records = std::max<int64_t>(stats.max_block_records, n);
-    const int count = static_cast<int>(n);
-    if (count == 0) {
-      FRESNEL_RETURN_IF_ERROR(timer.Start(&stats.composite_s));
-      FillBackgroundKernel<<<cuda::BlocksFor(pixels, 256), 256, 0, stream>>>(g, bg, image.get(), w,
-                                                                             partial);
-      FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(FillBackgroundKernel);
-      FRESNEL_RETURN_IF_ERROR(timer.Stop());
-    } else {
-      // Sort.
-      FRESNEL_RETURN_IF_ERROR(timer.Start(&stats.sort_s));
-      cub::DoubleBuffer<unsigned long long> dkeys(keys.get(), keys_alt.get());
-      cub::DoubleBuffer<uint32_t> dvals(values.get(), values_alt.get());
-      size_t temp_bytes = 0;
-      FRESNEL_CUDA_RETURN_IF_ERROR(cub::DeviceRadixSort::SortPairs(
-          nullptr, temp_bytes, dkeys, dvals, count, 0, 32 + pixel_bits, stream));
-      if (mode == Compositing::kSegmentedScan) {
-        size_t scan_bytes = 0;
-        auto pix = thrust::make_transform_iterator(dkeys.Current(), PixelOfKey{});
-        auto val = thrust::make_transform_iterator(dvals.Current(), GatherRgba{rgba.get()});
-        FRESNEL_CUDA_RETURN_IF_ERROR(cub::DeviceScan::InclusiveScanByKey(
-            nullptr, scan_bytes, pix, val, scanned.get(), OverOp{}, count,
-            ::cuda::std::equal_to<uint32_t>{}, stream));
-        temp_bytes = std::max(temp_bytes, scan_bytes);
-      }
-      if (temp.bytes() < temp_bytes) {
-        track(-static_cast<int64_t>(temp.bytes()));
-        FRESNEL_RETURN_IF_ERROR(temp.Allocate(device, static_cast<int64_t>(temp_bytes * 5 / 4)));
-        track(temp.bytes());
-      }
-      size_t have = temp.bytes();
-      FRESNEL_CUDA_RETURN_IF_ERROR(cub::DeviceRadixSort::SortPairs(
-          temp.get(), have, dkeys, dvals, count, 0, 32 + pixel_bits, stream));
-      FRESNEL_RETURN_IF_ERROR(timer.Stop());
-      // Composite.
-      FRESNEL_RETURN_IF_ERROR(timer.Start(&stats.composite_s));
-      if (mode == Compositing::kPairwise) {
-        FRESNEL_CUDA_RETURN_IF_ERROR(
-            cudaMemsetAsync(range_start.get(), 0, pixels * sizeof(uint32_t), stream));
-        FRESNEL_CUDA_RETURN_IF_ERROR(
-            cudaMemsetAsync(range_end.get(), 0, pixels * sizeof(uint32_t), stream));
-        RangesKernel<<<cuda::BlocksFor(count, 256), 256, 0, stream>>>(
-            dkeys.Current(), count, range_start.get(), range_end.get());
-        FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(RangesKernel);
-        CompositePairwiseKernel<<<cuda::BlocksFor(pixels * 32, 256), 256, 0, stream>>>(
-            dvals.Current(), rgba.get(), range_start.get(), range_end.get(), g, bg, image.get(), w,
-            partial);
-        FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(CompositePairwiseKernel);
-      } else {
-        FillBackgroundKernel<<<cuda::BlocksFor(pixels, 256), 256, 0, stream>>>(g, bg, image.get(),
-                                                                               w, partial);
-        FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(FillBackgroundKernel);
-        auto pix = thrust::make_transform_iterator(dkeys.Current(), PixelOfKey{});
-        auto val = thrust::make_transform_iterator(dvals.Current(), GatherRgba{rgba.get()});
-        size_t scan_bytes = temp.bytes();
-        FRESNEL_CUDA_RETURN_IF_ERROR(cub::DeviceScan::InclusiveScanByKey(
-            temp.get(), scan_bytes, pix, val, scanned.get(), OverOp{}, count,
-            ::cuda::std::equal_to<uint32_t>{}, stream));
-        ScanLastKernel<<<cuda::BlocksFor(count, 256), 256, 0, stream>>>(
-            dkeys.Current(), count, scanned.get(), g, bg, image.get(), w, partial);
-        FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(ScanLastKernel);
-      }
-      FRESNEL_RETURN_IF_ERROR(timer.Stop());
-    }
-    if (job.on_block != nullptr) {
-      FRESNEL_RETURN_IF_ERROR(timer.Start(&stats.d2h_s));
-      partial_host.resize(4 * pixels);
-      FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(partial_host.data(), partial_dev.get(),
-                                                   pixels * sizeof(float4),
-                                                   cudaMemcpyDeviceToHost, stream));
-      FRESNEL_RETURN_IF_ERROR(timer.Stop());
-      FRESNEL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-      PartialFrame frame;
-      frame.block = block;
-      frame.num_blocks = num_blocks;
-      frame.x0 = g.bx, frame.y0 = g.by, frame.stride = stride;
-      frame.width = g.width, frame.height = g.height;
-      frame.rgba = partial_host.data();
-      FRESNEL_RETURN_IF_ERROR((*job.on_block)(frame));
-    }
-  }
   FRESNEL_RETURN_IF_ERROR(timer.Start(&stats.d2h_s));
-  FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(result->image.raw(), image.get(), image.bytes(),
-                                               cudaMemcpyDeviceToHost, stream));
+  if (job.rgba8) {
+    ToRgba8Kernel<<<cuda::BlocksFor(int64_t{w} * h, 256), 256, 0, stream>>>(
+        image.get(), int64_t{w} * h, image8.get());
+    FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(ToRgba8Kernel);
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(result->image.raw(), image8.get(),
+                                                 image8.bytes(), cudaMemcpyDeviceToHost, stream));
+  } else {
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(result->image.raw(), image.get(), image.bytes(),
+                                                 cudaMemcpyDeviceToHost, stream));
+  }
   FRESNEL_RETURN_IF_ERROR(timer.Stop());
   FRESNEL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
   FRESNEL_RETURN_IF_ERROR(timer.Collect(true));

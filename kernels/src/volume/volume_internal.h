@@ -48,6 +48,8 @@ struct RenderJob {
   int hash_block_bits = 2;
   Compositing compositing = Compositing::kAuto;
   int64_t max_block_records = 0;
+  int64_t max_pass_records = 0;
+  bool rgba8 = false;
   const PartialFrameCallback* on_block = nullptr;
 };
 

@@ -97,21 +97,46 @@ struct TetHit {
   int face_in, face_out;  // -1 when the segment starts at the eye (t_in clamped to 0)
 };
 
-FRESNEL_VHD bool IntersectRayTet(const V3 p[4], const float s[4], V3 o, V3 d, TetHit* hit) {
-  float t_in = -INFINITY, t_out = INFINITY;
-  int f_in = -1, f_out = -1;
-  float a[4], b[4];
+// The per-tetrahedron part of the intersection (face normals n_i, a point q_i = p_j of each
+// face and 1/D_i), computed once and reused for every pixel of a tetrahedron. False for a
+// degenerate tetrahedron (callers skip those beforehand).
+struct TetPlanes {
+  V3 n[4], q[4];
+  float inv[4];
+  float s[4];
+};
+
+FRESNEL_VHD bool PrepareTet(const V3 p[4], const float s[4], TetPlanes* tp) {
   for (int i = 0; i < 4; ++i) {
     const V3 pj = p[(i + 1) & 3], pk = p[(i + 2) & 3], pl = p[(i + 3) & 3];
     const V3 n = Cross(pk - pj, pl - pj);
     const float den = Dot(n, p[i] - pj);
-    if (den == 0.0f) {  // degenerate (callers skip these beforehand)
-      hit->face_out = -1;
-      return false;
-    }
-    const float inv = 1.0f / den;
-    a[i] = Dot(n, o - pj) * inv;
-    b[i] = Dot(n, d) * inv;
+    if (den == 0.0f) return false;
+    tp->n[i] = n;
+    tp->q[i] = pj;
+    tp->inv[i] = 1.0f / den;
+    tp->s[i] = s[i];
+  }
+  return true;
+}
+
+// a_i of every face for a ray origin: the same for all pixels of a perspective camera, so the
+// CUDA kernels compute it once per tetrahedron (the values are the same either way).
+FRESNEL_VHD void RayOffsets(const TetPlanes& tp, V3 o, float a[4]) {
+  for (int i = 0; i < 4; ++i) a[i] = Dot(tp.n[i], o - tp.q[i]) * tp.inv[i];
+}
+
+// The segment is also clamped to [min, max] of (p_i − o)·d over the vertices, the depths the
+// tetrahedron spans along the ray: for a sliver (Blunt Fin has ~900 with volume < 1e-6 of
+// their longest edge cubed) the plane crossings can come out far outside it when a ray grazes
+// it, and the GPU, which tests every tetrahedron under a pixel, then drew long bogus segments.
+FRESNEL_VHD bool IntersectWithOffsets(const TetPlanes& tp, const float a[4], V3 o, V3 d,
+                                      TetHit* hit) {
+  float t_in = -INFINITY, t_out = INFINITY;
+  int f_in = -1, f_out = -1;
+  float b[4];
+  for (int i = 0; i < 4; ++i) {
+    b[i] = Dot(tp.n[i], d) * tp.inv[i];
     if (b[i] > 0.0f) {
       const float t = -a[i] / b[i];
       if (t > t_in) {
@@ -133,6 +158,14 @@ FRESNEL_VHD bool IntersectRayTet(const V3 p[4], const float s[4], V3 o, V3 d, Te
     t_in = 0.0f;
     f_in = -1;
   }
+  float span_lo = INFINITY, span_hi = -INFINITY;
+  for (int i = 0; i < 4; ++i) {
+    const float t = Dot(tp.q[i] - o, d);
+    span_lo = fminf(span_lo, t);
+    span_hi = fmaxf(span_hi, t);
+  }
+  t_in = fmaxf(t_in, span_lo);
+  t_out = fminf(t_out, span_hi);
   // Filled on a miss too: the CPU walk steps through a grazed tetrahedron by its exit face.
   hit->t_in = t_in;
   hit->t_out = t_out;
@@ -143,14 +176,29 @@ FRESNEL_VHD bool IntersectRayTet(const V3 p[4], const float s[4], V3 o, V3 d, Te
   for (int i = 0; i < 4; ++i) {
     const float li = fmaxf(a[i] + t_in * b[i], 0.0f);
     const float lo = fmaxf(a[i] + t_out * b[i], 0.0f);
-    si += li * s[i];
-    so += lo * s[i];
+    si += li * tp.s[i];
+    so += lo * tp.s[i];
     wi += li;
     wo += lo;
   }
-  hit->s_in = wi > 0.0f ? si / wi : s[0];
-  hit->s_out = wo > 0.0f ? so / wo : s[0];
+  hit->s_in = wi > 0.0f ? si / wi : tp.s[0];
+  hit->s_out = wo > 0.0f ? so / wo : tp.s[0];
   return true;
+}
+
+FRESNEL_VHD bool IntersectPrepared(const TetPlanes& tp, V3 o, V3 d, TetHit* hit) {
+  float a[4];
+  RayOffsets(tp, o, a);
+  return IntersectWithOffsets(tp, a, o, d, hit);
+}
+
+FRESNEL_VHD bool IntersectRayTet(const V3 p[4], const float s[4], V3 o, V3 d, TetHit* hit) {
+  TetPlanes tp;
+  if (!PrepareTet(p, s, &tp)) {
+    hit->face_out = -1;
+    return false;
+  }
+  return IntersectPrepared(tp, o, d, hit);
 }
 
 // ---- transfer function ---------------------------------------------------------------------

@@ -5,7 +5,9 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <optional>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -22,6 +24,7 @@ using fresnel::testing::TestGpu;
 using testing::ChordBox;
 using testing::D3;
 using testing::FreshSeed;
+using testing::MaxAbsDiff;
 using testing::OpticalDepth;
 using testing::RandomCamera;
 using testing::RayOf;
@@ -53,22 +56,27 @@ HostArray Cpu(const DeviceMesh& dm, const TransferFunction& tf, const Camera& ca
   return std::move(r->image);
 }
 
-double MaxAbsDiff(const HostArray& a, const HostArray& b) {
-  double m = 0;
-  for (int64_t i = 0; i < a.size(); ++i)
-    m = std::max(m, std::fabs(double{a.data<float>()[i]} - b.data<float>()[i]));
-  return m;
+// Where two images differ most, for the test log.
+std::string WorstPixel(const HostArray& a, const HostArray& b) {
+  int64_t worst = 0;
+  double m = -1;
+  for (int64_t i = 0; i < a.size(); ++i) {
+    const double d = std::fabs(double{a.data<float>()[i]} - b.data<float>()[i]);
+    if (d > m) m = d, worst = i / 4;
+  }
+  const float* pa = &a.data<float>()[4 * worst];
+  const float* pb = &b.data<float>()[4 * worst];
+  std::ostringstream os;
+  os << "worst pixel (" << worst % a.dim(1) << ", " << worst / a.dim(1) << "): gpu " << pa[0]
+     << " " << pa[1] << " " << pa[2] << " " << pa[3] << " cpu " << pb[0] << " " << pb[1] << " "
+     << pb[2] << " " << pb[3];
+  return os.str();
 }
 
 TEST_CASE("GPU vs CPU: Blunt Fin, PSNR >= 40 dB", "[volume][gpu]") {
   if (SkipWithoutGpu()) return;
-  const std::string fin = fresnel::testing::DataPath("volume/bluntfin_tets.vtk");
-  if (fin.empty()) {
-    WARN("shared data missing: skipping");
-    return;
-  }
-  auto m = ReadVtk(fin);
-  REQUIRE(m.ok());
+  std::optional<TetMesh> m = testing::LoadBluntFin();
+  if (!m) return;
   Pair p = Upload(*m);
   const MeshReport& r = p.gpu->report();
   std::mt19937_64 rng(FreshSeed());
@@ -81,7 +89,9 @@ TEST_CASE("GPU vs CPU: Blunt Fin, PSNR >= 40 dB", "[volume][gpu]") {
     const double psnr = ImagePsnrDb(g, c);
     INFO("PSNR " << psnr << " dB, max |diff| " << MaxAbsDiff(g, c) << ", records "
                  << stats.records);
-    WARN("Blunt Fin GPU vs CPU PSNR " << psnr << " dB, max |diff| " << MaxAbsDiff(g, c));
+    WARN("Blunt Fin GPU vs CPU PSNR " << psnr << " dB, max |diff| " << MaxAbsDiff(g, c) << "; "
+                                      << WorstPixel(g, c) << "; eye " << cam.eye[0] << " "
+                                      << cam.eye[1] << " " << cam.eye[2]);
     CHECK(psnr >= 40);
     CHECK(stats.records > 100000);
     CHECK(stats.tets_rendered == r.num_tets - r.degenerate_tets);

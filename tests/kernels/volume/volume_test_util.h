@@ -2,15 +2,20 @@
 // boxes in float64, and random cameras around a mesh.
 #pragma once
 
+#include <catch2/catch.hpp>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "fresnel/volume/mesh.h"
 #include "fresnel/volume/render.h"
+#include "support/test_support.h"
 
 namespace fresnel::volume::testing {
 
@@ -95,12 +100,34 @@ inline Camera RandomCamera(const MeshReport& r, int width, int height, std::mt19
   return OrbitCamera(r.bounds_min, r.bounds_max, az(rng), el(rng), width, height, 35);
 }
 
+// max |a − b| over two float32 images of equal shape.
+inline double MaxAbsDiff(const HostArray& a, const HostArray& b) {
+  double m = 0;
+  for (int64_t i = 0; i < a.size(); ++i)
+    m = std::max(m, std::fabs(double{a.data<float>()[i]} - b.data<float>()[i]));
+  return m;
+}
+
+// Blunt Fin from ../shared/data, or nullopt after a WARN when the data is absent (the caller
+// then skips).
+inline std::optional<TetMesh> LoadBluntFin() {
+  const std::string path = fresnel::testing::DataPath("volume/bluntfin_tets.vtk");
+  if (path.empty()) {
+    WARN("shared data missing: skipping");
+    return std::nullopt;
+  }
+  auto m = ReadVtk(path);
+  REQUIRE(m.ok());
+  return std::move(*m);
+}
+
 inline uint64_t FreshSeed() { return std::random_device{}(); }
 
 // The chord through every tetrahedron summed, for absorption-only references on small meshes.
 inline double ChordMesh(const TetMesh& m, const D3& o, const D3& d) {
   double sum = 0;
   for (int64_t t = 0; t < m.num_tets(); ++t) {
+    if (IsDegenerateTet(m, t)) continue;  // the renderers skip them (and their chord is 0)
     D3 p[4];
     for (int i = 0; i < 4; ++i)
       for (int k = 0; k < 3; ++k) p[i][k] = m.points_xyz[3 * int64_t{m.tets[4 * t + i]} + k];

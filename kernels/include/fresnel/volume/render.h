@@ -100,15 +100,18 @@ enum class Compositing {
 };
 
 struct RenderOptions {
-  // CUDA: hash blocks are the pixels with equal (x mod 2^bits, y mod 2^bits): 2 → 16 blocks,
-  // 3 → 64 blocks. More blocks: less memory per block, more passes over the tetrahedra.
-  // 0 = choose: 2, or 3 when 16 blocks would need more than max_block_records records.
-  // The CPU renders in the same blocks (only the progress callbacks see them).
+  // Hash blocks are the pixels with equal (x mod 2^bits, y mod 2^bits): 2 → 16 blocks,
+  // 3 → 64 blocks; each is sorted and composited on its own and reported to the callback.
+  // 0 = 16, or 64 when one of 16 blocks would exceed max_block_records.
   int hash_block_bits = 0;
   Compositing compositing = Compositing::kAuto;
-  // CUDA: record buffers hold at most this many records per block; a block that needs more fails
-  // with ResourceExhausted (use more hash blocks).
+  // CUDA: the records of consecutive blocks are made together while they fit this many (about
+  // 24 bytes each); a block never splits. This bounds the frame's device memory.
+  int64_t max_pass_records = int64_t{1} << 27;
+  // CUDA: a block needing more records fails with ResourceExhausted (use more hash blocks).
   int64_t max_block_records = int64_t{1} << 30;
+  // The image as uint8 RGBA [h, w, 4] (CUDA converts on the device: a quarter of the copy).
+  bool rgba8 = false;
 };
 
 // One completed hash block: its pixels (x = x0 + i·stride, y = y0 + j·stride) in their final
@@ -129,7 +132,8 @@ using PartialFrameCallback = std::function<absl::Status(const PartialFrame&)>;
 struct RenderStats {
   double upload_s = 0;     // per-call uploads (transfer function is passed by value: ~0)
   double project_s = 0;    // vertex projection + per-tetrahedron screen boxes
-  double records_s = 0;    // scan conversion into records, segment integration included
+  double records_s = 0;    // scan conversion: counting and writing the records (segment
+                           // integration included)
   double sort_s = 0;       // CUB radix sort by (pixel, depth)
   double composite_s = 0;  // front-to-back compositing
   double d2h_s = 0;        // image (and partial frames) to the host
@@ -137,14 +141,17 @@ struct RenderStats {
   int64_t records = 0;     // intersection records (= ray segments) over all blocks
   int64_t max_block_records = 0;
   int64_t tets_rendered = 0;  // non-degenerate tetrahedra
+  int64_t warp_chunks = 0;    // CUDA: 512-pixel chunks of large tetrahedra, a warp each
   int num_blocks = 0;
+  int passes = 0;             // CUDA: record passes (RenderOptions::max_pass_records)
+  int64_t walk_fallbacks = 0; // CPU: walks continued by a neighbourhood search
   // CUDA: bytes of per-frame device buffers at their peak, plus the mesh's persistent buffers.
   int64_t peak_device_bytes = 0;
   Compositing compositing = Compositing::kAuto;  // the one used
 };
 
 struct RenderResult {
-  HostArray image;  // float32 [height, width, 4]
+  HostArray image;  // float32 [height, width, 4], or uint8 with RenderOptions::rgba8
   RenderStats stats;
 };
 
