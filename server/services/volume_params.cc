@@ -122,7 +122,7 @@ absl::StatusOr<VolumeRenderInput> ParseVolumeRender(const v1::VolumeRenderReques
         const double e = report.bounds_max[i] - report.bounds_min[i];
         d2 += e * e;
       }
-      max_ext = d2 > 0 ? static_cast<float>(4 / std::sqrt(d2)) : 1.0f;
+      max_ext = d2 > 0 ? static_cast<float>(12 / std::sqrt(d2)) : 1.0f;
     }
     in.tf = volume::DefaultTransferFunction(report.scalar_min, report.scalar_max, max_ext);
   } else {
@@ -191,6 +191,8 @@ absl::StatusOr<VolumeRenderInput> ParseVolumeRender(const v1::VolumeRenderReques
                      static_cast<int>(request.format())));
   }
   in.format = request.format();
+  // RGBA8: the kernel converts (on the GPU: a quarter of the image's copy to the host).
+  in.options.rgba8 = in.format == v1::VOLUME_IMAGE_RGBA8;
   in.progressive = request.progressive();
   return in;
 }
@@ -212,7 +214,7 @@ void StatsToProto(const volume::RenderStats& s, v1::VolumeRenderStats* out) {
 }
 
 absl::StatusOr<HostArray> ImageInFormat(HostArray rgba, v1::VolumeImageFormat format) {
-  if (format == v1::VOLUME_IMAGE_RGBA_F32) return rgba;
+  if (format == v1::VOLUME_IMAGE_RGBA_F32 || rgba.dtype() == DType::kUint8) return rgba;
   return volume::ToRgba8(rgba);
 }
 

@@ -66,7 +66,8 @@ absl::StatusOr<VolumeRenderInput> ParseVolumeRender(const v1::VolumeRenderReques
 
 void StatsToProto(const volume::RenderStats& stats, v1::VolumeRenderStats* out);
 
-// A float32 RGBA [h, w, 4] image (or block) in the requested format.
+// A float32 RGBA [h, w, 4] image (or block) in the requested format (uint8 images pass as they
+// are: the kernel converted them already).
 absl::StatusOr<HostArray> ImageInFormat(HostArray rgba, v1::VolumeImageFormat format);
 
 }  // namespace fresnel::server

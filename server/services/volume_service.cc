@@ -9,6 +9,7 @@
 #include "fresnel/core/status.h"
 #include "fresnel/v1/array_convert.h"
 #include "server/rpc/queued_writer.h"
+#include "server/rpc/upload_reader.h"
 #include "server/sessions.h"
 #include "server/status_util.h"
 
@@ -36,55 +37,34 @@ struct MeshState : SessionState {
 // hash runs as a CPU job; a mesh already stored answers with its id, otherwise a session is
 // opened and a job on its device builds the DeviceMesh.
 
-class UploadCall : public grpc::ServerReadReactor<v1::UploadMeshRequest> {
+class UploadCall : public UploadReader<v1::UploadMeshRequest> {
  public:
   UploadCall(ServiceContext* ctx, const VolumeLimits& limits,
              grpc::CallbackServerContext* context, v1::UploadMeshResponse* response)
-      : ctx_(ctx),
+      : UploadReader(ctx->metrics, kService, "UploadMesh", context),
+        ctx_(ctx),
         limits_(limits),
-        context_(context),
-        response_(response),
-        record_(ctx->metrics, kService, "UploadMesh") {
-    StartRead(&request_);
+        response_(response) {
+    StartReading();
   }
-
-  void OnReadDone(bool ok) override {
-    if (!ok) {
-      if (context_->IsCancelled()) {
-        FinishWith(absl::CancelledError("the client cancelled the upload"));
-      } else {
-        absl::Status st = Complete();
-        if (!st.ok()) FinishWith(st);
-      }
-      return;
-    }
-    absl::Status st = Take();
-    if (!st.ok()) {
-      FinishWith(st);
-      return;
-    }
-    StartRead(&request_);
-  }
-
-  void OnDone() override { delete this; }
 
  private:
-  absl::Status Take() {
+  absl::Status Take(v1::UploadMeshRequest& request) override {
     if (!have_header_) {
-      if (request_.msg_case() != v1::UploadMeshRequest::kHeader) {
+      if (request.msg_case() != v1::UploadMeshRequest::kHeader) {
         return absl::InvalidArgumentError("header: the first message must carry the header");
       }
-      header_ = request_.header();
+      header_ = request.header();
       // Counts over the limits are refused before any array byte is accepted.
       FRESNEL_ASSIGN_OR_RETURN(budget_, ParseMeshHeader(header_, limits_));
       max_bytes_ = {budget_.points_bytes(), budget_.tets_bytes(), budget_.scalars_bytes()};
       have_header_ = true;
       return absl::OkStatus();
     }
-    if (request_.msg_case() != v1::UploadMeshRequest::kChunk) {
+    if (request.msg_case() != v1::UploadMeshRequest::kChunk) {
       return absl::InvalidArgumentError("chunk: every message after the header must be a chunk");
     }
-    v1::MeshChunk& c = *request_.mutable_chunk();
+    v1::MeshChunk& c = *request.mutable_chunk();
     int i;
     switch (c.array()) {
       case v1::MESH_ARRAY_POINTS: i = 0; break;
@@ -95,7 +75,7 @@ class UploadCall : public grpc::ServerReadReactor<v1::UploadMeshRequest> {
             absl::StrCat("chunk.array must be POINTS, TETS or SCALARS, got ",
                          static_cast<int>(c.array())));
     }
-    record_.Payload("in", static_cast<double>(c.chunk().data().size()));
+    record().Payload("in", static_cast<double>(c.chunk().data().size()));
     // Each array's total is bounded by what the header's counts imply; the assembler counts
     // what arrives against that total.
     FRESNEL_ASSIGN_OR_RETURN(complete_[i], assemblers_[i].Add(std::move(*c.mutable_chunk()),
@@ -104,7 +84,7 @@ class UploadCall : public grpc::ServerReadReactor<v1::UploadMeshRequest> {
     return absl::OkStatus();
   }
 
-  absl::Status Complete() {
+  absl::Status Complete() override {
     if (!have_header_) return absl::InvalidArgumentError("header: the stream ended before it");
     static constexpr v1::MeshArray kArrays[3] = {v1::MESH_ARRAY_POINTS, v1::MESH_ARRAY_TETS,
                                                  v1::MESH_ARRAY_SCALARS};
@@ -129,7 +109,7 @@ class UploadCall : public grpc::ServerReadReactor<v1::UploadMeshRequest> {
     job->service = kService;
     job->method = "UploadMesh";
     job->preference = DevicePreference::kCpu;
-    job->deadline = DeadlineOf(context_);
+    job->deadline = DeadlineOf(context());
     job->run = [upload](const Device&, StageTimes* times) {
       const auto t0 = Clock::now();
       upload->hash = volume::MeshContentHash(upload->mesh);
@@ -208,15 +188,9 @@ class UploadCall : public grpc::ServerReadReactor<v1::UploadMeshRequest> {
     response_->set_content_hash(upload_->hash);
     response_->set_request_id(RequestIdOr(header_.request_id()));
     FillMeshReport(report, response_);
-    FillExecutionInfo(job, record_.Elapsed(), response_->mutable_info());
+    FillExecutionInfo(job, record().Elapsed(), response_->mutable_info());
     if (response_->info().device().empty()) response_->mutable_info()->set_device(session.device());
     FinishWith(absl::OkStatus());
-  }
-
-  void FinishWith(const absl::Status& status) {
-    upload_.reset();
-    record_.Done(status);
-    Finish(ToGrpcStatus(status));  // `this` may be deleted after this line
   }
 
   struct Upload {
@@ -227,10 +201,7 @@ class UploadCall : public grpc::ServerReadReactor<v1::UploadMeshRequest> {
 
   ServiceContext* ctx_;
   const VolumeLimits limits_;
-  grpc::CallbackServerContext* context_;
   v1::UploadMeshResponse* response_;
-  RpcRecord record_;
-  v1::UploadMeshRequest request_;
   v1::MeshHeader header_;
   bool have_header_ = false;
   MeshUploadBudget budget_;

@@ -9,7 +9,9 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <cstdlib>
 #include <fstream>
+#include <iostream>
 #include <limits>
 #include <sstream>
 
@@ -490,6 +492,38 @@ TEST_CASE("a GPU server's renders match the CPU oracle", "[server][volume][gpu]"
     INFO("GPU vs CPU PSNR " << psnr << " dB");
     CHECK(psnr >= 40);
     REQUIRE(vc.DeleteMesh(up->mesh_id()).ok());
+  }
+}
+
+}  // namespace
+}  // namespace fresnel::testing
+
+namespace fresnel::testing {
+namespace {
+
+// Opt-in measurement, not a test: the turntable through an in-process GPU server and the CLI
+// (loopback gRPC, the same path as fresneld + fresnel). FRESNEL_VOLUME_BENCH_MESH picks the
+// --generate spec (default tets:6e6), FRESNEL_VOLUME_BENCH_FRAMES the frames per run.
+TEST_CASE("turntable frames per second through the service", "[.][volume_bench]") {
+  if (SkipWithoutGpu()) return;
+  server::ServerConfig config = TestServer::CpuConfig();
+  config.gpus = "all";
+  TestServer ts(config);
+  const char* mesh_env = std::getenv("FRESNEL_VOLUME_BENCH_MESH");
+  const char* frames_env = std::getenv("FRESNEL_VOLUME_BENCH_FRAMES");
+  const std::string mesh = mesh_env ? mesh_env : "tets:6e6";
+  const std::string frames = frames_env ? frames_env : "60";
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / absl::StrCat("fresnel_turntable_", ::getpid());
+  std::filesystem::create_directories(dir);
+  for (const char* inflight : {"2", "1", "4"}) {
+    CliResult r = RunCli({"--server", ts.address, "--timeout", "600", "render", "--generate",
+                          mesh, "--size", "1024x1024", "--orbit", frames, "--inflight", inflight,
+                          "--keep", "--device", "gpu", "--out", (dir / "frame.png").string(),
+                          "--json"});
+    std::cout << "turntable " << mesh << " inflight " << inflight << ": " << r.out << r.err
+              << std::flush;
+    REQUIRE(r.code == 0);
   }
 }
 
