@@ -457,14 +457,22 @@ int RunRender(const GlobalOptions& global, RenderCmdOptions o, std::ostream& out
   out << "; " << (uploaded->existing() ? "already on " : "uploaded to ") << uploaded->device()
       << " in " << FormatSeconds(upload_s) << " (" << FormatBytes(uploaded->device_bytes())
       << ")\n";
-  out << "render: " << o.width << "x" << o.height << " in " << FormatSeconds(first_s)
-      << " (kernel " << FormatSeconds(first->stats.render_seconds()) << ": project "
-      << FormatSeconds(first->stats.project_seconds()) << ", records "
-      << FormatSeconds(first->stats.records_seconds()) << ", sort "
-      << FormatSeconds(first->stats.sort_seconds()) << ", composite "
-      << FormatSeconds(first->stats.composite_seconds()) << "; "
-      << FormatSi(static_cast<double>(first->stats.records())) << " records, "
-      << first->stats.num_blocks() << " hash blocks)";
+  const v1::VolumeRenderStats& fs = first->stats;
+  out << "render: " << o.width << "x" << o.height << " in " << FormatSeconds(first_s) << " (kernel "
+      << FormatSeconds(fs.render_seconds());
+  // The CPU ray caster reports projection and records only.
+  const std::pair<const char*, double> stages[] = {{"project", fs.project_seconds()},
+                                                   {"records", fs.records_seconds()},
+                                                   {"sort", fs.sort_seconds()},
+                                                   {"composite", fs.composite_seconds()}};
+  const char* sep = ": ";
+  for (const auto& [name, seconds] : stages) {
+    if (seconds <= 0) continue;
+    out << sep << name << " " << FormatSeconds(seconds);
+    sep = ", ";
+  }
+  out << "; " << FormatSi(static_cast<double>(fs.records())) << " records, " << fs.num_blocks()
+      << (fs.num_blocks() == 1 ? " hash block)" : " hash blocks)");
   if (o.progressive) out << ", " << first->partial_frames << " partial frames";
   out << "\n";
   if (o.orbit > 0) {
