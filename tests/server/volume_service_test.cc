@@ -356,6 +356,20 @@ TEST_CASE("bad uploads and renders are refused naming the field; the server surv
                 "chunk.array");
   }
 
+  {
+    // A zero-volume tetrahedron (a repeated vertex) is accepted, counted and skipped.
+    volume::TetMesh with_flat = m;
+    with_flat.tets.insert(with_flat.tets.end(), {0, 0, 1, 2});
+    auto flat = Upload(vc, with_flat);
+    REQUIRE(flat.ok());
+    CHECK(flat->degenerate_tets() == 1);
+    CHECK(flat->num_tets() == nt + 1);
+    auto r = vc.Render(RenderReq(flat->mesh_id(), CameraFor(m, 10, 16, 16)));
+    REQUIRE(r.ok());
+    CHECK(r->stats.tets_rendered() == nt);
+    REQUIRE(vc.DeleteMesh(flat->mesh_id()).ok());
+  }
+
   auto up = Upload(vc, m);
   REQUIRE(up.ok());
   const volume::Camera camera = CameraFor(m, 10, 32, 32);
