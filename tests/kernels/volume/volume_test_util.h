@@ -32,7 +32,10 @@ inline D3 Normalize(const D3& a) {
 }
 
 // The pixel ray of render.h's camera model, in float64, written out independently.
-inline void RayOf(const Camera& c, int x, int y, D3* o, D3* d) {
+inline void RayAt(const Camera& c, double x, double y, D3* o, D3* d);
+inline void RayOf(const Camera& c, int x, int y, D3* o, D3* d) { RayAt(c, x, y, o, d); }
+// The ray through continuous pixel coordinates (pixel centre (x, y) at x, y).
+inline void RayAt(const Camera& c, double x, double y, D3* o, D3* d) {
   const D3 eye = {c.eye[0], c.eye[1], c.eye[2]};
   const D3 f = Normalize(Sub({c.target[0], c.target[1], c.target[2]}, eye));
   const D3 r = Normalize(Cross(f, {c.up[0], c.up[1], c.up[2]}));

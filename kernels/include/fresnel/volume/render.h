@@ -15,13 +15,14 @@
 //         tiles), walk face to face through the neighbour tetrahedra, and on leaving the mesh look
 //         for the next boundary face further along the ray (non-convex meshes, holes). The test
 //         oracle.
-//   CUDA  cell projection: vertices are projected on the GPU; for each hash block (a sub-sampling
-//         of the image by the low `hash_block_bits` bits of x and y: 16 or 64 blocks) every
-//         tetrahedron scan-converts the block's pixels under its projection into intersection
-//         records (pixel, depth, segment colour and opacity: the transfer function is integrated
-//         as the record is made), block-level prefix sums place the records, CUB radix-sorts them
-//         by (pixel, depth), and a per-pixel front-to-back reduction composites them. Memory per
-//         frame is bounded by one block's records (docs/volume.md).
+//   CUDA  cell projection: vertices are projected on the GPU; every tetrahedron scan-converts
+//         the pixels under its projection (exact ray tests, counted first so that every hash
+//         block's records are known), and the records (pixel, depth, segment colour and opacity:
+//         the transfer function is integrated as the record is made) are written for as many
+//         hash blocks at once as RenderOptions::max_pass_records allows. A hash block is a
+//         sub-sampling of the image by the low `hash_block_bits` bits of x and y (16 or 64
+//         blocks); each is radix-sorted by (pixel, depth) with CUB and composited front to back
+//         per pixel, and reported to the callback when done (docs/volume.md).
 // Both backends compute rays, ray–tetrahedron intersections and segment integrals with the same
 // float32 code (volume_math.h), so their images agree to rounding.
 //
@@ -109,7 +110,7 @@ struct RenderOptions {
   // 24 bytes each); a block never splits. This bounds the frame's device memory.
   int64_t max_pass_records = int64_t{1} << 27;
   // CUDA: a block needing more records fails with ResourceExhausted (use more hash blocks).
-  int64_t max_block_records = int64_t{1} << 30;
+  int64_t max_block_records = int64_t{1} << 30;  // at most 2^31 - 1
   // The image as uint8 RGBA [h, w, 4] (CUDA converts on the device: a quarter of the copy).
   bool rgba8 = false;
 };
@@ -128,9 +129,8 @@ struct PartialFrame {
 using PartialFrameCallback = std::function<absl::Status(const PartialFrame&)>;
 
 // Seconds per stage of one Render, summed over blocks. CUDA stages are timed with events on the
-// call's stream; the CPU sets setup_s (tiling) and records_s (ray casting).
+// call's stream; the CPU sets project_s (projection, boundary tiling) and records_s (casting).
 struct RenderStats {
-  double upload_s = 0;     // per-call uploads (transfer function is passed by value: ~0)
   double project_s = 0;    // vertex projection + per-tetrahedron screen boxes
   double records_s = 0;    // scan conversion: counting and writing the records (segment
                            // integration included)
