@@ -198,7 +198,6 @@ absl::StatusOr<VolumeRenderInput> ParseVolumeRender(const v1::VolumeRenderReques
 }
 
 void StatsToProto(const volume::RenderStats& s, v1::VolumeRenderStats* out) {
-  out->set_upload_seconds(s.upload_s);
   out->set_project_seconds(s.project_s);
   out->set_records_seconds(s.records_s);
   out->set_sort_seconds(s.sort_s);
@@ -209,6 +208,8 @@ void StatsToProto(const volume::RenderStats& s, v1::VolumeRenderStats* out) {
   out->set_max_block_records(s.max_block_records);
   out->set_tets_rendered(s.tets_rendered);
   out->set_num_blocks(s.num_blocks);
+  out->set_passes(s.passes);
+  out->set_warp_chunks(s.warp_chunks);
   out->set_peak_device_bytes(s.peak_device_bytes);
   out->set_compositing(CompositingName(s.compositing));
 }

@@ -274,7 +274,6 @@ absl::Status StartRender(ServiceContext* ctx, grpc::CallbackServerContext* conte
     FRESNEL_ASSIGN_OR_RETURN(volume::RenderResult r,
                              volume::Render(device, *state->mesh, input->tf, input->camera,
                                             input->options, on_block));
-    times->h2d_s = r.stats.upload_s;
     times->compute_s = r.stats.project_s + r.stats.records_s + r.stats.sort_s +
                        r.stats.composite_s;
     times->d2h_s = r.stats.d2h_s;
