@@ -73,6 +73,12 @@ absl::StatusOr<ServerConfig> ParseConfig(int argc, char** argv) {
                  "most points per hologram (an image source counts one point per pixel)")
       ->envname("FRESNEL_HOLOGRAM_MAX_POINTS")->check(CLI::Range(int64_t{1}, int64_t{1} << 28))
       ->capture_default_str();
+  app.add_option("--volume-max-points", c.volume_max_points, "most points per uploaded mesh")
+      ->envname("FRESNEL_VOLUME_MAX_POINTS")->check(CLI::Range(int64_t{4}, (int64_t{1} << 31) - 1))
+      ->capture_default_str();
+  app.add_option("--volume-max-tets", c.volume_max_tets, "most tetrahedra per uploaded mesh")
+      ->envname("FRESNEL_VOLUME_MAX_TETS")->check(CLI::Range(int64_t{1}, (int64_t{1} << 31) - 1))
+      ->capture_default_str();
   app.add_option("--session-ttl", c.session_ttl_s,
                  "seconds a session (fusion volume, cached mesh) lives without a call")
       ->envname("FRESNEL_SESSION_TTL")->check(CLI::Range(0.01, 1e7))->capture_default_str();

@@ -42,6 +42,9 @@ struct ServerConfig {
   int max_sessions_per_client = 32;                // FRESNEL_MAX_SESSIONS_PER_CLIENT
   int64_t session_gpu_memory_bytes = 0;            // FRESNEL_SESSION_GPU_MEMORY_BYTES; 0 = 90 %
   int64_t session_cpu_memory_bytes = int64_t{8} << 30;  // FRESNEL_SESSION_CPU_MEMORY_BYTES
+  // Volume render meshes (server/services/volume_service.h); the mesh cache is the sessions' cap.
+  int64_t volume_max_points = int64_t{1} << 27;  // FRESNEL_VOLUME_MAX_POINTS, per mesh
+  int64_t volume_max_tets = int64_t{1} << 28;    // FRESNEL_VOLUME_MAX_TETS, per mesh
 };
 
 // Parses flags and environment. Returns the config, or a status whose message is the help text

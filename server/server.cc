@@ -18,6 +18,7 @@
 #include "server/services/hologram_service.h"
 #include "server/services/interpolation_service.h"
 #include "server/services/unwrap_service.h"
+#include "server/services/volume_service.h"
 
 namespace fresnel::server {
 
@@ -33,6 +34,7 @@ struct FresnelServer::Impl {
   std::unique_ptr<InterpolationService> interpolation;
   std::unique_ptr<UnwrapService> unwrap;
   std::unique_ptr<HologramService> hologram;
+  std::unique_ptr<VolumeService> volume;
   std::unique_ptr<AdminService> admin;
   std::unique_ptr<FusionService> fusion;
   std::unique_ptr<grpc::Server> grpc_server;
@@ -101,6 +103,7 @@ absl::StatusOr<std::unique_ptr<FresnelServer>> FresnelServer::Start(const Server
                          "fresnel.v1.AdminService"};
   impl->service_names.push_back("fresnel.v1.HologramService");
   impl->service_names.push_back("fresnel.v1.FusionService");
+  impl->service_names.push_back("fresnel.v1.VolumeRenderService");
   std::vector<std::string> listed = impl->service_names;
   listed.push_back("grpc.health.v1.Health");
   listed.push_back("grpc.reflection.v1alpha.ServerReflection");
@@ -111,6 +114,10 @@ absl::StatusOr<std::unique_ptr<FresnelServer>> FresnelServer::Start(const Server
   hologram_limits.max_points = config.hologram_max_points;
   impl->hologram = std::make_unique<HologramService>(&impl->ctx, hologram_limits);
   impl->fusion = std::make_unique<FusionService>(&impl->ctx, FusionServiceLimits{});
+  VolumeLimits volume_limits;
+  volume_limits.max_points = config.volume_max_points;
+  volume_limits.max_tets = config.volume_max_tets;
+  impl->volume = std::make_unique<VolumeService>(&impl->ctx, volume_limits);
   impl->admin = std::make_unique<AdminService>(&impl->ctx, impl->config, listed);
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -122,6 +129,7 @@ absl::StatusOr<std::unique_ptr<FresnelServer>> FresnelServer::Start(const Server
   builder.RegisterService(impl->interpolation.get());
   builder.RegisterService(impl->unwrap.get());
   builder.RegisterService(impl->hologram.get());
+  builder.RegisterService(impl->volume.get());
   builder.RegisterService(impl->admin.get());
   builder.RegisterService(impl->fusion.get());
   impl->grpc_server = builder.BuildAndStart();

@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "fuse_cmd.h"
 #include "hologram_cmd.h"
+#include "render_cmd.h"
 
 #ifndef FRESNEL_VERSION
 #define FRESNEL_VERSION "unknown"
@@ -218,6 +219,10 @@ int Main(int argc, const char* const* argv, std::ostream& out, std::ostream& err
   HologramCmdOptions hologram;
   CLI::App* hologram_cmd = AddHologramCommand(&app, &hologram);
 
+  // fresnel render (render_cmd.cc)
+  RenderCmdOptions render;
+  CLI::App* render_cmd = AddRenderCommand(&app, &render);
+
   // fresnel unwrap
   UnwrapOptions unwrap;
   CLI::App* unwrap_cmd = app.add_subcommand(
@@ -310,11 +315,12 @@ int Main(int argc, const char* const* argv, std::ostream& out, std::ostream& err
     }
     if (arg.empty() || arg[0] == '-') continue;
     if (arg != "info" && arg != "health" && arg != "interp" && arg != "bench" && arg != "unwrap" &&
-        arg != "jobs" && arg != "hologram" && arg != "fuse") {
+        arg != "jobs" && arg != "hologram" && arg != "fuse" && arg != "render") {
       return ReportUsageError(
           err,
           absl::StrCat("unknown command '", arg,
-                       "' (commands: info, health, interp, unwrap, jobs, hologram, fuse, bench)"),
+                       "' (commands: info, health, interp, unwrap, jobs, hologram, fuse, render, "
+                       "bench)"),
           "");
     }
     if (arg == "jobs" && i + 1 < argc && argv[i + 1][0] != '-') {
@@ -351,6 +357,7 @@ int Main(int argc, const char* const* argv, std::ostream& out, std::ostream& err
     if (bench_cmd->parsed()) return RunBench(global, bench, out, err);
     if (hologram_cmd->parsed()) return RunHologram(global, hologram, out, err);
     if (fuse_cmd->parsed()) return RunFuse(global, fuse, out, err);
+    if (render_cmd->parsed()) return RunRender(global, render, out, err);
     if (unwrap_cmd->parsed()) return RunUnwrap(global, unwrap, out, err);
     if (jobs_cmd->parsed()) {
       jobs.action = jobs_list->parsed() ? "list" : jobs_get->parsed() ? "get" : "cancel";

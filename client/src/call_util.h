@@ -5,8 +5,10 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <utility>
 
 #include "fresnel/client/client.h"
+#include "fresnel/v1/array_convert.h"
 
 namespace fresnel::internal {
 
@@ -21,6 +23,23 @@ inline void ApplyDeadline(grpc::ClientContext* context, const ClientOptions& opt
   const std::chrono::milliseconds timeout =
       call.timeout.count() > 0 ? call.timeout : options.default_timeout;
   if (timeout.count() > 0) context->set_deadline(std::chrono::system_clock::now() + timeout);
+}
+
+// Writes `array` as chunks of at most `chunk_bytes` data bytes (one, for an empty array), each in
+// the message `wrap(chunk, &message)` makes. False when a Write failed (Finish says why).
+template <typename Req, typename Wrap>
+bool WriteArrayChunks(grpc::ClientWriter<Req>* writer, const HostArray& array,
+                      int64_t chunk_bytes, const Wrap& wrap) {
+  const int64_t total = static_cast<int64_t>(array.nbytes());
+  for (int64_t offset = 0; offset < total || offset == 0; offset += chunk_bytes) {
+    v1::ArrayChunk chunk = ArrayChunkAt(array, offset, chunk_bytes);
+    const bool last = chunk.last();
+    Req message;
+    wrap(std::move(chunk), &message);
+    if (!writer->Write(message)) return false;
+    if (last) break;
+  }
+  return true;
 }
 
 }  // namespace fresnel::internal

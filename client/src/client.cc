@@ -526,15 +526,13 @@ absl::StatusOr<v1::SubmitResponse> Client::SubmitUnwrap(v1::UnwrapRequest reques
   bool ok = writer->Write(first);
   const int64_t chunk_bytes = v1::ChunkPayloadBytes(cap);
   for (const auto& [which, array] : chunked) {
-    const int64_t total = static_cast<int64_t>(array.nbytes());
-    for (int64_t offset = 0; ok && (offset < total || offset == 0); offset += chunk_bytes) {
-      v1::SubmitRequest message;
-      v1::UnwrapArrayChunk* c = message.mutable_chunk();
-      c->set_array(which);
-      *c->mutable_chunk() = ArrayChunkAt(array, offset, chunk_bytes);
-      ok = writer->Write(message);
-      if (c->chunk().last()) break;
-    }
+    if (!ok) break;
+    ok = internal::WriteArrayChunks(
+        writer.get(), array, chunk_bytes,
+        [which = which](v1::ArrayChunk&& chunk, v1::SubmitRequest* message) {
+          message->mutable_chunk()->set_array(which);
+          *message->mutable_chunk()->mutable_chunk() = std::move(chunk);
+        });
   }
   if (ok) writer->WritesDone();
   const grpc::Status status = writer->Finish();  // says why when a Write failed

@@ -4,6 +4,7 @@
 #include "fresnel/hologram/hologram.h"
 #include "server/services/fusion_service.h"
 #include "server/sessions.h"
+#include "fresnel/volume/render.h"
 
 #ifndef FRESNEL_VERSION
 #define FRESNEL_VERSION "dev"
@@ -55,6 +56,11 @@ grpc::ServerUnaryReactor* AdminService::GetServerInfo(grpc::CallbackServerContex
     fusion->set_max_snapshot_bytes(fusion_limits.max_snapshot_bytes);
     fusion->set_max_render_pixels(fusion_limits.max_render_pixels);
   }
+  limits->set_volume_max_points(config_.volume_max_points);
+  limits->set_volume_max_tets(config_.volume_max_tets);
+  limits->set_volume_max_image_side(volume::kMaxImageSide);
+  limits->set_session_gpu_cap_bytes(config_.session_gpu_memory_bytes);
+  limits->set_session_cpu_cap_bytes(config_.session_cpu_memory_bytes);
   for (const std::string& s : services_) response->add_services(s);
   auto* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);

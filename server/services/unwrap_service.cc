@@ -10,6 +10,7 @@
 #include "fresnel/v1/wire_limits.h"
 #include "fresnel/v1/array_convert.h"
 #include "server/jobs.h"
+#include "server/rpc/upload_reader.h"
 #include "server/services/unwrap_params.h"
 #include "server/status_util.h"
 
@@ -77,39 +78,17 @@ absl::Status RequireJobId(const std::string& id) {
 // Submit: reads the header and the chunks of the arrays it left out; creates the job when the
 // client half-closes.
 
-class SubmitCall : public grpc::ServerReadReactor<v1::SubmitRequest> {
+class SubmitCall : public UploadReader<v1::SubmitRequest> {
  public:
   SubmitCall(ServiceContext* ctx, grpc::CallbackServerContext* context,
              v1::SubmitResponse* response)
-      : ctx_(ctx),
-        context_(context),
-        response_(response),
-        record_(ctx->metrics, kService, "Submit") {
+      : UploadReader(ctx->metrics, kService, "Submit", context), ctx_(ctx), response_(response) {
     const int64_t pixels = ctx_->unwrap_limits.max_pixels;
     const int64_t cap = ctx_->jobs->options().memory_bytes;
     // No array can be larger than the limits allow, nor than the job store could hold.
     max_bytes_ = {std::min(pixels * 8, cap), std::min(pixels, cap), std::min(pixels * 8, cap)};
-    StartRead(&request_);
+    StartReading();
   }
-
-  void OnReadDone(bool ok) override {
-    if (!ok) {
-      if (context_->IsCancelled()) {
-        FinishWith(absl::CancelledError("the client cancelled the upload"));
-      } else {
-        CreateJob();
-      }
-      return;
-    }
-    absl::Status st = Take();
-    if (!st.ok()) {
-      FinishWith(st);
-      return;
-    }
-    StartRead(&request_);
-  }
-
-  void OnDone() override { delete this; }
 
  private:
   static constexpr const char* kNames[3] = {"phase", "mask", "quality"};
@@ -119,19 +98,19 @@ class SubmitCall : public grpc::ServerReadReactor<v1::SubmitRequest> {
     return i == 0 ? r.has_phase() : i == 1 ? r.has_mask() : r.has_quality();
   }
 
-  absl::Status Take() {
+  absl::Status Take(v1::SubmitRequest& request) override {
     if (!have_header_) {
-      if (request_.msg_case() != v1::SubmitRequest::kHeader) {
+      if (request.msg_case() != v1::SubmitRequest::kHeader) {
         return absl::InvalidArgumentError("header: the first message must carry the header");
       }
-      header_ = std::move(*request_.mutable_header());
+      header_ = std::move(*request.mutable_header());
       have_header_ = true;
       return absl::OkStatus();
     }
-    if (request_.msg_case() != v1::SubmitRequest::kChunk) {
+    if (request.msg_case() != v1::SubmitRequest::kChunk) {
       return absl::InvalidArgumentError("chunk: every message after the header must carry a chunk");
     }
-    v1::UnwrapArrayChunk& c = *request_.mutable_chunk();
+    v1::UnwrapArrayChunk& c = *request.mutable_chunk();
     int i;
     switch (c.array()) {
       case v1::UNWRAP_ARRAY_PHASE: i = 0; break;
@@ -145,7 +124,7 @@ class SubmitCall : public grpc::ServerReadReactor<v1::SubmitRequest> {
       return absl::InvalidArgumentError(
           absl::StrCat(kNames[i], ": sent both inline in the header and in chunks"));
     }
-    record_.Payload("in", static_cast<double>(c.chunk().data().size()));
+    record().Payload("in", static_cast<double>(c.chunk().data().size()));
     FRESNEL_ASSIGN_OR_RETURN(
         bool complete, assemblers_[i].Add(std::move(*c.mutable_chunk()), kNames[i], max_bytes_[i]));
     chunked_[i] = true;
@@ -159,7 +138,7 @@ class SubmitCall : public grpc::ServerReadReactor<v1::SubmitRequest> {
       v1::NdArray* inline_array = i == 0   ? r.mutable_phase()
                                   : i == 1 ? r.mutable_mask()
                                            : r.mutable_quality();
-      record_.Payload("in", static_cast<double>(inline_array->data().size()));
+      record().Payload("in", static_cast<double>(inline_array->data().size()));
       FRESNEL_ASSIGN_OR_RETURN(HostArray a, FromProto(std::move(*inline_array), kNames[i]));
       return std::optional<HostArray>(std::move(a));
     }
@@ -172,12 +151,13 @@ class SubmitCall : public grpc::ServerReadReactor<v1::SubmitRequest> {
     return std::optional<HostArray>(std::move(a));
   }
 
-  void CreateJob() {
+  absl::Status Complete() override {
     if (!have_header_) {
-      FinishWith(absl::InvalidArgumentError("header: the stream ended before the header"));
-      return;
+      return absl::InvalidArgumentError("header: the stream ended before the header");
     }
-    FinishWith(DoCreateJob());
+    FRESNEL_RETURN_IF_ERROR(DoCreateJob());
+    FinishWith(absl::OkStatus());
+    return absl::OkStatus();
   }
 
   absl::Status DoCreateJob() {
@@ -218,16 +198,8 @@ class SubmitCall : public grpc::ServerReadReactor<v1::SubmitRequest> {
     return absl::OkStatus();
   }
 
-  void FinishWith(const absl::Status& status) {
-    record_.Done(status);
-    Finish(ToGrpcStatus(status));
-  }
-
   ServiceContext* ctx_;
-  grpc::CallbackServerContext* context_;
   v1::SubmitResponse* response_;
-  RpcRecord record_;
-  v1::SubmitRequest request_;
   v1::SubmitHeader header_;
   bool have_header_ = false;
   std::array<ChunkAssembler, 3> assemblers_;

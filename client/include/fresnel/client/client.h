@@ -196,6 +196,7 @@ class Client {
   int64_t MessageCap(const CallOptions& call);
   // The channel, for services whose calls live in their own source file (hologram_client.cc).
   std::shared_ptr<grpc::Channel> channel() const;
+  friend class VolumeClient;  // shares the channel (volume_client.h)
   ClientOptions options_;
   std::unique_ptr<Impl> impl_;
 };

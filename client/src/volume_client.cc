@@ -1,0 +1,119 @@
+// fresnel::VolumeClient: UploadMesh (header + chunks), Render (partial frames, then the image)
+// and DeleteMesh.
+#include "fresnel/client/volume_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "call_util.h"
+#include "fresnel/v1/array_convert.h"
+
+namespace fresnel {
+namespace {
+
+using internal::ApplyDeadline;
+using internal::FromGrpc;
+
+// Room for a message's other fields next to its chunk bytes.
+constexpr int64_t kEnvelopeBytes = 16 << 10;
+// Chunks stay small enough to pipeline well even when the cap is large.
+constexpr int64_t kMaxChunkBytes = 4 << 20;
+
+}  // namespace
+
+VolumeClient::VolumeClient(Client* client)
+    : options_(client->options()), stub_(v1::VolumeRenderService::NewStub(client->channel())) {}
+
+absl::StatusOr<v1::UploadMeshResponse> VolumeClient::UploadMesh(const HostArray& points_xyz,
+                                                                const HostArray& tets,
+                                                                const HostArray& scalars,
+                                                                v1::DeviceKind device,
+                                                                const CallOptions& call) {
+  if (points_xyz.ndim() != 2 || points_xyz.dim(1) != 3) {
+    return absl::InvalidArgumentError(absl::StrCat("points_xyz must be [n, 3], got ",
+                                                   ShapeString(points_xyz.shape())));
+  }
+  if (tets.ndim() != 2 || tets.dim(1) != 4) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tets must be [m, 4], got ", ShapeString(tets.shape())));
+  }
+  grpc::ClientContext context;
+  ApplyDeadline(&context, options_, call);
+  v1::UploadMeshResponse response;
+  std::unique_ptr<grpc::ClientWriter<v1::UploadMeshRequest>> writer =
+      stub_->UploadMesh(&context, &response);
+  v1::UploadMeshRequest first;
+  v1::MeshHeader* header = first.mutable_header();
+  header->set_num_points(points_xyz.dim(0));
+  header->set_num_tets(tets.dim(0));
+  header->mutable_device()->set_kind(device);
+  bool ok = writer->Write(first);
+  const int64_t chunk_bytes =
+      std::clamp<int64_t>(options_.max_message_bytes - kEnvelopeBytes, 1024, kMaxChunkBytes);
+  const std::pair<v1::MeshArray, const HostArray*> arrays[] = {
+      {v1::MESH_ARRAY_POINTS, &points_xyz},
+      {v1::MESH_ARRAY_TETS, &tets},
+      {v1::MESH_ARRAY_SCALARS, &scalars}};
+  for (const auto& [which, array] : arrays) {
+    if (!ok) break;
+    ok = internal::WriteArrayChunks(
+        writer.get(), *array, chunk_bytes,
+        [which = which](v1::ArrayChunk&& chunk, v1::UploadMeshRequest* message) {
+          message->mutable_chunk()->set_array(which);
+          *message->mutable_chunk()->mutable_chunk() = std::move(chunk);
+        });
+  }
+  if (ok) writer->WritesDone();
+  const grpc::Status status = writer->Finish();  // says why when a Write failed
+  if (!status.ok()) return FromGrpc(status);
+  return response;
+}
+
+absl::StatusOr<VolumeRenderResult> VolumeClient::Render(
+    const v1::VolumeRenderRequest& request,
+    const std::function<void(const v1::VolumePartialFrame&)>& on_partial,
+    const CallOptions& call) {
+  grpc::ClientContext context;
+  ApplyDeadline(&context, options_, call);
+  std::unique_ptr<grpc::ClientReader<v1::VolumeRenderResponse>> reader =
+      stub_->Render(&context, request);
+  VolumeRenderResult result;
+  bool have_image = false;
+  v1::VolumeRenderResponse message;
+  while (reader->Read(&message)) {
+    if (message.has_partial()) {
+      ++result.partial_frames;
+      if (on_partial) on_partial(message.partial());
+    } else if (message.has_image()) {
+      v1::VolumeImage* image = message.mutable_image();
+      absl::StatusOr<HostArray> array = FromProto(std::move(*image->mutable_image()), "image");
+      if (!array.ok()) {
+        context.TryCancel();
+        reader->Finish().ok();
+        return array.status();
+      }
+      result.image = *std::move(array);
+      result.stats = image->stats();
+      result.info = image->info();
+      result.request_id = image->request_id();
+      have_image = true;
+    }
+  }
+  const grpc::Status status = reader->Finish();
+  if (!status.ok()) return FromGrpc(status);
+  if (!have_image) return absl::DataLossError("the render stream ended without an image");
+  return result;
+}
+
+absl::Status VolumeClient::DeleteMesh(const std::string& mesh_id, const CallOptions& call) {
+  grpc::ClientContext context;
+  ApplyDeadline(&context, options_, call);
+  v1::DeleteMeshRequest request;
+  request.set_mesh_id(mesh_id);
+  v1::DeleteMeshResponse response;
+  return FromGrpc(stub_->DeleteMesh(&context, request, &response));
+}
+
+}  // namespace fresnel

@@ -1,0 +1,76 @@
+// UploadReader<Req>: the client-streaming reactor of an upload (a header, then chunks). It reads
+// one message at a time and hands each to Take; when the client half-closes it calls Complete,
+// which either finishes the call itself or starts work whose completion calls FinishWith. Any
+// error finishes the call with that status, and the client's cancellation with CANCELLED.
+// Nothing blocks a gRPC thread.
+//
+// Subclasses call StartReading() as the last step of their constructor (a read may complete
+// before the constructor returns, and Take is virtual). FinishWith may be called once from any
+// thread; gRPC deletes the reactor afterwards, so it must be a caller's last touch of `this`.
+//
+// Used by UnwrapService.Submit and VolumeRenderService.UploadMesh.
+#pragma once
+
+#include <atomic>
+
+#include "absl/status/status.h"
+#include "grpcpp/grpcpp.h"
+#include "server/call.h"
+#include "server/status_util.h"
+
+namespace fresnel::server {
+
+template <typename Req>
+class UploadReader : public grpc::ServerReadReactor<Req> {
+ public:
+  void OnReadDone(bool ok) final {
+    if (!ok) {
+      if (context_->IsCancelled()) {
+        FinishWith(absl::CancelledError("the client cancelled the upload"));
+        return;
+      }
+      absl::Status st = Complete();
+      if (!st.ok()) FinishWith(st);  // on OK, `this` may already be gone
+      return;
+    }
+    absl::Status st = Take(request_);
+    if (!st.ok()) {
+      FinishWith(st);
+      return;
+    }
+    this->StartRead(&request_);
+  }
+
+  void OnDone() override { delete this; }
+
+ protected:
+  UploadReader(Metrics* metrics, const char* service, const char* method,
+               grpc::CallbackServerContext* context)
+      : context_(context), record_(metrics, service, method) {}
+
+  void StartReading() { this->StartRead(&request_); }
+
+  // One message of the stream (it may be moved from).
+  virtual absl::Status Take(Req& message) = 0;
+  // After the last message. An error finishes the call; OK means the subclass finished it or
+  // will (from a job's completion).
+  virtual absl::Status Complete() = 0;
+
+  // Finishes the call (only the first call counts). `this` may be deleted after it.
+  void FinishWith(const absl::Status& status) {
+    if (finished_.exchange(true)) return;
+    record_.Done(status);
+    this->Finish(ToGrpcStatus(status));
+  }
+
+  grpc::CallbackServerContext* context() const { return context_; }
+  RpcRecord& record() { return record_; }
+
+ private:
+  grpc::CallbackServerContext* const context_;
+  RpcRecord record_;
+  Req request_;
+  std::atomic<bool> finished_{false};
+};
+
+}  // namespace fresnel::server
