@@ -118,26 +118,23 @@ __global__ void __launch_bounds__(kThreads) IcpKernel(const F4* vtx, const F4* n
   __syncthreads();
   if (!last) return;
   // The last block sums the block partials in a fixed order (deterministic, so a restored
-  // snapshot tracks bit for bit like the original): thread t adds blocks t, t + 256, ..., then the
-  // same shuffle/shared tree as above; thread 0 solves.
+  // snapshot tracks bit for bit like the original): thread (g, k) of 8 x 29 adds sum k of blocks
+  // g, g + 8, ..., then thread k adds the 8 groups in order; thread 0 solves. (No double-precision
+  // shuffle tree: the serial tail of this block is what bounds an ICP iteration.)
   __threadfence();
-  double dacc[kIcpSums];
-  for (int k = 0; k < kIcpSums; ++k) dacc[k] = 0;
-  for (unsigned b = threadIdx.x; b < gridDim.x; b += blockDim.x) {
-    const double* p = partials + b * kIcpSums;
-    for (int k = 0; k < kIcpSums; ++k) dacc[k] += __ldcg(p + k);
-  }
-  __shared__ double dpart[kThreads / 32][kIcpSums];
-  for (int k = 0; k < kIcpSums; ++k) {
-    double v = dacc[k];
-    for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
-    if (lane == 0) dpart[warp][k] = v;
+  constexpr int kGroups = kThreads / kIcpSums;  // 8
+  __shared__ double gpart[kGroups][kIcpSums];
+  __shared__ double sums[kIcpSums];
+  if (threadIdx.x < kGroups * kIcpSums) {
+    const int k = threadIdx.x % kIcpSums, g = threadIdx.x / kIcpSums;
+    double a = 0;
+    for (unsigned b = g; b < gridDim.x; b += kGroups) a += __ldcg(partials + b * kIcpSums + k);
+    gpart[g][k] = a;
   }
   __syncthreads();
-  __shared__ double sums[kIcpSums];
   if (threadIdx.x < kIcpSums) {
     double t = 0;
-    for (int w = 0; w < kThreads / 32; ++w) t += dpart[w][threadIdx.x];
+    for (int g = 0; g < kGroups; ++g) t += gpart[g][threadIdx.x];
     sums[threadIdx.x] = t;
   }
   __syncthreads();
@@ -273,21 +270,32 @@ __global__ void CommitKernel(Counters* c, int cap) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Integration: one block per brick (grid-stride over the pool up to the high-water mark read on
-// the device), frustum test, then every stored voxel (core + apron) updated.
+// Integration, in two kernels: a thread per pool brick (up to the high-water mark read on the
+// device) runs the frustum test and lists the visible bricks; then a block per listed brick
+// updates its stored voxels (core + apron). (One block per pool brick with the test inside left
+// most blocks walking invisible bricks one after another.)
 
-__global__ void __launch_bounds__(kThreads) IntegrateKernel(VolumeView v, Counters* c,
-                                                            TrackState* s, FrameView f,
-                                                            int32_t* visible) {
+__global__ void SelectKernel(VolumeView v, Counters* c, TrackState* s, FrameView f,
+                             int32_t* visible) {
   if (!s->integrate) return;
   const PoseF T = s->T_cw;
   const int hwm = c->hwm;
-  for (int bi = blockIdx.x; bi < hwm; bi += gridDim.x) {
+  for (int bi = blockIdx.x * blockDim.x + threadIdx.x; bi < hwm; bi += gridDim.x * blockDim.x) {
     const uint64_t key = v.brick_keys[bi];
     if (key == kEmptyKey) continue;
-    const I3 b = UnpackKey(key);
-    if (!BrickVisible(b, T, f, v.voxel_size, v.mu)) continue;
-    if (threadIdx.x == 0) visible[atomicAdd(&c->visible, 1)] = bi;
+    if (BrickVisible(UnpackKey(key), T, f, v.voxel_size, v.mu)) visible[atomicAdd(&c->visible, 1)] = bi;
+  }
+}
+
+__global__ void __launch_bounds__(kThreads) IntegrateKernel(VolumeView v, const Counters* c,
+                                                            TrackState* s, FrameView f,
+                                                            const int32_t* visible) {
+  if (!s->integrate) return;
+  const PoseF T = s->T_cw;
+  const int n = c->visible;
+  for (int i = blockIdx.x; i < n; i += gridDim.x) {
+    const int bi = visible[i];
+    const I3 b = UnpackKey(v.brick_keys[bi]);
     const int64_t base = static_cast<int64_t>(bi) * kBrickVoxels;
     for (int li = threadIdx.x; li < kBrickVoxels; li += blockDim.x)
       IntegrateVoxel(&v.voxels[base + li], v.colors != nullptr ? &v.colors[base + li] : nullptr,
@@ -295,21 +303,35 @@ __global__ void __launch_bounds__(kThreads) IntegrateKernel(VolumeView v, Counte
   }
 }
 
+// Stored index of apron voxel j (0..216): the z = 8 face (81), then y = 8 with z < 8 (72), then
+// x = 8 with y, z < 8 (64).
+__device__ __forceinline__ int ApronVoxel(int j) {
+  if (j < 81) return j + 81 * 8;
+  if (j < 153) {
+    const int k = j - 81;
+    return k % 9 + 9 * 8 + 81 * (k / 9);
+  }
+  const int k = j - 153;
+  return 8 + 9 * (k % 8) + 81 * (k / 8);
+}
+constexpr int kApronVoxels = 217;
+
+// One warp per visible brick: lanes 0-7 look up the neighbours, then the warp copies the 217
+// apron voxels (the core voxels are not touched, so a block per brick idled 2/3 of its threads).
 __global__ void ApronKernel(VolumeView v, const Counters* c, const TrackState* s,
                             const int32_t* visible) {
   if (!s->integrate) return;
-  __shared__ int32_t nb[8];
   const int n = c->visible;
-  for (int i = blockIdx.x; i < n; i += gridDim.x) {
+  const int lane = threadIdx.x & 31;
+  const int warps = gridDim.x * (blockDim.x >> 5);
+  for (int i = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); i < n; i += warps) {
     const int32_t bi = visible[i];
-    if (threadIdx.x < 8) {
-      const I3 b = UnpackKey(v.brick_keys[bi]);
-      nb[threadIdx.x] =
-          threadIdx.x == 0 ? bi : FindBrick(v, PackKey(NeighbourBrick(b, threadIdx.x)));
-    }
-    __syncthreads();
-    for (int li = threadIdx.x; li < kBrickVoxels; li += blockDim.x) RefreshApronVoxel(v, bi, nb, li);
-    __syncthreads();
+    int32_t mine = bi;
+    if (lane >= 1 && lane < 8)
+      mine = FindBrick(v, PackKey(NeighbourBrick(UnpackKey(v.brick_keys[bi]), lane)));
+    int32_t nb[8];
+    for (int k = 0; k < 8; ++k) nb[k] = __shfl_sync(0xffffffffu, mine, k);
+    for (int j = lane; j < kApronVoxels; j += 32) RefreshApronVoxel(v, bi, nb, ApronVoxel(j));
   }
 }
 
@@ -319,7 +341,7 @@ __global__ void ApronKernel(VolumeView v, const Counters* c, const TrackState* s
 // Model maps for the next frame's ICP from the pose in TrackState (or an explicit pose).
 __global__ void RaycastModelKernel(VolumeView v, const Counters* c, TrackState* s, CameraF cam,
                                    float mn, float mx, F4* model_v, F4* model_n, int use_state,
-                                   PoseF explicit_pose) {
+                                   PoseF explicit_pose, const float* hint_depth) {
   if (use_state && !s->integrate) return;
   const PoseF T = use_state ? s->T_wc : explicit_pose;
   int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -329,7 +351,20 @@ __global__ void RaycastModelKernel(VolumeView v, const Counters* c, TrackState* 
     s->has_model = 1;
   }
   if (i >= cam.width * cam.height) return;
-  PixelHit p = RaycastPixel(v, c->octree_overflow == 0, T, cam, i % cam.width, i / cam.width, mn, mx);
+  float start = mn;
+  if (hint_depth != nullptr) {
+    // Near-depth start: every ray of a warp is short (a fallback to the full ray for pixels
+    // without depth would make the warp as slow as before); such pixels have no model point.
+    const float z = hint_depth[i];
+    if (!(z > 0)) {
+      model_v[i] = F4{0, 0, 0, 0};
+      model_n[i] = F4{0, 0, 0, 0};
+      return;
+    }
+    start = fmaxf(mn, NearDepthStart(z, v.mu));
+  }
+  PixelHit p = RaycastPixel(v, c->octree_overflow == 0, T, cam, i % cam.width, i / cam.width,
+                            start, mx);
   model_v[i] = F4{p.point_w.x, p.point_w.y, p.point_w.z, p.hit ? 1.0f : 0.0f};
   model_n[i] = F4{p.normal_w.x, p.normal_w.y, p.normal_w.z, 0};
 }
@@ -506,6 +541,7 @@ class CudaBackend : public VolumeBackend {
   ~CudaBackend() override {
     cudaSetDevice(ordinal_);
     cudaDeviceSynchronize();
+    if (icp_graph_ != nullptr) cudaGraphExecDestroy(icp_graph_);
     for (void* p : allocations_) cudaFree(p);
     if (h_state_ != nullptr) cudaFreeHost(h_state_);
     if (h_counters_ != nullptr) cudaFreeHost(h_counters_);
@@ -581,6 +617,50 @@ class CudaBackend : public VolumeBackend {
     return absl::OkStatus();
   }
 
+  // The ICP loop (every iteration of every level, coarse to fine) on stream st. The kernels read
+  // and write only persistent buffers, so the sequence is the same every frame.
+  void LaunchIcp(cudaStream_t st) {
+    const IcpParams ip{0.1f, 0.7f};
+    for (int l = kLevels - 1; l >= 0; --l) {
+      CameraF c = ScaleCamera(cam_, l);
+      const int n = c.width * c.height;
+      const int blocks = std::max(1, std::min<int>({static_cast<int>(cuda::BlocksFor(n, kThreads)), sms_ * 2, kMaxIcpBlocks}));
+      for (int it = 0; it < config_.icp_iterations[l]; ++it)
+        IcpKernel<<<blocks, kThreads, 0, st>>>(vtx_[l], nrm_[l], n, cam_, model_v_, model_n_, ip,
+                                               state_, l, partials_);
+    }
+  }
+
+  // Enqueues the ICP loop as one CUDA graph (captured once, on a private stream, at the first
+  // tracked frame; a graph launch replaces the 19 default kernel launches). If capture fails
+  // the loop is launched kernel by kernel from then on.
+  absl::Status EnqueueIcp(cudaStream_t st) {
+    if (icp_graph_ == nullptr && !icp_graph_failed_) {
+      cudaStream_t cap = nullptr;
+      cudaGraph_t g = nullptr;
+      bool ok = cudaStreamCreateWithFlags(&cap, cudaStreamNonBlocking) == cudaSuccess &&
+                cudaStreamBeginCapture(cap, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
+      if (ok) {
+        LaunchIcp(cap);
+        ok = cudaStreamEndCapture(cap, &g) == cudaSuccess && g != nullptr;
+      }
+      if (ok) ok = cudaGraphInstantiate(&icp_graph_, g, 0) == cudaSuccess;
+      if (g != nullptr) cudaGraphDestroy(g);
+      if (cap != nullptr) cudaStreamDestroy(cap);
+      if (!ok) {
+        cudaGetLastError();
+        icp_graph_ = nullptr;
+        icp_graph_failed_ = true;
+      }
+    }
+    if (icp_graph_ != nullptr) {
+      FRESNEL_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(icp_graph_, st));
+    } else {
+      LaunchIcp(st);
+    }
+    return absl::OkStatus();
+  }
+
   VolumeView View() const {
     VolumeView v;
     v.keys = keys_;
@@ -607,13 +687,15 @@ class CudaBackend : public VolumeBackend {
     const bool is_float = config_.depth_format == DepthFormat::kFloat32;
     const bool has_rgb = config_.color && !frame.rgb.empty();
     cuda::StageClock clock(st);
-    FRESNEL_RETURN_IF_ERROR(clock.Mark());
-    // Upload through pinned staging (the previous call has synchronised, so it is free).
+    // Upload through pinned staging (the previous call has synchronised, so it is free). The
+    // host copy into staging comes before the first mark: it is host time (in the wall time),
+    // not GPU time of the track stage; the upload itself is in the track stage.
     char* stage = static_cast<char*>(h_staging_);
     std::memcpy(stage, frame.depth.data(), frame.depth.size());
+    if (has_rgb) std::memcpy(stage + px * 4, frame.rgb.data(), frame.rgb.size());
+    FRESNEL_RETURN_IF_ERROR(clock.Mark());
     FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(raw_, stage, frame.depth.size(), cudaMemcpyHostToDevice, st));
     if (has_rgb) {
-      std::memcpy(stage + px * 4, frame.rgb.data(), frame.rgb.size());
       FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(rgb_, stage + px * 4, frame.rgb.size(), cudaMemcpyHostToDevice, st));
     }
     const bool was_lost = h_state_->lost != 0;
@@ -622,7 +704,7 @@ class CudaBackend : public VolumeBackend {
     if (config_.tracking && params.has_prior && !params.has_fixed && was_lost && h_state_->has_model)
       RaycastModelKernel<<<cuda::BlocksFor(px, kThreads), kThreads, 0, st>>>(
           View(), counters_, state_, cam_, static_cast<float>(config_.min_depth_m),
-          static_cast<float>(config_.max_depth_m), model_v_, model_n_, 1, PoseF{});
+          static_cast<float>(config_.max_depth_m), model_v_, model_n_, 1, PoseF{}, nullptr);
     PrepareDepthKernel<<<cuda::BlocksFor(px, kThreads), kThreads, 0, st>>>(
         raw_, is_float, static_cast<float>(1.0 / config_.depth_scale), px,
         static_cast<float>(config_.min_depth_m), static_cast<float>(config_.max_depth_m), depth_[0]);
@@ -642,17 +724,7 @@ class CudaBackend : public VolumeBackend {
       }
       // Host knows whether tracking can run this frame: it mirrors has_model and the pose source.
       const bool track = !params.has_fixed && h_state_->has_model;
-      if (track) {
-        const IcpParams ip{0.1f, 0.7f};
-        for (int l = kLevels - 1; l >= 0; --l) {
-          CameraF c = ScaleCamera(cam_, l);
-          const int n = c.width * c.height;
-          const int blocks = std::max(1, std::min<int>({static_cast<int>(cuda::BlocksFor(n, kThreads)), sms_ * 2, kMaxIcpBlocks}));
-          for (int it = 0; it < config_.icp_iterations[l]; ++it)
-            IcpKernel<<<blocks, kThreads, 0, st>>>(vtx_[l], nrm_[l], n, cam_, model_v_, model_n_,
-                                                   ip, state_, l, partials_);
-        }
-      }
+      if (track) FRESNEL_RETURN_IF_ERROR(EnqueueIcp(st));
     }
     FinishKernel<<<1, 1, 0, st>>>(state_, params.integrate);
     FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR("fusion track");
@@ -667,6 +739,7 @@ class CudaBackend : public VolumeBackend {
     CommitKernel<<<1, 1, 0, st>>>(counters_, cap);
     FrameView f{depth_[0], has_rgb ? rgb_ : nullptr, cam_, static_cast<float>(config_.min_depth_m),
                 static_cast<float>(config_.max_depth_m)};
+    SelectKernel<<<sms_ * 8, kThreads, 0, st>>>(v, counters_, state_, f, visible_);
     IntegrateKernel<<<sms_ * 16, kThreads, 0, st>>>(v, counters_, state_, f, visible_);
     ApronKernel<<<sms_ * 8, kThreads, 0, st>>>(v, counters_, state_, visible_);
     FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR("fusion integrate");
@@ -674,7 +747,7 @@ class CudaBackend : public VolumeBackend {
     if (config_.tracking) {
       RaycastModelKernel<<<cuda::BlocksFor(px, kThreads), kThreads, 0, st>>>(
           v, counters_, state_, cam_, static_cast<float>(config_.min_depth_m),
-          static_cast<float>(config_.max_depth_m), model_v_, model_n_, 1, PoseF{});
+          static_cast<float>(config_.max_depth_m), model_v_, model_n_, 1, PoseF{}, depth_[0]);
       FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR("fusion raycast");
     }
     FRESNEL_RETURN_IF_ERROR(clock.Mark());
@@ -879,7 +952,7 @@ class CudaBackend : public VolumeBackend {
     if (s.has_model) {
       RaycastModelKernel<<<cuda::BlocksFor(sizes_.pixels, kThreads), kThreads, 0, st>>>(
           View(), counters_, state_, cam_, static_cast<float>(config_.min_depth_m),
-          static_cast<float>(config_.max_depth_m), model_v_, model_n_, 0, s.model_T_wc);
+          static_cast<float>(config_.max_depth_m), model_v_, model_n_, 0, s.model_T_wc, nullptr);
       FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR("fusion raycast");
     }
     idx.Reset();
@@ -986,6 +1059,8 @@ class CudaBackend : public VolumeBackend {
   Counters* counters_ = nullptr;
   TrackState* state_ = nullptr;
   double* partials_ = nullptr;
+  cudaGraphExec_t icp_graph_ = nullptr;  // the ICP loop, captured at the first tracked frame
+  bool icp_graph_failed_ = false;
   TrackState* h_state_ = nullptr;
   Counters* h_counters_ = nullptr;
   void* h_staging_ = nullptr;

@@ -994,6 +994,15 @@ FHD PixelHit RaycastPixel(const VolumeView& v, bool octree_ok, const PoseF& T_wc
   return p;
 }
 
+// Where the ICP model ray of a pixel starts when the depth frame just integrated measured z
+// (metres along the optical axis) there: 2 mu + 3 sigma(z) in front of it (sigma: the noise model
+// of IntegrateVoxel). The ray finds the first crossing behind that start; a surface in front of it
+// (rare: the frame has just carved that space) is not seen.
+FHD float NearDepthStart(float z, float mu) {
+  const float sigma = 0.0012f + 0.0019f * (z - 0.4f) * (z - 0.4f);
+  return z - 2.0f * mu - 3.0f * sigma;
+}
+
 FHD uint8_t ShadeValue(V3 n, V3 dir) {
   float l = -Dot(n, dir);
   l = l > 0 ? l : 0;

@@ -52,7 +52,7 @@ int Run(const Device& dev, int width, int height, int frames) {
     return 1;
   }
   const int warmup = std::min(10, frames / 10);
-  std::vector<double> gpu, wall, track, integ, ray;
+  std::vector<double> gpu, wall, track, integ, ray, iters;
   std::vector<RigidTransform> est;
   int lost = 0;
   int64_t bricks = 0;
@@ -74,13 +74,14 @@ int Run(const Device& dev, int width, int height, int frames) {
     track.push_back(r->track_s * 1e3);
     integ.push_back(r->integrate_s * 1e3);
     ray.push_back(r->raycast_s * 1e3);
+    iters.push_back(r->icp_iterations);
     gpu.push_back((r->track_s + r->integrate_s + r->raycast_s) * 1e3);
     wall.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
   }
-  std::printf("| %dx%d | %s | %d | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %lld | %.0f | %.2f | %d |\n",
+  std::printf("| %dx%d | %s | %d | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.1f | %lld | %.0f | %.2f | %d |\n",
               width, height, dev.Name().c_str(), static_cast<int>(gpu.size()), Mean(gpu),
               Percentile(gpu, 0.99), Mean(wall), Percentile(wall, 0.99), Mean(track), Mean(integ),
-              Mean(ray), static_cast<long long>(bricks), (*v)->allocated_bytes() / 1048576.0,
+              Mean(ray), Mean(iters), static_cast<long long>(bricks), (*v)->allocated_bytes() / 1048576.0,
               AbsoluteTrajectoryRmse(est, gt) * 1e3, lost);
   std::fflush(stdout);
   return 0;
@@ -111,8 +112,8 @@ int main(int argc, char** argv) {
   }
   std::printf("frames %d (first %d excluded), 4 mm voxels, mu 16 mm, uint16 depth with noise\n\n",
               frames, std::min(10, frames / 10));
-  std::printf("| size | device | frames | gpu avg ms | gpu p99 ms | wall avg ms | wall p99 ms | track ms | integrate ms | raycast ms | bricks | alloc MiB | ATE mm | lost |\n");
-  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+  std::printf("| size | device | frames | gpu avg ms | gpu p99 ms | wall avg ms | wall p99 ms | track ms | integrate ms | raycast ms | ICP iterations | bricks | alloc MiB | ATE mm | lost |\n");
+  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
   int rc = Run(dev, 848, 480, frames);
   rc |= Run(dev, 640, 480, frames);
   return rc;
