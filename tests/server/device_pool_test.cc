@@ -8,28 +8,12 @@
 #include <mutex>
 
 #include "server/device_pool.h"
+#include "support/gate.h"
 
 namespace fresnel::server {
 namespace {
 
-// A gate that jobs wait on until the test opens it.
-class Gate {
- public:
-  void Open() {
-    std::lock_guard<std::mutex> lock(mu_);
-    open_ = true;
-    cv_.notify_all();
-  }
-  void Wait() {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [this] { return open_; });
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool open_ = false;
-};
+using testing::Gate;
 
 struct Outcome {
   std::promise<absl::Status> status;

@@ -10,27 +10,12 @@
 #include <thread>
 
 #include "server/device_pool.h"
+#include "support/gate.h"
 
 namespace fresnel::server {
 namespace {
 
-class Gate {
- public:
-  void Open() {
-    std::lock_guard<std::mutex> lock(mu_);
-    open_ = true;
-    cv_.notify_all();
-  }
-  void Wait() {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [this] { return open_; });
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool open_ = false;
-};
+using testing::Gate;
 
 class FakeOutput : public JobOutput {
  public:

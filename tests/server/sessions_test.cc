@@ -12,37 +12,15 @@
 #include <vector>
 
 #include "server/device_pool.h"
+#include "support/gate.h"
 #include "server/sessions.h"
 
 namespace fresnel::server {
 namespace {
 
-// Jobs wait on a gate until the test opens it. Declare gates before the pool, and a GateGuard
-// after it, so that a failing REQUIRE opens them and the pool's destructor does not hang.
-class Gate {
- public:
-  void Open() {
-    std::lock_guard<std::mutex> lock(mu_);
-    open_ = true;
-    cv_.notify_all();
-  }
-  void Wait() {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [this] { return open_; });
-  }
+using testing::Gate;
 
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool open_ = false;
-};
-
-struct GateGuard {
-  std::vector<Gate*> gates;
-  ~GateGuard() {
-    for (Gate* g : gates) g->Open();
-  }
-};
+using testing::GateGuard;
 
 // Counts live states, so tests see when the store released one.
 struct CountedState : SessionState {
