@@ -539,7 +539,14 @@ TEST_CASE("cancelling a ResampleStream while its chunk is queued does not hang",
   v1::ResampleStreamRequest chunk;
   *chunk.mutable_chunk() = Wire(RandomArray(DType::kFloat32, {1, 1000}));
   REQUIRE(stream->Write(chunk));
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the chunk is queued now
+  // Cancel only once the chunk's job is queued behind the busy worker (the case under test).
+  bool queued = false;
+  for (int i = 0; i < 1000 && !queued; ++i) {
+    queued = ts.server->MetricsText().find("fresnel_queue_depth{device=\"cpu\"} 1") !=
+             std::string::npos;
+    if (!queued) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  REQUIRE(queued);
   ctx.TryCancel();
   v1::ResampleStreamResponse resp;
   while (stream->Read(&resp)) {
