@@ -29,6 +29,15 @@ absl::StatusOr<DevicePreference> PreferenceOf(const v1::DeviceHint& hint,
   }
 }
 
+absl::Status ReserveIn(Budget* budget, int64_t amount, absl::string_view what,
+                       Budget::Reservation* out) {
+  if (budget == nullptr) return absl::OkStatus();
+  absl::StatusOr<Budget::Reservation> r = budget->Reserve(amount, what);
+  if (!r.ok()) return r.status();
+  *out = *std::move(r);
+  return absl::OkStatus();
+}
+
 std::string RequestIdOr(const std::string& given) {
   // Echoed in the response only; a client's 24 MiB id is not worth echoing.
   constexpr size_t kMaxEchoed = 256;

@@ -17,6 +17,7 @@
 #include "fresnel/unwrap/unwrap.h"
 #include "fresnel/v1/common.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "server/budget.h"
 #include "server/device_pool.h"
 #include "server/metrics.h"
 
@@ -33,6 +34,10 @@ struct ServiceContext {
   unwrap::Limits unwrap_limits;
   JobStore* jobs = nullptr;  // asynchronous jobs (server/jobs.h)
   SessionStore* sessions = nullptr;  // state kept on one device (server/sessions.h)
+  // Server-wide caps on what live requests hold (server/budget.h): open streams, and the bytes of
+  // state derived from small messages (designed filters, expanded sources, queued point clouds).
+  Budget* streams = nullptr;
+  Budget* stream_state_bytes = nullptr;
   Clock::time_point started = Clock::now();
 };
 
@@ -42,6 +47,10 @@ std::optional<Clock::time_point> DeadlineOf(const grpc::CallbackServerContext* c
 // service answers an unknown DeviceKind the same way).
 absl::StatusOr<DevicePreference> PreferenceOf(const v1::DeviceHint& hint,
                                               absl::string_view field = "device");
+// Reserves `amount` of `budget` into `*out` (OK and nothing reserved when the budget is null).
+absl::Status ReserveIn(Budget* budget, int64_t amount, absl::string_view what,
+                       Budget::Reservation* out);
+
 // The request id to echo: the client's, or a fresh random one.
 std::string RequestIdOr(const std::string& given);
 void FillExecutionInfo(const JobReport& report, double total_s, v1::ExecutionInfo* info);

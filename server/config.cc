@@ -79,6 +79,14 @@ absl::StatusOr<ServerConfig> ParseConfig(int argc, char** argv) {
   app.add_option("--volume-max-tets", c.volume_max_tets, "most tetrahedra per uploaded mesh")
       ->envname("FRESNEL_VOLUME_MAX_TETS")->check(CLI::Range(int64_t{1}, (int64_t{1} << 31) - 1))
       ->capture_default_str();
+  app.add_option("--max-streams", c.max_streams,
+                 "streaming calls (ResampleStream, hologram Stream) open at once")
+      ->envname("FRESNEL_MAX_STREAMS")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  app.add_option("--stream-state-bytes", c.stream_state_bytes,
+                 "bytes of state live requests may derive from their messages (stream filters "
+                 "and delay lines, queued point clouds)")
+      ->envname("FRESNEL_STREAM_STATE_BYTES")
+      ->check(CLI::Range(int64_t{1} << 20, int64_t{1} << 50))->capture_default_str();
   app.add_option("--session-ttl", c.session_ttl_s,
                  "seconds a session (fusion volume, cached mesh) lives without a call")
       ->envname("FRESNEL_SESSION_TTL")->check(CLI::Range(0.01, 1e7))->capture_default_str();

@@ -36,6 +36,9 @@ struct ServerConfig {
   // Hologram limits (hologram::Limits; width and height stay <= 16384 each).
   int64_t hologram_max_pixels = int64_t{1} << 27;  // FRESNEL_HOLOGRAM_MAX_PIXELS, width * height
   int64_t hologram_max_points = int64_t{1} << 24;  // FRESNEL_HOLOGRAM_MAX_POINTS, per hologram
+  // Server-wide caps on what live requests hold (server/budget.h).
+  int max_streams = 1024;                          // FRESNEL_MAX_STREAMS: open streaming calls
+  int64_t stream_state_bytes = int64_t{4} << 30;   // FRESNEL_STREAM_STATE_BYTES: derived state
   // Sessions (server/sessions.h): state kept on one device across calls.
   double session_ttl_s = 300;                      // FRESNEL_SESSION_TTL: idle time before expiry
   int max_sessions_per_device = 64;                // FRESNEL_MAX_SESSIONS_PER_DEVICE

@@ -29,6 +29,8 @@ struct FresnelServer::Impl {
   // into the store.
   std::unique_ptr<JobStore> jobs;
   std::unique_ptr<SessionStore> sessions;
+  std::unique_ptr<Budget> streams;
+  std::unique_ptr<Budget> stream_state_bytes;
   std::unique_ptr<DevicePool> pool;
   ServiceContext ctx;
   std::unique_ptr<InterpolationService> interpolation;
@@ -97,6 +99,11 @@ absl::StatusOr<std::unique_ptr<FresnelServer>> FresnelServer::Start(const Server
   impl->sessions =
       std::make_unique<SessionStore>(session_options, impl->pool.get(), impl->metrics.get());
   impl->ctx.sessions = impl->sessions.get();
+  impl->streams = std::make_unique<Budget>("--max-streams", config.max_streams);
+  impl->stream_state_bytes =
+      std::make_unique<Budget>("--stream-state-bytes", config.stream_state_bytes);
+  impl->ctx.streams = impl->streams.get();
+  impl->ctx.stream_state_bytes = impl->stream_state_bytes.get();
   impl->ctx.started = Clock::now();
 
   impl->service_names = {"fresnel.v1.InterpolationService", "fresnel.v1.UnwrapService",

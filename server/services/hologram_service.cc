@@ -185,6 +185,12 @@ class RenderCall : public grpc::ServerWriteReactor<v1::RenderResponse> {
         CheckAlgorithmPlacement(work->options, request.config().device(), ctx_->pool->gpu_count()));
     FRESNEL_ASSIGN_OR_RETURN(work->points, SourcePoints(request, limits_));
     FRESNEL_RETURN_IF_ERROR(hologram::ValidateHologram(work->points, work->options, limits_));
+    // The cloud (an image source expanded to a point per pixel) is held while the render waits
+    // and runs.
+    FRESNEL_RETURN_IF_ERROR(ReserveIn(
+        ctx_->stream_state_bytes,
+        static_cast<int64_t>(work->points.size() * sizeof(hologram::Point)),
+        "this Render's point cloud", &state_));
     chunk_bytes_ = ChunkBytes(ctx_->max_message_bytes, request.config().max_chunk_bytes());
     record_.Payload("in", static_cast<double>(request.ByteSizeLong()));
     const int64_t points = static_cast<int64_t>(work->points.size());
@@ -223,6 +229,7 @@ class RenderCall : public grpc::ServerWriteReactor<v1::RenderResponse> {
   hologram::Limits limits_;
   grpc::CallbackServerContext* context_;
   RpcRecord record_;
+  Budget::Reservation state_;  // the point cloud, while queued and running
   std::string request_id_;
   int64_t chunk_bytes_ = 0;
   v1::RenderResponse response_;
@@ -248,6 +255,11 @@ class StreamCall
         context_(context),
         record_(ctx->metrics, kService, "Stream"),
         depth_(PipelineDepth(*ctx->pool)) {
+    absl::Status slot = ReserveIn(ctx->streams, 1, "a hologram Stream", &stream_slot_);
+    if (!slot.ok()) {
+      FinishWith(slot);
+      return;
+    }
     StartRead(&request_);
   }
 
@@ -606,6 +618,7 @@ class StreamCall
   hologram::Limits limits_;
   grpc::CallbackServerContext* context_;
   RpcRecord record_;
+  Budget::Reservation stream_slot_;
   const int depth_;
   // Reader side (OnReadDone runs one at a time).
   v1::HologramFrameRequest request_;

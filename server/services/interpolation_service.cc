@@ -171,6 +171,11 @@ class ResampleStreamCall
  public:
   ResampleStreamCall(ServiceContext* ctx, grpc::CallbackServerContext* context)
       : ctx_(ctx), context_(context), record_(ctx->metrics, kService, "ResampleStream") {
+    absl::Status slot = ReserveIn(ctx->streams, 1, "a ResampleStream", &stream_slot_);
+    if (!slot.ok()) {
+      FinishWith(slot);
+      return;
+    }
     StartRead(&request_);
   }
 
@@ -284,7 +289,12 @@ class ResampleStreamCall
     }
     if (up_ <= 0) up_ = 1;
     if (down_ <= 0) down_ = 1;
-    return absl::OkStatus();
+    // The designed filter (float64, plus its phase-major copy) and the delay line of every
+    // channel live as long as the stream: charged before the first chunk is accepted.
+    const int64_t state_bytes =
+        taps_ * 16 + resampler_->channels() * (taps_ / up_ + 1) * 8;
+    return ReserveIn(ctx_->stream_state_bytes, state_bytes,
+                     "this ResampleStream's filter and delay line", &state_);
   }
 
   void RunChunk(std::optional<HostArray> chunk, bool end) {
@@ -345,6 +355,7 @@ class ResampleStreamCall
   ServiceContext* ctx_;
   grpc::CallbackServerContext* context_;
   RpcRecord record_;
+  Budget::Reservation stream_slot_, state_;
   v1::ResampleStreamRequest request_;
   v1::ResampleStreamResponse response_;
   std::optional<interp::StreamingResampler> resampler_;

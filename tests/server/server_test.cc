@@ -459,6 +459,71 @@ TEST_CASE("shutdown drains accepted work and refuses new work", "[server]") {
         grpc::StatusCode::UNAVAILABLE);
 }
 
+// A ResampleStream that sends its config and then waits.
+std::unique_ptr<grpc::ClientReaderWriter<v1::ResampleStreamRequest, v1::ResampleStreamResponse>>
+OpenStream(TestServer& ts, grpc::ClientContext* ctx, int up) {
+  auto stream = ts.interp->ResampleStream(ctx);
+  v1::ResampleStreamRequest first;
+  auto* rp = first.mutable_config()->mutable_resample_poly();
+  rp->set_up(up);
+  rp->set_down(1);
+  rp->mutable_x()->set_dtype(v1::FLOAT32);
+  rp->mutable_x()->add_shape(1);
+  rp->mutable_x()->add_shape(0);
+  stream->Write(first);
+  return stream;
+}
+
+TEST_CASE("open streams and the state they derive are capped server-wide", "[server][interp]") {
+  server::ServerConfig config = TestServer::CpuConfig();
+  config.max_streams = 2;
+  config.stream_state_bytes = 8 << 20;
+  TestServer ts(config);
+  SECTION("a third stream is RESOURCE_EXHAUSTED naming --max-streams; a closed one frees its slot") {
+    grpc::ClientContext c1, c2, c3, c4;
+    auto s1 = OpenStream(ts, &c1, 3);
+    auto s2 = OpenStream(ts, &c2, 3);
+    auto s3 = OpenStream(ts, &c3, 3);
+    v1::ResampleStreamResponse resp;
+    while (s3->Read(&resp)) {
+    }
+    grpc::Status st = s3->Finish();
+    CHECK(st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+    CHECK_THAT(st.error_message(), Catch::Contains("--max-streams"));
+    s1->WritesDone();
+    while (s1->Read(&resp)) {
+    }
+    CHECK(s1->Finish().ok());
+    // The slot comes back when the first stream's reactor is gone: retry briefly.
+    grpc::Status fourth;
+    for (int i = 0; i < 200; ++i) {
+      grpc::ClientContext c;
+      auto s = OpenStream(ts, &c, 3);
+      s->WritesDone();
+      while (s->Read(&resp)) {
+      }
+      fourth = s->Finish();
+      if (fourth.ok()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    CHECK(fourth.ok());
+    s2->WritesDone();
+    while (s2->Read(&resp)) {
+    }
+    CHECK(s2->Finish().ok());
+  }
+  SECTION("an 18-byte config asking for a million-tap filter is refused and not kept") {
+    grpc::ClientContext c;
+    auto s = OpenStream(ts, &c, 52428);  // resample_poly designs 20 * 52428 + 1 taps
+    v1::ResampleStreamResponse resp;
+    while (s->Read(&resp)) {
+    }
+    grpc::Status st = s->Finish();
+    CHECK(st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+    CHECK_THAT(st.error_message(), Catch::Contains("--stream-state-bytes"));
+  }
+}
+
 TEST_CASE("GPU pool: results over gRPC equal the CPU oracle", "[server][gpu]") {
   if (SkipWithoutGpu()) return;
   server::ServerConfig config = TestServer::CpuConfig();
