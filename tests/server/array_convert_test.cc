@@ -85,6 +85,17 @@ TEST_CASE("chunk assembly rejects gaps and oversize arrays", "[proto]") {
     auto r = assembler.Add(std::move(again[0]), "f", 100);
     CHECK(r.status().code() == absl::StatusCode::kResourceExhausted);
   }
+  {
+    // A first chunk that claims 4 GiB but carries 3 bytes reserves nothing like 4 GiB.
+    ChunkAssembler assembler;
+    v1::ArrayChunk c;
+    c.set_dtype(v1::UINT8);
+    c.add_shape(int64_t{4} << 30);
+    c.set_total_bytes(int64_t{4} << 30);
+    c.set_data("abc");
+    REQUIRE(assembler.Add(std::move(c), "f", int64_t{8} << 30).ok());
+    CHECK(assembler.held_bytes() < (1 << 20));
+  }
 }
 
 }  // namespace

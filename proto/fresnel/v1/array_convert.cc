@@ -108,7 +108,6 @@ absl::StatusOr<bool> ChunkAssembler::Add(v1::ArrayChunk&& chunk, absl::string_vi
       return absl::ResourceExhaustedError(absl::StrCat(field, ".total_bytes ", total_,
                                                        " exceeds the limit of ", max_total_bytes));
     }
-    bytes_.reserve(static_cast<size_t>(total_));
   }
   if (chunk.offset_bytes() != static_cast<int64_t>(bytes_.size())) {
     return absl::InvalidArgumentError(absl::StrCat(field, ".offset_bytes is ", chunk.offset_bytes(),
@@ -117,6 +116,13 @@ absl::StatusOr<bool> ChunkAssembler::Add(v1::ArrayChunk&& chunk, absl::string_vi
   if (static_cast<int64_t>(bytes_.size() + chunk.data().size()) > total_) {
     return absl::InvalidArgumentError(
         absl::StrCat(field, ".data runs past total_bytes ", total_));
+  }
+  // Grow with what arrives, not with what the first chunk claims: a client that declares 4 GiB
+  // and sends 3 bytes must not make the server reserve 4 GiB. Doubling keeps the copies linear.
+  const size_t need = bytes_.size() + chunk.data().size();
+  if (need > bytes_.capacity()) {
+    bytes_.reserve(std::min<size_t>(static_cast<size_t>(total_),
+                                    std::max<size_t>(need, 2 * bytes_.capacity())));
   }
   bytes_ += chunk.data();
   if (chunk.last()) {

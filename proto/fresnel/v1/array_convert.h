@@ -39,6 +39,9 @@ class ChunkAssembler {
                            int64_t max_total_bytes);
   // The completed array (after Add returned true).
   absl::StatusOr<HostArray> Take(absl::string_view field);
+  // Bytes of memory held so far: grows with the data that arrived (at most twice it), never with
+  // the total a first chunk claims.
+  int64_t held_bytes() const { return static_cast<int64_t>(bytes_.capacity()); }
 
  private:
   bool started_ = false;
