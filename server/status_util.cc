@@ -2,6 +2,11 @@
 
 namespace fresnel::server {
 
+void ToItemStatus(const absl::Status& status, v1::ItemStatus* out) {
+  out->set_code(static_cast<int32_t>(status.code()));
+  out->set_message(std::string(status.message()));
+}
+
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
   // absl::StatusCode and grpc::StatusCode share the google.rpc.Code numbering.

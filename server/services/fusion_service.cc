@@ -15,6 +15,7 @@
 #include "server/rpc/ordered_stream.h"
 #include "server/services/fusion_params.h"
 #include "server/sessions.h"
+#include "server/status_util.h"
 
 namespace fresnel::server {
 namespace {
@@ -34,15 +35,14 @@ class FusionState : public SessionState {
 v1::FusionResponse ErrorResponse(int64_t seq, const absl::Status& status) {
   v1::FusionResponse r;
   r.set_seq(seq);
-  r.mutable_status()->set_code(static_cast<int>(status.code()));
-  r.mutable_status()->set_message(std::string(status.message()));
+  ToItemStatus(status, r.mutable_status());
   return r;
 }
 
 v1::FusionResponse OkResponse(int64_t seq) {
   v1::FusionResponse r;
   r.set_seq(seq);
-  r.mutable_status()->set_code(0);
+  ToItemStatus(absl::OkStatus(), r.mutable_status());
   return r;
 }
 
@@ -452,7 +452,7 @@ class SessionCall : public OrderedStream<v1::FusionRequest, v1::FusionResponse> 
                             bool mesh, const std::function<void(v1::FusionBytesChunk*)>& first) {
     auto fill = [seq, bytes, chunk, mesh](int64_t offset, v1::FusionResponse* r) {
       r->set_seq(seq);
-      r->mutable_status()->set_code(0);
+      ToItemStatus(absl::OkStatus(), r->mutable_status());
       v1::FusionBytesChunk* c = mesh ? r->mutable_mesh() : r->mutable_snapshot();
       const int64_t total = static_cast<int64_t>(bytes->size());
       const int64_t n = std::min(chunk, total - offset);

@@ -498,8 +498,7 @@ class StreamCall
     Answer a;
     a.header.set_frame_index(index);
     a.header.mutable_header()->set_request_id(request_id_);
-    a.header.mutable_status()->set_code(static_cast<int>(status.code()));
-    a.header.mutable_status()->set_message(std::string(status.message()));
+    ToItemStatus(status, a.header.mutable_status());
     return a;
   }
 
@@ -521,7 +520,7 @@ class StreamCall
       answer = FrameError(index, work->error);
     } else {
       answer.header.set_frame_index(index);
-      answer.header.mutable_status()->set_code(0);
+      ToItemStatus(absl::OkStatus(), answer.header.mutable_status());
       v1::HologramResultHeader* header = answer.header.mutable_header();
       header->set_request_id(request_id_);
       FillResultHeader(work->result, points, work->options, header);

@@ -339,7 +339,7 @@ class ResampleStreamCall
       response_.set_samples_out(resampler_->samples_out());
       double total = std::chrono::duration<double>(Clock::now() - received).count();
       FillExecutionInfo(report, total, response_.mutable_info());
-      response_.mutable_status()->set_code(0);
+      ToItemStatus(absl::OkStatus(), response_.mutable_status());
       ended_ = end;
       StartWrite(&response_);
     };

@@ -54,8 +54,7 @@ void JobToProto(const JobSnapshot& s, v1::UnwrapJob* out) {
   out->set_progress(s.progress);
   out->set_cancel_requested(s.cancel_requested);
   if (!s.status.ok()) {
-    out->mutable_status()->set_code(static_cast<int32_t>(s.status.code()));
-    out->mutable_status()->set_message(std::string(s.status.message()));
+    ToItemStatus(s.status, out->mutable_status());
   }
   const std::chrono::system_clock::time_point unset{};
   SetTime(s.created, out->mutable_created());
