@@ -18,6 +18,7 @@
 #include "commands.h"
 #include "fuse_cmd.h"
 #include "format.h"
+#include "fresnel/interp/interp.h"
 #include "fresnel/v1/array_convert.h"
 
 namespace fresnel::cli {
@@ -87,7 +88,7 @@ class BenchRequest {
       upfirdn_.mutable_device()->set_kind(device);
       v1::FirwinDesign* d = upfirdn_.mutable_design();
       d->set_numtaps(o.taps > 0 ? o.taps
-                                : static_cast<int>(20 * std::max(o.up / g, o.down / g) + 1));
+                                : static_cast<int>(interp::ResamplePolyDefaultNumtaps(o.up, o.down)));
       d->set_cutoff(cutoff);
       d->set_window(v1::KAISER);
       d->set_gain(o.up);

@@ -17,6 +17,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "format.h"
+#include "fresnel/interp/interp.h"
 #include "fresnel/core/npy.h"
 #include "fresnel/v1/array_convert.h"
 #include "plot.h"
@@ -262,8 +263,7 @@ int64_t OutputLength(const InterpOptions& o, int64_t n, int64_t numtaps) {
 
 // The filter length resample_poly designs for itself (and upfirdn uses by default).
 int DefaultNumtaps(int up, int down) {
-  const int64_t g = Gcd(up, down);
-  return static_cast<int>(20 * std::max(up / g, down / g) + 1);
+  return static_cast<int>(interp::ResamplePolyDefaultNumtaps(up, down));
 }
 
 constexpr int64_t kMessageOverheadBytes = 64 << 10;  // headers, taps, framing

@@ -150,7 +150,7 @@ grpc::ServerUnaryReactor* InterpolationService::ResamplePoly(
     return call;
   }
   int64_t n_out = interp::ResamplePolyOutputLength(x->shape().back(), options->up, options->down);
-  size_t taps = options->taps.empty() ? 20 * std::max(options->up, options->down) + 1
+  size_t taps = options->taps.empty() ? interp::ResamplePolyDefaultNumtaps(options->up, options->down)
                                       : options->taps.size();
   SubmitOneShot(ctx_, call, std::move(*x), n_out, taps, request->device(), request->request_id(),
                 response,
@@ -277,7 +277,7 @@ class ResampleStreamCall
       int64_t channels = x->shape_size() == 2 ? x->shape(0) : 1;
       up_ = opts.up;
       down_ = opts.down;
-      taps_ = opts.taps.empty() ? 20 * std::max(opts.up, opts.down) + 1
+      taps_ = opts.taps.empty() ? interp::ResamplePolyDefaultNumtaps(opts.up, opts.down)
                                 : static_cast<int64_t>(opts.taps.size());
       FRESNEL_ASSIGN_OR_RETURN(auto r, interp::StreamingResampler::ForResamplePoly(
                                            opts, channels, dtype, ctx_->interp_limits));

@@ -414,7 +414,7 @@ absl::Status ValidateResamplePoly(const HostArray& x, const ResamplePolyOptions&
   } else {
     const int g = std::gcd(options.up, options.down);
     const int64_t max_rate = std::max(options.up, options.down) / g;
-    const int64_t numtaps = 20 * max_rate + 1;
+    const int64_t numtaps = ResamplePolyDefaultNumtaps(options.up, options.down);
     if (max_rate > 1 && numtaps > limits.max_taps) {
       return absl::InvalidArgumentError(absl::StrCat(
           "up/down = ", options.up, "/", options.down, " needs a default filter of ", numtaps,

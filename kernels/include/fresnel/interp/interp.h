@@ -11,7 +11,9 @@
 // StreamingResampler.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <numeric>
 #include <optional>
 #include <vector>
 
@@ -77,6 +79,14 @@ absl::Status ValidateUpfirdn(const std::vector<double>& taps, const HostArray& x
 absl::StatusOr<HostArray> Upfirdn(const Device& device, const std::vector<double>& taps,
                                   const HostArray& x, const UpfirdnOptions& options,
                                   StageTimes* times = nullptr);
+
+// SciPy's default filter length for resample_poly(up, down): 20 * max(up, down) + 1 after
+// reducing up/down by their gcd (1 when max(up, down) / gcd is 1: no filter is needed then, but
+// the length is still what SciPy designs). The one copy of the rule: server and CLI use it.
+inline int64_t ResamplePolyDefaultNumtaps(int up, int down) {
+  const int g = std::gcd(up > 0 ? up : 1, down > 0 ? down : 1);
+  return 20 * int64_t{std::max(up, down) / g} + 1;
+}
 
 struct ResamplePolyOptions {
   int up = 1;
