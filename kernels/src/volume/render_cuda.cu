@@ -119,20 +119,19 @@ constexpr int kBins = 1 << (2 * kCountBits);
 // so the record pass intersects only the hits again (at 35 M tetrahedra 1 candidate in 4 hits).
 constexpr int kSmallTetPixels = 64;
 constexpr int kChunkPixels = 512;
-// Build option FRESNEL_VOLUME_SCAN_FILTER (CMake, default OFF = 0), experimental:
+// Build option FRESNEL_VOLUME_SCAN_FILTER (CMake: OFF = 0, ALL = 1, CHUNKS = 2, the default):
 //  ALL (1): the count pass skips box pixels outside the tetrahedron's projected hull
 //    (HullCovers) before the exact ray test, for small tetrahedra and chunks alike; and the
 //    lanes of chunks keep their hits as bits like small tetrahedra do (chunk_masks), so the
 //    record pass intersects only the hits again (without them a chunk intersects every
 //    candidate twice more in the record pass: once to count, once to write).
-//    Measured on the H200 (docs/volume.md): records stage of Blunt Fin 5.6 → 4.1 ms, but the
-//    generated meshes (a thread per small tetrahedron) 10–17 % slower, and 68 of Blunt Fin's
-//    25.3 M hits lie more than the margin outside the hull (slivers accepted by the plane test's
-//    rounding) and are dropped.
 //  CHUNKS (2): the same, but the hull test only for chunks, and the count and record kernels
-//    compiled apart for small tetrahedra and chunks (the small ones keep their registers). Not
-//    run on a GPU yet.
-// Off, the kernels are those of before.
+//    compiled apart for small tetrahedra and chunks (the small ones keep their registers).
+// H200, 1024² (docs/volume.md): Blunt Fin's records stage 5.60 (OFF) → 3.90 (CHUNKS) / 4.13
+// (ALL) ms; the generated meshes (a thread per small tetrahedron) as OFF with CHUNKS, 10–17 %
+// slower with ALL. With the filter, 68 of Blunt Fin's 25.3 M hits (slivers accepted by the
+// plane test's rounding more than the margin outside their projection) are dropped.
+// The source's own default (no definition) is OFF.
 #ifndef FRESNEL_VOLUME_SCAN_FILTER
 #define FRESNEL_VOLUME_SCAN_FILTER 0
 #endif

@@ -11,11 +11,11 @@ if(FRESNEL_WITH_CUDA)
   list(APPEND FRESNEL_KERNEL_CUDA_SOURCES src/volume/render_cuda.cu)
   # No contracted multiply-adds: the CPU oracle runs the same float32 operations (volume_math.h).
   set_source_files_properties(src/volume/render_cuda.cu PROPERTIES COMPILE_OPTIONS "--fmad=false")
-  # Experimental, OFF by default: screen-space pre-filter of the count pass and hit masks for the
-  # chunks of big tetrahedra; ALL (measured, slower on small tetrahedra) or CHUNKS (not yet run
-  # on a GPU). render_cuda.cu and docs/volume.md say what each does and measured.
-  set(FRESNEL_VOLUME_SCAN_FILTER OFF CACHE STRING
-      "volume CUDA, experimental scan-conversion filter: OFF, ALL or CHUNKS")
+  # Screen-space pre-filter of the count pass and hit masks for the chunks of big tetrahedra:
+  # CHUNKS (default: measured fastest), ALL (slower on small tetrahedra) or OFF.
+  # render_cuda.cu and docs/volume.md say what each does and measured.
+  set(FRESNEL_VOLUME_SCAN_FILTER CHUNKS CACHE STRING
+      "volume CUDA scan-conversion filter: CHUNKS (default), ALL or OFF")
   set_property(CACHE FRESNEL_VOLUME_SCAN_FILTER PROPERTY STRINGS OFF ALL CHUNKS)
   if(FRESNEL_VOLUME_SCAN_FILTER STREQUAL "ALL")
     set(_fresnel_volume_filter 1)

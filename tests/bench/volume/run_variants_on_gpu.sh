@@ -12,7 +12,9 @@ log=$out/variants.txt
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$log"
 for v in ${VARIANTS:-off chunks all}; do
   echo "== $v: [gpu] tests" | tee -a "$log"
-  timeout 120 "test_volume_$v" "[gpu]" 2>&1 | grep -E "PSNR|passed|failed|FAILED|error" | tee -a "$log"
+  timeout 120 "test_volume_$v" "[gpu]" 2>&1 | grep -E "PSNR|passed|failed|FAILED|error" |
+    tee -a "$log"
   echo "== $v: bench" | tee -a "$log"
-  timeout 150 "fresnel_bench_volume_$v" --data "$data" --frames 5 ${BENCH_ARGS:-} 2>&1 | tee -a "$log"
+  timeout 150 "fresnel_bench_volume_$v" --data "$data" --frames 5 ${BENCH_ARGS:-} 2>&1 |
+    tee -a "$log"
 done
