@@ -131,19 +131,23 @@ constexpr int kChunkPixels = 512;
 // (ALL) ms; the generated meshes (a thread per small tetrahedron) as OFF with CHUNKS, 10–17 %
 // slower with ALL. With the filter, 68 of Blunt Fin's 25.3 M hits (slivers accepted by the
 // plane test's rounding more than the margin outside their projection) are dropped.
+//  CANDIDATES (3): as CHUNKS, and small tetrahedra first mark the hull's candidates of their box
+//    (cheap), then run the exact test on those alone: a lane's exact tests are its candidates,
+//    not its box. Not run on a GPU yet.
 // The source's own default (no definition) is OFF.
 #ifndef FRESNEL_VOLUME_SCAN_FILTER
 #define FRESNEL_VOLUME_SCAN_FILTER 0
 #endif
 constexpr int kScanFilterMode = FRESNEL_VOLUME_SCAN_FILTER;
-static_assert(kScanFilterMode >= 0 && kScanFilterMode <= 2, "FRESNEL_VOLUME_SCAN_FILTER: 0, 1, 2");
+static_assert(kScanFilterMode >= 0 && kScanFilterMode <= 3, "FRESNEL_VOLUME_SCAN_FILTER: 0 to 3");
 constexpr bool kScanFilter = kScanFilterMode != 0;  // chunk hit masks
 // Kernel paths: -1 = one kernel for both, `big` chosen at run time; 0 = small tetrahedra only;
 // 1 = chunks only.
-constexpr int kSmallPath = kScanFilterMode == 2 ? 0 : -1;
-constexpr int kBigPath = kScanFilterMode == 2 ? 1 : -1;
+constexpr int kSmallPath = kScanFilterMode >= 2 ? 0 : -1;
+constexpr int kBigPath = kScanFilterMode >= 2 ? 1 : -1;
+// Whether the count pass's per-pixel loop tests the hull (CANDIDATES: small ones apart).
 __host__ __device__ constexpr bool HullFilterOn(bool big) {
-  return kScanFilterMode == 1 || (kScanFilterMode == 2 && big);
+  return kScanFilterMode == 1 || (kScanFilterMode >= 2 && big);
 }
 // Hit bits per lane of a chunk's warp: one per step of 32 pixels (kChunkPixels / 32 = 16); a
 // small tetrahedron keeps 64 (one per box pixel).
@@ -360,7 +364,32 @@ CountKernel(const int4* __restrict__ tets, int64_t n, const float4* __restrict__
   __syncthreads();
   Work w;
   unsigned long long mask = 0;
-  if (LoadWork(tets, n, points, boxes, chunks, chunk_count, big, cam, true, &w)) {
+  if constexpr (kScanFilterMode == 3 && kPath == 0) {
+    // Small tetrahedra: the box's pixels inside the hull first (bit k = box pixel k, row-major),
+    // then the planes and the exact test for those alone.
+    if (LoadWork(tets, n, points, boxes, chunks, chunk_count, false, cam, false, &w)) {
+      Hull hull;
+      LoadHull(tets, w.t, screen, &hull);
+      unsigned long long candidates = 0;
+      int k = 0;
+      for (int y = w.box.z; y <= w.box.w; ++y)
+        for (int x = w.box.x; x <= w.box.y; ++x, ++k)
+          if (HullCovers(hull, static_cast<float>(x), static_cast<float>(y)))
+            candidates |= 1ull << k;
+      if (candidates != 0 &&
+          LoadWork(tets, n, points, boxes, chunks, chunk_count, false, cam, true, &w)) {
+        for (unsigned long long rest = candidates; rest != 0; rest &= rest - 1) {
+          const int c = __ffsll(static_cast<long long>(rest)) - 1;
+          const int x = w.box.x + c % w.bw, y = w.box.z + c / w.bw;
+          math::TetHit hit;
+          if (HitPixel(w, cam, x, y, &hit)) {
+            atomicAdd(&hist[((y & 7) << kCountBits) | (x & 7)], 1u);
+            mask |= 1ull << c;
+          }
+        }
+      }
+    }
+  } else if (LoadWork(tets, n, points, boxes, chunks, chunk_count, big, cam, true, &w)) {
     Hull hull;
     if constexpr (kScanFilter) {
       if (filter) LoadHull(tets, w.t, screen, &hull);
