@@ -119,6 +119,45 @@ constexpr int kBins = 1 << (2 * kCountBits);
 // so the record pass intersects only the hits again (at 35 M tetrahedra 1 candidate in 4 hits).
 constexpr int kSmallTetPixels = 64;
 constexpr int kChunkPixels = 512;
+// Build option FRESNEL_VOLUME_SCAN_FILTER (CMake: OFF = 0, ALL = 1, CHUNKS = 2, the default):
+//  ALL (1): the count pass skips box pixels outside the tetrahedron's projected hull
+//    (HullCovers) before the exact ray test, for small tetrahedra and chunks alike; and the
+//    lanes of chunks keep their hits as bits like small tetrahedra do (chunk_masks), so the
+//    record pass intersects only the hits again (without them a chunk intersects every
+//    candidate twice more in the record pass: once to count, once to write).
+//  CHUNKS (2): the same, but the hull test only for chunks, and the count and record kernels
+//    compiled apart for small tetrahedra and chunks (the small ones keep their registers).
+// H200, 1024² (docs/volume.md): Blunt Fin's records stage 5.60 (OFF) → 3.90 (CHUNKS) / 4.13
+// (ALL) ms; the generated meshes (a thread per small tetrahedron) as OFF with CHUNKS, 10–17 %
+// slower with ALL. With the filter, 68 of Blunt Fin's 25.3 M hits (slivers accepted by the
+// plane test's rounding more than the margin outside their projection) are dropped.
+//  CANDIDATES (3): as CHUNKS, and small tetrahedra first mark the hull's candidates of their box
+//    (cheap), then run the exact test on those alone: a lane's exact tests are its candidates,
+//    not its box. Not run on a GPU yet.
+// The source's own default (no definition) is OFF.
+#ifndef FRESNEL_VOLUME_SCAN_FILTER
+#define FRESNEL_VOLUME_SCAN_FILTER 0
+#endif
+constexpr int kScanFilterMode = FRESNEL_VOLUME_SCAN_FILTER;
+static_assert(kScanFilterMode >= 0 && kScanFilterMode <= 3, "FRESNEL_VOLUME_SCAN_FILTER: 0 to 3");
+constexpr bool kScanFilter = kScanFilterMode != 0;  // chunk hit masks
+// Kernel paths: -1 = one kernel for both, `big` chosen at run time; 0 = small tetrahedra only;
+// 1 = chunks only.
+constexpr int kSmallPath = kScanFilterMode >= 2 ? 0 : -1;
+constexpr int kBigPath = kScanFilterMode >= 2 ? 1 : -1;
+// Whether the count pass's per-pixel loop tests the hull (CANDIDATES: small ones apart).
+__host__ __device__ constexpr bool HullFilterOn(bool big) {
+  return kScanFilterMode == 1 || (kScanFilterMode >= 2 && big);
+}
+// Hit bits per lane of a chunk's warp: one per step of 32 pixels (kChunkPixels / 32 = 16); a
+// small tetrahedron keeps 64 (one per box pixel).
+using ChunkMask = uint16_t;
+static_assert(kChunkPixels / 32 <= 16, "a lane's chunk mask has 16 bits");
+static_assert(kSmallTetPixels <= 64, "a small tetrahedron's mask has 64 bits");
+// Screen-space pre-filter margin, pixels: far above the projection's rounding (~1e-4 pixel).
+constexpr float kHullMarginPx = 0.05f;
+// Projected coordinates past this (pixels) skip the pre-filter (edge functions lose precision).
+constexpr float kHullMaxCoord = 32768.0f;
 
 __device__ __forceinline__ V3 Xyz(float4 p) { return {p.x, p.y, p.z}; }
 __device__ __forceinline__ Rgba ToRgba(float4 v) { return {v.x, v.y, v.z, v.w}; }
@@ -260,31 +299,118 @@ __device__ __forceinline__ bool HitPixel(const Work& w, const math::CameraFrame&
   return math::IntersectWithOffsets(w.tp, a, o, d, hit);
 }
 
+// Screen-space test before the exact one (kScanFilter): the projection of a tetrahedron (every
+// point in front of the eye) is the convex hull of its four projected points, the union of the
+// four triangles of three of them. A pixel centre farther than kHullMarginPx outside every
+// triangle is skipped: for a proper tetrahedron the exact ray test (whose rounding moves the ray
+// ~1e-4 pixel) would reject it too; slivers can pass that test by rounding farther out (seen:
+// 68 of Blunt Fin's 25.3 M hits), and those are dropped. Each triangle is taken in both
+// orientations, so a (nearly) flat one accepts a band of the margin around it.
+struct Hull {
+  float x[4], y[4];
+  float margin[6];  // kHullMarginPx · |edge| for edges 01 02 03 12 13 23
+  bool valid;       // false: no filter (a point behind the eye or far off the image)
+};
+
+__device__ __forceinline__ void LoadHull(const int4* __restrict__ tets, int64_t t,
+                                         const float2* __restrict__ screen, Hull* h) {
+  const int4 v = tets[t];
+  const int ids[4] = {v.x, v.y, v.z, v.w};
+  h->valid = true;
+  for (int i = 0; i < 4; ++i) {
+    const float2 s = screen[ids[i]];
+    h->x[i] = s.x, h->y[i] = s.y;
+    // NaN fails both comparisons.
+    h->valid = h->valid && fabsf(s.x) < kHullMaxCoord && fabsf(s.y) < kHullMaxCoord;
+  }
+  const int ea[6] = {0, 0, 0, 1, 1, 2}, eb[6] = {1, 2, 3, 2, 3, 3};
+  for (int e = 0; e < 6; ++e) {
+    const float dx = h->x[eb[e]] - h->x[ea[e]], dy = h->y[eb[e]] - h->y[ea[e]];
+    h->margin[e] = kHullMarginPx * sqrtf(dx * dx + dy * dy);
+  }
+}
+
+__device__ __forceinline__ bool HullCovers(const Hull& h, float px, float py) {
+  if (!h.valid) return true;
+  // Edge function of a → b at p: (p − a) × (b − a); the margin is in the same units.
+  auto edge = [&](int a, int b) {
+    return (px - h.x[a]) * (h.y[b] - h.y[a]) - (py - h.y[a]) * (h.x[b] - h.x[a]);
+  };
+  const float e01 = edge(0, 1), e02 = edge(0, 2), e03 = edge(0, 3);
+  const float e12 = edge(1, 2), e13 = edge(1, 3), e23 = edge(2, 3);
+  // Triangle a b c from edges ab, bc and ca = −ac.
+  auto tri = [](float ab, float bc, float ca, float mab, float mbc, float mca) {
+    return (ab >= -mab && bc >= -mbc && ca >= -mca) || (ab <= mab && bc <= mbc && ca <= mca);
+  };
+  const float* m = h.margin;
+  return tri(e01, e12, -e02, m[0], m[3], m[1]) || tri(e01, e13, -e03, m[0], m[4], m[2]) ||
+         tri(e02, e23, -e03, m[1], m[5], m[2]) || tri(e12, e23, -e13, m[3], m[5], m[4]);
+}
+
 // Pass 1: hits per (x mod 8, y mod 8) bin, exact, for sizing the record buffers; small
-// tetrahedra also keep which of their box's pixels they hit.
+// tetrahedra also keep which of their box's pixels they hit (`masks`), and with kScanFilter so
+// do the lanes of chunks (`chunk_masks`).
+template <int kPath>
 __global__ void __launch_bounds__(kThreads)
 CountKernel(const int4* __restrict__ tets, int64_t n, const float4* __restrict__ points,
-            const short4* __restrict__ boxes, const int2* __restrict__ chunks,
-            unsigned chunk_count, bool big, math::CameraFrame cam,
-            unsigned long long* __restrict__ masks, unsigned long long* __restrict__ bins) {
+            const float2* __restrict__ screen, const short4* __restrict__ boxes,
+            const int2* __restrict__ chunks, unsigned chunk_count, bool big_arg,
+            math::CameraFrame cam, unsigned long long* __restrict__ masks,
+            ChunkMask* __restrict__ chunk_masks, unsigned long long* __restrict__ bins) {
+  const bool big = kPath < 0 ? big_arg : kPath == 1;
+  const bool filter = kPath < 0 ? HullFilterOn(big) : HullFilterOn(kPath == 1);
   __shared__ unsigned int hist[kBins];
   for (int i = threadIdx.x; i < kBins; i += blockDim.x) hist[i] = 0;
   __syncthreads();
   Work w;
   unsigned long long mask = 0;
-  if (LoadWork(tets, n, points, boxes, chunks, chunk_count, big, cam, true, &w)) {
-    for (int k = w.k; k < w.k_end; k += w.dk) {
+  if constexpr (kScanFilterMode == 3 && kPath == 0) {
+    // Small tetrahedra: the box's pixels inside the hull first (bit k = box pixel k, row-major),
+    // then the planes and the exact test for those alone.
+    if (LoadWork(tets, n, points, boxes, chunks, chunk_count, false, cam, false, &w)) {
+      Hull hull;
+      LoadHull(tets, w.t, screen, &hull);
+      unsigned long long candidates = 0;
+      int k = 0;
+      for (int y = w.box.z; y <= w.box.w; ++y)
+        for (int x = w.box.x; x <= w.box.y; ++x, ++k)
+          if (HullCovers(hull, static_cast<float>(x), static_cast<float>(y)))
+            candidates |= 1ull << k;
+      if (candidates != 0 &&
+          LoadWork(tets, n, points, boxes, chunks, chunk_count, false, cam, true, &w)) {
+        for (unsigned long long rest = candidates; rest != 0; rest &= rest - 1) {
+          const int c = __ffsll(static_cast<long long>(rest)) - 1;
+          const int x = w.box.x + c % w.bw, y = w.box.z + c / w.bw;
+          math::TetHit hit;
+          if (HitPixel(w, cam, x, y, &hit)) {
+            atomicAdd(&hist[((y & 7) << kCountBits) | (x & 7)], 1u);
+            mask |= 1ull << c;
+          }
+        }
+      }
+    }
+  } else if (LoadWork(tets, n, points, boxes, chunks, chunk_count, big, cam, true, &w)) {
+    Hull hull;
+    if constexpr (kScanFilter) {
+      if (filter) LoadHull(tets, w.t, screen, &hull);
+    }
+    for (int k = w.k, j = 0; k < w.k_end; k += w.dk, ++j) {
       const int x = w.box.x + k % w.bw, y = w.box.z + k / w.bw;
+      if constexpr (kScanFilter) {
+        if (filter && !HullCovers(hull, static_cast<float>(x), static_cast<float>(y))) continue;
+      }
       math::TetHit hit;
       if (HitPixel(w, cam, x, y, &hit)) {
         atomicAdd(&hist[((y & 7) << kCountBits) | (x & 7)], 1u);
-        mask |= 1ull << (k & 63);
+        mask |= 1ull << j;
       }
     }
   }
+  const int64_t gid = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (!big) {
-    const int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-    if (t < n) masks[t] = mask;
+    if (gid < n) masks[gid] = mask;
+  } else if (kScanFilter && (gid >> 5) < chunk_count) {
+    chunk_masks[gid] = static_cast<ChunkMask>(mask);
   }
   __syncthreads();
   for (int i = threadIdx.x; i < kBins; i += blockDim.x)
@@ -311,16 +437,19 @@ __device__ __forceinline__ unsigned long long MakeKey<unsigned long long>(const 
 // block's region of the pass buffers. Slots: the thread block counts its hits per hash block in
 // shared memory, takes one range per hash block from the global cursors (set by the host to each
 // block's offset), and hands out slots from it with shared atomics — per-thread-block prefix
-// counts instead of a device-wide scan. Small tetrahedra walk the hit mask of the count pass;
+// counts instead of a device-wide scan. Small tetrahedra (and with kScanFilter the lanes of
+// chunks) walk the hit masks of the count pass and intersect only the hits again; otherwise
 // chunks of big ones intersect twice (count, then write).
-template <class Key>
+template <class Key, int kPath>
 __global__ void __launch_bounds__(kThreads)
 RecordKernel(const int4* __restrict__ tets, int64_t n, const float4* __restrict__ points,
              const short4* __restrict__ boxes, const int2* __restrict__ chunks,
-             unsigned chunk_count, bool big, const unsigned long long* __restrict__ masks,
-             FrameParams f, math::TfTable tf_param, int block_begin, int block_end,
+             unsigned chunk_count, bool big_arg, const unsigned long long* __restrict__ masks,
+             const ChunkMask* __restrict__ chunk_masks, FrameParams f, math::TfTable tf_param,
+             int block_begin, int block_end,
              unsigned long long* __restrict__ cursors, Key* __restrict__ keys,
              uint32_t* __restrict__ values, float4* __restrict__ rgba) {
+  const bool big = kPath < 0 ? big_arg : kPath == 1;
   __shared__ math::TfTable tf;
   __shared__ unsigned int count[kBins], cursor[kBins];
   __shared__ unsigned long long base[kBins];
@@ -335,36 +464,41 @@ RecordKernel(const int4* __restrict__ tets, int64_t n, const float4* __restrict_
   const int stride = 1 << f.bits, m = stride - 1;
   const int width = f.cam.width;
   Work w;
+  const int64_t gid = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  // Chunks without masks intersect every candidate (count here, then write below).
+  const bool walk_all = big && !kScanFilter;
   unsigned long long mask = 0;
   bool active = false;
-  if (big) {
+  if (walk_all) {
     active = LoadWork(tets, n, points, boxes, chunks, chunk_count, true, f.cam, true, &w);
   } else {
-    const int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-    mask = t < n ? masks[t] : 0;
+    if (big) {
+      mask = (gid >> 5) < chunk_count ? chunk_masks[gid] : 0;
+    } else {
+      mask = gid < n ? masks[gid] : 0;
+    }
     // The box is needed for the pixel positions; the planes only if a hit is in this pass.
-    active = mask != 0 && LoadWork(tets, n, points, boxes, chunks, chunk_count, false, f.cam,
+    active = mask != 0 && LoadWork(tets, n, points, boxes, chunks, chunk_count, big, f.cam,
                                    false, &w);
   }
   auto in_pass = [&](int x, int y) {
     const int block = ((y & m) << f.bits) | (x & m);
     return block >= block_begin && block < block_end ? block - block_begin : -1;
   };
-  bool planes_loaded = big;
-  if (active) {
-    if (big) {
-      for (int k = w.k; k < w.k_end; k += w.dk) {
-        const int x = w.box.x + k % w.bw, y = w.box.z + k / w.bw;
-        const int i = in_pass(x, y);
-        math::TetHit hit;
-        if (i >= 0 && HitPixel(w, f.cam, x, y, &hit)) atomicAdd(&count[i], 1u);
-      }
-    } else {
-      for (unsigned long long rest = mask; rest != 0; rest &= rest - 1) {
-        const int k = __ffsll(static_cast<long long>(rest)) - 1;
-        const int i = in_pass(w.box.x + k % w.bw, w.box.z + k / w.bw);
-        if (i >= 0) atomicAdd(&count[i], 1u);
-      }
+  // Bit j of the mask is the box's pixel k = w.k + j·w.dk (the count pass's j-th step).
+  bool planes_loaded = walk_all;
+  if (active && walk_all) {
+    for (int k = w.k; k < w.k_end; k += w.dk) {
+      const int x = w.box.x + k % w.bw, y = w.box.z + k / w.bw;
+      const int i = in_pass(x, y);
+      math::TetHit hit;
+      if (i >= 0 && HitPixel(w, f.cam, x, y, &hit)) atomicAdd(&count[i], 1u);
+    }
+  } else if (active) {
+    for (unsigned long long rest = mask; rest != 0; rest &= rest - 1) {
+      const int k = w.k + (__ffsll(static_cast<long long>(rest)) - 1) * w.dk;
+      const int i = in_pass(w.box.x + k % w.bw, w.box.z + k / w.bw);
+      if (i >= 0) atomicAdd(&count[i], 1u);
     }
   }
   __syncthreads();
@@ -382,7 +516,7 @@ RecordKernel(const int4* __restrict__ tets, int64_t n, const float4* __restrict_
     values[slot] = static_cast<uint32_t>(slot);
     rgba[slot] = ToFloat4(math::IntegrateSegment(tf, hit.s_in, hit.s_out, hit.t_out - hit.t_in));
   };
-  if (big) {
+  if (walk_all) {
     for (int k = w.k; k < w.k_end; k += w.dk) {
       const int x = w.box.x + k % w.bw, y = w.box.z + k / w.bw;
       const int i = in_pass(x, y);
@@ -392,13 +526,13 @@ RecordKernel(const int4* __restrict__ tets, int64_t n, const float4* __restrict_
     return;
   }
   for (unsigned long long rest = mask; rest != 0; rest &= rest - 1) {
-    const int k = __ffsll(static_cast<long long>(rest)) - 1;
+    const int k = w.k + (__ffsll(static_cast<long long>(rest)) - 1) * w.dk;
     const int x = w.box.x + k % w.bw, y = w.box.z + k / w.bw;
     const int i = in_pass(x, y);
     if (i < 0) continue;
     if (!planes_loaded) {
       // Same inputs, same float operations as the count pass: the hit repeats exactly.
-      LoadWork(tets, n, points, boxes, chunks, chunk_count, false, f.cam, true, &w);
+      LoadWork(tets, n, points, boxes, chunks, chunk_count, big, f.cam, true, &w);
       planes_loaded = true;
     }
     math::TetHit hit;
@@ -588,6 +722,7 @@ struct Setup {
   const int2* chunks;
   unsigned chunk_count;
   const unsigned long long* masks;
+  const ChunkMask* chunk_masks;
   std::vector<int64_t> block_records;  // per hash block
   float4* image;
   std::function<void(int64_t)> track;  // per-frame device bytes allocated (+) or freed (-)
@@ -685,16 +820,18 @@ absl::Status RenderBlocks(Setup& s) {
       FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(cursors.get(), offsets.data(),
                                                    (b1 - b0) * sizeof(unsigned long long),
                                                    cudaMemcpyHostToDevice, stream));
-      RecordKernel<Key><<<cuda::BlocksFor(nt, kThreads), kThreads, 0, stream>>>(
+      RecordKernel<Key, kSmallPath><<<cuda::BlocksFor(nt, kThreads), kThreads, 0, stream>>>(
           s.mesh->tets, nt, s.mesh->points, s.boxes, s.chunks, s.chunk_count, false, s.masks,
-          s.frame, job.tf, b0, b1, cursors.get(), keys.get(), values.get(), rgba.get());
-      FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(RecordKernel<Key>);
+          s.chunk_masks, s.frame, job.tf, b0, b1, cursors.get(), keys.get(), values.get(),
+          rgba.get());
+      FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR((RecordKernel<Key, kSmallPath>));
       if (s.chunk_count > 0) {
-        RecordKernel<Key><<<cuda::BlocksFor(int64_t{s.chunk_count} * 32, kThreads), kThreads, 0,
-                            stream>>>(s.mesh->tets, nt, s.mesh->points, s.boxes, s.chunks,
-                                      s.chunk_count, true, s.masks, s.frame, job.tf, b0, b1,
-                                      cursors.get(), keys.get(), values.get(), rgba.get());
-        FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(RecordKernel<Key>);
+        RecordKernel<Key, kBigPath>
+            <<<cuda::BlocksFor(int64_t{s.chunk_count} * 32, kThreads), kThreads, 0, stream>>>(
+                s.mesh->tets, nt, s.mesh->points, s.boxes, s.chunks, s.chunk_count, true,
+                s.masks, s.chunk_masks, s.frame, job.tf, b0, b1, cursors.get(), keys.get(),
+                values.get(), rgba.get());
+        FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR((RecordKernel<Key, kBigPath>));
       }
     }
     FRESNEL_RETURN_IF_ERROR(s.timer->Stop());
@@ -838,18 +975,25 @@ absl::Status RenderCuda(const Device& device, const CudaMesh& mesh, int64_t mesh
   track(chunks.bytes());
   const unsigned nchunks = static_cast<unsigned>(host_counters[kBins] & 0xffffffffu);
   stats.warp_chunks = nchunks;
+  cuda::DeviceBuffer<ChunkMask> chunk_masks;
+  if (kScanFilter) {
+    FRESNEL_RETURN_IF_ERROR(
+        chunk_masks.Allocate(device, std::max<int64_t>(1, int64_t{nchunks} * 32)));
+    track(chunk_masks.bytes());
+  }
 
   // Exact hit counts per (x mod 8, y mod 8).
   FRESNEL_RETURN_IF_ERROR(timer.Start(&stats.records_s));
-  CountKernel<<<cuda::BlocksFor(nt, kThreads), kThreads, 0, stream>>>(
-      mesh.tets, nt, mesh.points, boxes.get(), chunks.get(), nchunks, false, cam, masks.get(),
-      counters.get());
-  FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(CountKernel);
+  CountKernel<kSmallPath><<<cuda::BlocksFor(nt, kThreads), kThreads, 0, stream>>>(
+      mesh.tets, nt, mesh.points, screen.get(), boxes.get(), chunks.get(), nchunks, false, cam,
+      masks.get(), chunk_masks.get(), counters.get());
+  FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(CountKernel<kSmallPath>);
   if (nchunks > 0) {
-    CountKernel<<<cuda::BlocksFor(int64_t{nchunks} * 32, kThreads), kThreads, 0, stream>>>(
-        mesh.tets, nt, mesh.points, boxes.get(), chunks.get(), nchunks, true, cam, masks.get(),
-        counters.get());
-    FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(CountKernel);
+    CountKernel<kBigPath>
+        <<<cuda::BlocksFor(int64_t{nchunks} * 32, kThreads), kThreads, 0, stream>>>(
+        mesh.tets, nt, mesh.points, screen.get(), boxes.get(), chunks.get(), nchunks, true, cam,
+        masks.get(), chunk_masks.get(), counters.get());
+    FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(CountKernel<kBigPath>);
   }
   FRESNEL_RETURN_IF_ERROR(timer.Stop());
   FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_counters, counters.get(),
@@ -898,6 +1042,7 @@ absl::Status RenderCuda(const Device& device, const CudaMesh& mesh, int64_t mesh
   s.chunks = chunks.get();
   s.chunk_count = nchunks;
   s.masks = masks.get();
+  s.chunk_masks = chunk_masks.get();
   s.image = image.get();
   s.track = track;
   s.frame.cam = cam;

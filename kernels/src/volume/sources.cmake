@@ -11,6 +11,27 @@ if(FRESNEL_WITH_CUDA)
   list(APPEND FRESNEL_KERNEL_CUDA_SOURCES src/volume/render_cuda.cu)
   # No contracted multiply-adds: the CPU oracle runs the same float32 operations (volume_math.h).
   set_source_files_properties(src/volume/render_cuda.cu PROPERTIES COMPILE_OPTIONS "--fmad=false")
+  # Screen-space pre-filter of the count pass and hit masks for the chunks of big tetrahedra:
+  # CHUNKS (default: measured fastest), ALL (slower on small tetrahedra), OFF, or CANDIDATES
+  # (not run on a GPU yet).
+  # render_cuda.cu and docs/volume.md say what each does and measured.
+  set(FRESNEL_VOLUME_SCAN_FILTER CHUNKS CACHE STRING
+      "volume CUDA scan-conversion filter: CHUNKS (default), ALL, OFF or CANDIDATES")
+  set_property(CACHE FRESNEL_VOLUME_SCAN_FILTER PROPERTY STRINGS OFF ALL CHUNKS CANDIDATES)
+  if(FRESNEL_VOLUME_SCAN_FILTER STREQUAL "ALL")
+    set(_fresnel_volume_filter 1)
+  elseif(FRESNEL_VOLUME_SCAN_FILTER STREQUAL "CHUNKS")
+    set(_fresnel_volume_filter 2)
+  elseif(FRESNEL_VOLUME_SCAN_FILTER STREQUAL "CANDIDATES")
+    set(_fresnel_volume_filter 3)
+  elseif(NOT FRESNEL_VOLUME_SCAN_FILTER)
+    set(_fresnel_volume_filter 0)
+  else()
+    message(FATAL_ERROR "FRESNEL_VOLUME_SCAN_FILTER must be OFF, ALL, CHUNKS or CANDIDATES, got "
+                        "'${FRESNEL_VOLUME_SCAN_FILTER}'")
+  endif()
+  set_property(SOURCE src/volume/render_cuda.cu APPEND PROPERTY COMPILE_DEFINITIONS
+               FRESNEL_VOLUME_SCAN_FILTER=${_fresnel_volume_filter})
 else()
   list(APPEND FRESNEL_KERNEL_SOURCES src/volume/render_cuda_none.cc)
 endif()
