@@ -40,6 +40,17 @@ class Budget {
     ~Reservation() { Release(); }
     int64_t amount() const { return amount_; }
 
+    // Takes `more` from the same budget (an upload that grows with what arrives). On
+    // RESOURCE_EXHAUSTED the reservation keeps what it had. Needs a reservation made by Reserve.
+    absl::Status Grow(int64_t more, absl::string_view what) {
+      if (budget_ == nullptr) return absl::OkStatus();
+      absl::StatusOr<Reservation> extra = budget_->Reserve(more, what);
+      if (!extra.ok()) return extra.status();
+      amount_ += std::exchange(extra->amount_, 0);
+      extra->budget_ = nullptr;
+      return absl::OkStatus();
+    }
+
    private:
     friend class Budget;
     Reservation(Budget* b, int64_t amount) : budget_(b), amount_(amount) {}

@@ -33,7 +33,16 @@ class UploadReader : public grpc::ServerReadReactor<Req> {
       if (!st.ok()) FinishWith(st);  // on OK, `this` may already be gone
       return;
     }
-    absl::Status st = Take(request_);
+    // What arrives is held until the upload completes: charged before it is taken, so uploads in
+    // progress count against the server's state budget (not only their declared totals).
+    absl::Status st = absl::OkStatus();
+    if (budget_ != nullptr) {
+      const int64_t bytes = static_cast<int64_t>(request_.ByteSizeLong());
+      st = reserved_ ? held_.Grow(bytes, "this upload")
+                     : ReserveIn(budget_, bytes, "this upload", &held_);
+      reserved_ = reserved_ || st.ok();
+    }
+    if (st.ok()) st = Take(request_);
     if (!st.ok()) {
       FinishWith(st);
       return;
@@ -44,9 +53,10 @@ class UploadReader : public grpc::ServerReadReactor<Req> {
   void OnDone() override { delete this; }
 
  protected:
+  // `budget` (may be null) is charged with the bytes of every message as it arrives.
   UploadReader(Metrics* metrics, const char* service, const char* method,
-               grpc::CallbackServerContext* context)
-      : context_(context), record_(metrics, service, method) {}
+               grpc::CallbackServerContext* context, Budget* budget = nullptr)
+      : context_(context), record_(metrics, service, method), budget_(budget) {}
 
   void StartReading() { this->StartRead(&request_); }
 
@@ -69,6 +79,9 @@ class UploadReader : public grpc::ServerReadReactor<Req> {
  private:
   grpc::CallbackServerContext* const context_;
   RpcRecord record_;
+  Budget* const budget_;
+  Budget::Reservation held_;
+  bool reserved_ = false;
   Req request_;
   std::atomic<bool> finished_{false};
 };

@@ -81,7 +81,9 @@ class SubmitCall : public UploadReader<v1::SubmitRequest> {
  public:
   SubmitCall(ServiceContext* ctx, grpc::CallbackServerContext* context,
              v1::SubmitResponse* response)
-      : UploadReader(ctx->metrics, kService, "Submit", context), ctx_(ctx), response_(response) {
+      : UploadReader(ctx->metrics, kService, "Submit", context, ctx->stream_state_bytes),
+        ctx_(ctx),
+        response_(response) {
     const int64_t pixels = ctx_->unwrap_limits.max_pixels;
     const int64_t cap = ctx_->jobs->options().memory_bytes;
     // No array can be larger than the limits allow, nor than the job store could hold.

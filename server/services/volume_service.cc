@@ -41,7 +41,7 @@ class UploadCall : public UploadReader<v1::UploadMeshRequest> {
  public:
   UploadCall(ServiceContext* ctx, const VolumeLimits& limits,
              grpc::CallbackServerContext* context, v1::UploadMeshResponse* response)
-      : UploadReader(ctx->metrics, kService, "UploadMesh", context),
+      : UploadReader(ctx->metrics, kService, "UploadMesh", context, ctx->stream_state_bytes),
         ctx_(ctx),
         limits_(limits),
         response_(response) {

@@ -621,6 +621,25 @@ TEST_CASE("large arrays travel in chunks both ways under a small message cap", "
   CHECK(Same(small_chunks->unwrapped, result->unwrapped));
 }
 
+TEST_CASE("uploads in progress count against --stream-state-bytes as they arrive",
+          "[server][unwrap]") {
+  server::ServerConfig config = TestServer::CpuConfig();
+  config.max_message_bytes = 1 << 16;  // the client sends chunks of ~48 KiB
+  config.stream_state_bytes = 1 << 20;
+  TestServer ts(config);
+  auto client = Connect(ts);
+  TestPhase big = MakePhase(1024, 512, DType::kFloat32, 0.3, 2, false);  // 2 MiB up
+  auto refused = client->SubmitUnwrap(Request(big));
+  REQUIRE(refused.status().code() == absl::StatusCode::kResourceExhausted);
+  CHECK(Contains(refused.status().message(), "--stream-state-bytes"));
+  // The refused upload's bytes were given back: a smaller one fits.
+  TestPhase small = MakePhase(256, 256, DType::kFloat32, 0.3, 2, false);  // 256 KiB
+  const std::string id = Id(client->SubmitUnwrap(Request(small)));
+  auto done = client->WatchUnwrap(id);
+  REQUIRE(done.ok());
+  CHECK(done->state() == v1::JOB_STATE_DONE);
+}
+
 TEST_CASE("a Submit upload that breaks the chunk protocol is refused", "[server][unwrap]") {
   TestServer ts;
   TestPhase p = MakePhase(32, 32, DType::kFloat32, 0.0, 0, false);
