@@ -107,6 +107,11 @@ void PrintServerInfo(const std::string& server, const std::string& health,
                                       l.queue_capacity(), " per device, up/down <= ",
                                       l.max_rate(), ", taps <= ", l.max_taps(),
                                       ", output <= ", l.max_output_samples(), " samples")});
+  if (l.max_streams() > 0) {
+    head.AddRow({"requests", absl::StrCat("<= ", l.max_streams(), " open streams, ",
+                                          FormatBytes(l.stream_state_bytes()),
+                                          " of derived and uploaded state")});
+  }
   if (l.max_jobs() > 0) {
     head.AddRow({"unwrap", absl::StrCat("images <= ", l.unwrap_max_side(), " px a side and ",
                                         l.unwrap_max_pixels(), " px")});
@@ -119,6 +124,11 @@ void PrintServerInfo(const std::string& server, const std::string& health,
                                           l.hologram_max_height(), " px and ",
                                           l.hologram_max_pixels(), " px, <= ",
                                           l.hologram_max_points(), " points")});
+  }
+  if (l.volume_max_tets() > 0) {
+    head.AddRow({"volume", absl::StrCat("meshes <= ", l.volume_max_points(), " points and ",
+                                        l.volume_max_tets(), " tets, images <= ",
+                                        l.volume_max_image_side(), " px a side")});
   }
   if (info.has_fusion()) {
     const v1::FusionLimits& f = info.fusion();

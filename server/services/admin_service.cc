@@ -61,6 +61,8 @@ grpc::ServerUnaryReactor* AdminService::GetServerInfo(grpc::CallbackServerContex
   limits->set_volume_max_image_side(volume::kMaxImageSide);
   limits->set_session_gpu_cap_bytes(config_.session_gpu_memory_bytes);
   limits->set_session_cpu_cap_bytes(config_.session_cpu_memory_bytes);
+  limits->set_max_streams(config_.max_streams);
+  limits->set_stream_state_bytes(config_.stream_state_bytes);
   for (const std::string& s : services_) response->add_services(s);
   auto* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);

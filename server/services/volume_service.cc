@@ -55,8 +55,10 @@ class UploadCall : public UploadReader<v1::UploadMeshRequest> {
         return absl::InvalidArgumentError("header: the first message must carry the header");
       }
       header_ = request.header();
-      // Counts over the limits are refused before any array byte is accepted.
+      // Counts over the limits and a bad device hint are refused before any array byte is
+      // accepted.
       FRESNEL_ASSIGN_OR_RETURN(budget_, ParseMeshHeader(header_, limits_));
+      FRESNEL_ASSIGN_OR_RETURN(preference_, PreferenceOf(header_.device(), "header.device"));
       max_bytes_ = {budget_.points_bytes(), budget_.tets_bytes(), budget_.scalars_bytes()};
       have_header_ = true;
       return absl::OkStatus();
@@ -137,12 +139,7 @@ class UploadCall : public UploadReader<v1::UploadMeshRequest> {
     }
     SessionSpec spec;
     spec.kind = kKind;
-    absl::StatusOr<DevicePreference> preference = PreferenceOf(header_.device(), "header.device");
-    if (!preference.ok()) {
-      FinishWith(preference.status());
-      return;
-    }
-    spec.preference = *preference;
+    spec.preference = preference_;
     spec.device_bytes = volume::DeviceBytes(upload_->mesh);
     spec.evictable = true;
     spec.max_pending = kMaxPendingRenders;
@@ -208,6 +205,7 @@ class UploadCall : public UploadReader<v1::UploadMeshRequest> {
   const VolumeLimits limits_;
   v1::UploadMeshResponse* response_;
   v1::MeshHeader header_;
+  DevicePreference preference_ = DevicePreference::kAny;
   bool have_header_ = false;
   MeshUploadBudget budget_;
   std::array<ChunkAssembler, 3> assemblers_;

@@ -65,6 +65,8 @@ TEST_CASE("server info lists the CPU pool, limits and services", "[server]") {
   CHECK(info.limits().hologram_max_width() == 16384);
   CHECK(info.limits().hologram_max_pixels() == int64_t{1} << 27);
   CHECK(info.limits().hologram_max_points() == int64_t{1} << 24);
+  CHECK(info.limits().max_streams() == 1024);
+  CHECK(info.limits().stream_state_bytes() == int64_t{4} << 30);
   CHECK(info.services_size() >= 2);
 }
 

@@ -147,7 +147,7 @@ void CheckStatus(const absl::Status& st, absl::StatusCode code, const std::strin
 // the counts and the arrays may disagree).
 absl::Status RawUpload(const TestServer& ts, int64_t num_points, int64_t num_tets,
                        const std::vector<std::pair<v1::MeshArray, HostArray>>& arrays,
-                       v1::UploadMeshResponse* response = nullptr) {
+                       v1::UploadMeshResponse* response = nullptr, int device_kind = 0) {
   auto stub = v1::VolumeRenderService::NewStub(ts.channel);
   grpc::ClientContext context;
   v1::UploadMeshResponse r;
@@ -155,6 +155,7 @@ absl::Status RawUpload(const TestServer& ts, int64_t num_points, int64_t num_tet
   v1::UploadMeshRequest header;
   header.mutable_header()->set_num_points(num_points);
   header.mutable_header()->set_num_tets(num_tets);
+  header.mutable_header()->mutable_device()->set_kind(static_cast<v1::DeviceKind>(device_kind));
   bool ok = writer->Write(header);
   for (const auto& [which, array] : arrays) {
     if (!ok) break;
@@ -343,6 +344,9 @@ TEST_CASE("bad uploads and renders are refused naming the field; the server surv
               absl::StatusCode::kResourceExhausted, "tets.total_bytes");
   CheckStatus(RawUpload(ts, np, nt, {{v1::MESH_ARRAY_POINTS, a.points}}),
               absl::StatusCode::kInvalidArgument, "tets: missing");
+  // An unknown device kind is refused with the header, before any array byte.
+  CheckStatus(RawUpload(ts, np, nt, {{v1::MESH_ARRAY_POINTS, a.points}}, nullptr, 7),
+              absl::StatusCode::kInvalidArgument, "header.device.kind");
   CheckStatus(RawUpload(ts, 3, nt, {}), absl::StatusCode::kInvalidArgument, "header.num_points");
   CheckStatus(RawUpload(ts, np, 0, {}), absl::StatusCode::kInvalidArgument, "header.num_tets");
   // Over the server's limits: refused on the header.
