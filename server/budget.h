@@ -2,11 +2,13 @@
 // state (a stream's designed filter and delay line, a queued render's points) or a count (open
 // streams). A handler reserves before it accepts the work and the Reservation gives the amount
 // back when it is destroyed, so a handful of small requests cannot make the server allocate
-// gigabytes or hold thousands of streams. Thread-safe.
+// gigabytes or hold thousands of streams. Thread-safe. An observer (the metrics gauge
+// fresnel_budget_used) sees every change in order, under the budget's lock.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
+#include <functional>
+#include <mutex>
 #include <string>
 #include <utility>
 
@@ -20,7 +22,11 @@ namespace fresnel::server {
 class Budget {
  public:
   // `name` is the flag that sets the cap (it appears in the RESOURCE_EXHAUSTED message).
-  Budget(std::string name, int64_t cap) : name_(std::move(name)), cap_(cap) {}
+  using Observer = std::function<void(int64_t used)>;
+  Budget(std::string name, int64_t cap, Observer observer = nullptr)
+      : name_(std::move(name)), cap_(cap), observer_(std::move(observer)) {
+    if (observer_) observer_(0);
+  }
 
   class Reservation {
    public:
@@ -55,7 +61,7 @@ class Budget {
     friend class Budget;
     Reservation(Budget* b, int64_t amount) : budget_(b), amount_(amount) {}
     void Release() {
-      if (budget_ != nullptr) budget_->used_.fetch_sub(amount_);
+      if (budget_ != nullptr) budget_->Add(-amount_);
       budget_ = nullptr;
       amount_ = 0;
     }
@@ -67,24 +73,36 @@ class Budget {
   // numbers when it does not fit under the cap.
   absl::StatusOr<Reservation> Reserve(int64_t amount, absl::string_view what) {
     if (amount < 0) amount = 0;
-    int64_t used = used_.load();
-    for (;;) {
-      if (amount > cap_ - used) {
-        return absl::ResourceExhaustedError(absl::StrCat(
-            what, " needs ", amount, " of the server's ", name_, " (", cap_, "), of which ", used,
-            " are in use by other requests; retry later"));
-      }
-      if (used_.compare_exchange_weak(used, used + amount)) return Reservation(this, amount);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (amount > cap_ - used_) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          what, " needs ", amount, " of the server's ", name_, " (", cap_, "), of which ", used_,
+          " are in use by other requests; retry later"));
     }
+    used_ += amount;
+    if (observer_) observer_(used_);
+    return Reservation(this, amount);
   }
 
-  int64_t used() const { return used_.load(); }
+  int64_t used() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return used_;
+  }
   int64_t cap() const { return cap_; }
+  const std::string& name() const { return name_; }
 
  private:
+  void Add(int64_t delta) {
+    std::lock_guard<std::mutex> lock(mu_);
+    used_ += delta;
+    if (observer_) observer_(used_);
+  }
+
   const std::string name_;
   const int64_t cap_;
-  std::atomic<int64_t> used_{0};
+  const Observer observer_;
+  mutable std::mutex mu_;
+  int64_t used_ = 0;
 };
 
 }  // namespace fresnel::server

@@ -73,6 +73,16 @@ Metrics::Metrics()
                             .Help("Sessions ended other than by their client: idle TTL passed "
                                   "(expired), memory wanted by another (evicted), device lost.")
                             .Register(*registry_)),
+      budget_used_(prometheus::BuildGauge()
+                       .Name("fresnel_budget_used")
+                       .Help("Server-wide request budgets in use, by the flag that caps them: "
+                             "open streams (--max-streams), bytes of stream and upload state "
+                             "(--stream-state-bytes).")
+                       .Register(*registry_)),
+      budget_cap_(prometheus::BuildGauge()
+                      .Name("fresnel_budget_cap")
+                      .Help("The cap of each server-wide request budget.")
+                      .Register(*registry_)),
       jobs_(prometheus::BuildGauge()
                 .Name("fresnel_jobs")
                 .Help("Asynchronous jobs the job store holds, by state.")
@@ -166,6 +176,11 @@ void Metrics::AddSessionsDropped(const std::string& kind, const std::string& rea
 
 void Metrics::SetJobs(const std::string& state, double count) {
   jobs_.Add({{"state", state}}).Set(count);
+}
+
+void Metrics::SetBudget(const std::string& flag, double used, double cap) {
+  budget_used_.Add({{"budget", flag}}).Set(used);
+  budget_cap_.Add({{"budget", flag}}).Set(cap);
 }
 
 void Metrics::SetJobStoreBytes(double bytes) { job_store_bytes_.Add({}).Set(bytes); }

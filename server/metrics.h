@@ -57,6 +57,9 @@ class Metrics {
   // Asynchronous jobs (server/jobs.h): how many are in each state ("queued", "running", "done",
   // "failed", "cancelled"), the bytes the job store holds, and finished jobs dropped because
   // their TTL passed ("expired") or to stay under the memory cap ("evicted").
+  // Server-wide request budgets (--max-streams, --stream-state-bytes): in use and cap.
+  void SetBudget(const std::string& flag, double used, double cap);
+
   void SetJobs(const std::string& state, double count);
   void SetJobStoreBytes(double bytes);
   void AddJobsDropped(const std::string& reason);
@@ -80,6 +83,8 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& sessions_;
   prometheus::Family<prometheus::Gauge>& session_reserved_bytes_;
   prometheus::Family<prometheus::Counter>& sessions_dropped_;
+  prometheus::Family<prometheus::Gauge>& budget_used_;
+  prometheus::Family<prometheus::Gauge>& budget_cap_;
   prometheus::Family<prometheus::Gauge>& jobs_;
   prometheus::Family<prometheus::Gauge>& job_store_bytes_;
   prometheus::Family<prometheus::Counter>& jobs_dropped_;

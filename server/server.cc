@@ -99,9 +99,16 @@ absl::StatusOr<std::unique_ptr<FresnelServer>> FresnelServer::Start(const Server
   impl->sessions =
       std::make_unique<SessionStore>(session_options, impl->pool.get(), impl->metrics.get());
   impl->ctx.sessions = impl->sessions.get();
-  impl->streams = std::make_unique<Budget>("--max-streams", config.max_streams);
-  impl->stream_state_bytes =
-      std::make_unique<Budget>("--stream-state-bytes", config.stream_state_bytes);
+  auto observe = [metrics = impl->metrics.get()](const char* flag, int64_t cap) {
+    return [metrics, flag, cap](int64_t used) {
+      metrics->SetBudget(flag, static_cast<double>(used), static_cast<double>(cap));
+    };
+  };
+  impl->streams = std::make_unique<Budget>("--max-streams", config.max_streams,
+                                           observe("--max-streams", config.max_streams));
+  impl->stream_state_bytes = std::make_unique<Budget>(
+      "--stream-state-bytes", config.stream_state_bytes,
+      observe("--stream-state-bytes", config.stream_state_bytes));
   impl->ctx.streams = impl->streams.get();
   impl->ctx.stream_state_bytes = impl->stream_state_bytes.get();
   impl->ctx.started = Clock::now();

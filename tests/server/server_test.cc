@@ -464,6 +464,8 @@ TEST_CASE("shutdown drains accepted work and refuses new work", "[server]") {
 // A ResampleStream that sends its config and then waits.
 std::unique_ptr<grpc::ClientReaderWriter<v1::ResampleStreamRequest, v1::ResampleStreamResponse>>
 OpenStream(TestServer& ts, grpc::ClientContext* ctx, int up) {
+  // A test that goes wrong fails in seconds instead of waiting for ctest's timeout.
+  ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
   auto stream = ts.interp->ResampleStream(ctx);
   v1::ResampleStreamRequest first;
   auto* rp = first.mutable_config()->mutable_resample_poly();
@@ -485,6 +487,16 @@ TEST_CASE("open streams and the state they derive are capped server-wide", "[ser
     grpc::ClientContext c1, c2, c3, c4;
     auto s1 = OpenStream(ts, &c1, 3);
     auto s2 = OpenStream(ts, &c2, 3);
+    // The server may construct the reactors in any order: only once both first streams hold
+    // their slots is the third the one refused (it used to be s1 or s2 now and then, and s3 then
+    // waited for its next message forever).
+    bool both_open = false;
+    for (int i = 0; i < 1000 && !both_open; ++i) {
+      both_open = ts.server->MetricsText().find("fresnel_budget_used{budget=\"--max-streams\"} 2") !=
+                  std::string::npos;
+      if (!both_open) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    REQUIRE(both_open);
     auto s3 = OpenStream(ts, &c3, 3);
     v1::ResampleStreamResponse resp;
     while (s3->Read(&resp)) {
