@@ -29,6 +29,11 @@ absl::StatusOr<DevicePreference> PreferenceOf(const v1::DeviceHint& hint,
   }
 }
 
+std::string ClientOf(const grpc::ServerContextBase* /*context*/) {
+  // Without authentication there is one client.
+  return "";
+}
+
 absl::Status ReserveIn(Budget* budget, int64_t amount, absl::string_view what,
                        Budget::Reservation* out) {
   if (budget == nullptr) return absl::OkStatus();

@@ -41,6 +41,11 @@ struct ServiceContext {
   Clock::time_point started = Clock::now();
 };
 
+// The client a call comes from, as jobs, sessions, meshes and shared-memory regions record their
+// owner: the name authentication gave it, or "" when the server runs without authentication
+// (then every client is the same one, as the docs say).
+std::string ClientOf(const grpc::ServerContextBase* context);
+
 // The request's deadline on the steady clock, if the client set one.
 std::optional<Clock::time_point> DeadlineOf(const grpc::CallbackServerContext* context);
 // The placement a DeviceHint asks for; INVALID_ARGUMENT naming `field` for an unknown kind (every
