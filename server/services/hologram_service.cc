@@ -265,26 +265,41 @@ class StreamCall
 
   void OnReadDone(bool ok) override {
     if (!ok) {  // the client half-closed: finish once every frame it sent is answered
-      bool answered = false;
-      if (partial_.has_value()) {  // it stopped inside a frame sent in parts
-        const int64_t index = next_frame_++;
-        partial_.reset();
-        std::lock_guard<std::mutex> lock(mu_);
-        ++in_flight_;
-        ready_.emplace(index, FrameError(index, absl::InvalidArgumentError(
-                                                    "points_continue: the stream ended before "
-                                                    "the frame's last part")));
-        answered = true;
-      }
+      const bool answered = AnswerUnfinishedFrame();
       {
         std::lock_guard<std::mutex> lock(mu_);
         reads_done_ = true;
+        if (!saw_end_) {
+          end_status_ = absl::InvalidArgumentError(absl::StrCat(
+              "end: the stream closed without a message that sets end, after ", next_frame_,
+              " frame(s): it was cut short or a message could not be parsed; the frames "
+              "before were answered"));
+        }
       }
       if (answered) TryWrite();
       MaybeFinish();
       return;
     }
     record_.Payload("in", static_cast<double>(request_.ByteSizeLong()));
+    if (saw_end_) {
+      Fail(absl::InvalidArgumentError("end: a message came after the one that set end"));
+      return;
+    }
+    saw_end_ = request_.end();
+    if (saw_end_ && !request_.points_continue() &&
+        request_.source_case() == v1::HologramFrameRequest::SOURCE_NOT_SET &&
+        !request_.has_config()) {
+      // Only ends the stream: a frame still in parts is answered as cut short, then the
+      // half-close is awaited.
+      if (AnswerUnfinishedFrame()) TryWrite();
+      StartRead(&request_);
+      return;
+    }
+    if (saw_end_ && request_.points_continue()) {
+      Fail(absl::InvalidArgumentError(
+          "end: the last message cannot set points_continue (the frame has no last part)"));
+      return;
+    }
     if (!configured_) {
       absl::Status st = request_.has_config()
                             ? Configure(request_.config())
@@ -573,8 +588,24 @@ class StreamCall
       *status = *fatal_;
     } else if (!reads_done_ || in_flight_ > 0) {
       return false;
+    } else {
+      *status = end_status_;
     }
     finishing_ = true;
+    return true;
+  }
+
+  // From OnReadDone: when the client stopped inside a frame sent in parts, that frame is
+  // answered with INVALID_ARGUMENT. Whether there was one.
+  bool AnswerUnfinishedFrame() {
+    if (!partial_.has_value()) return false;
+    const int64_t index = next_frame_++;
+    partial_.reset();
+    std::lock_guard<std::mutex> lock(mu_);
+    ++in_flight_;
+    ready_.emplace(index, FrameError(index, absl::InvalidArgumentError(
+                                                "points_continue: the stream ended before the "
+                                                "frame's last part")));
     return true;
   }
 
@@ -641,6 +672,8 @@ class StreamCall
   bool writing_ = false;
   bool read_paused_ = false;
   bool reads_done_ = false;
+  bool saw_end_ = false;          // a message set `end` (reader side only)
+  absl::Status end_status_;       // how a clean finish ends: INVALID_ARGUMENT without `end`
   bool finishing_ = false;
   std::optional<absl::Status> fatal_;
   JobSlot jobs_;  // the jobs in flight, for OnCancel
