@@ -133,8 +133,14 @@ class OrderedStream : public grpc::ServerBidiReactor<Request, Response> {
 
   // Request `seq`, on a gRPC thread; `request` may be moved from.
   virtual void OnRequest(int64_t seq, Request* request) = 0;
-  // The client half-closed (and the stream was not ending already). Default: End(OK).
-  virtual void OnHalfClose() { End(absl::OkStatus()); }
+  // The client half-closed (and the stream was not ending already). gRPC reports a message it
+  // could not parse the same way, so a session stream that ends without its closing request is
+  // not taken as finished: default End(INVALID_ARGUMENT) once every request read is answered.
+  virtual void OnHalfClose() {
+    End(absl::InvalidArgumentError(
+        "close: the stream ended without a close request: it was cut short or a message could "
+        "not be parsed (every request read before was answered)"));
+  }
   // The stream is finished and no answer is outstanding; the object is deleted next.
   virtual void OnStreamDone() {}
 
