@@ -456,6 +456,7 @@ class StreamCall
     std::optional<v1::HologramFrameOverrides> overrides;
     std::optional<hologram::PointCloud> points;
     absl::Status error;  // a bad part: the frame is answered with it after its last part
+    int64_t columns = -1;  // of the first part's points; every part must match
   };
 
   // Adds request_ as the next part of partial_ (its first part when partial_ is empty).
@@ -479,6 +480,15 @@ class StreamCall
     absl::StatusOr<hologram::PointCloud> part = PointsFromProto(request_.points(), limits_);
     if (!part.ok()) {
       partial_->error = part.status();
+      return;
+    }
+    const int64_t columns = request_.points().shape_size() == 2 ? request_.points().shape(1) : -1;
+    if (partial_->columns < 0) {
+      partial_->columns = columns;
+    } else if (columns != partial_->columns) {
+      partial_->error = absl::InvalidArgumentError(absl::StrCat(
+          "points: every part of a frame has the first part's ", partial_->columns,
+          " columns; this part has ", columns));
       return;
     }
     hologram::PointCloud& all = *partial_->points;

@@ -437,6 +437,31 @@ TEST_CASE("Stream frames in parts: assembled in order, bad parts answered per fr
   CHECK(Mentions(statuses[2], "last part"));
 }
 
+TEST_CASE("Stream: the parts of a frame must have the same columns", "[server][hologram]") {
+  TestServer ts;
+  auto client = Connect(ts);
+  std::vector<v1::HologramFrameRequest> messages(2);
+  *messages[0].mutable_config() = Config(16, 16, v1::HOLOGRAM_ALGORITHM_REFERENCE);
+  ToProto(CloudArray(RandomCloud(4, 1)), messages[0].mutable_points());  // x y z a phase
+  messages[0].set_points_continue(true);
+  HostArray four(DType::kFloat64, {3, 4});  // x y z a
+  for (int64_t i = 0; i < four.size(); ++i) four.data<double>()[i] = i % 4 == 2 ? 0.1 : 1e-4;
+  ToProto(four, messages[1].mutable_points());
+  size_t next = 0;
+  std::vector<absl::Status> statuses;
+  absl::Status st = client->RenderStream(
+      [&](v1::HologramFrameRequest* f) {
+        if (next == messages.size()) return false;
+        *f = messages[next++];
+        return true;
+      },
+      [&](int64_t, const absl::Status& status, HologramRender*) { statuses.push_back(status); });
+  REQUIRE(st.ok());
+  REQUIRE(statuses.size() == 1);
+  CHECK(statuses[0].code() == absl::StatusCode::kInvalidArgument);
+  CHECK(Mentions(statuses[0], "5 columns; this part has 4"));
+}
+
 TEST_CASE("Stream without a config on the first frame is INVALID_ARGUMENT", "[server][hologram]") {
   TestServer ts;
   auto client = Connect(ts);
