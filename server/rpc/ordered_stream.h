@@ -67,7 +67,17 @@ class OrderedStream : public grpc::ServerBidiReactor<Request, Response> {
         ++outstanding_;
       }
     }
-    if (seq >= 0) OnRequest(seq, &request_);
+    if (seq >= 0) {
+      // An exception (out of memory) ends the stream with a status; the request is answered.
+      absl::Status st = Guarded("reading the request", [&] {
+        OnRequest(seq, &request_);
+        return absl::OkStatus();
+      });
+      if (!st.ok()) {
+        End(st);
+        Skip(seq);
+      }
+    }
     bool read;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -165,6 +175,8 @@ class OrderedStream : public grpc::ServerBidiReactor<Request, Response> {
   void Put(int64_t seq, Reply reply, bool skip) {
     {
       std::lock_guard<std::mutex> lock(mu_);
+      // A second answer (after an exception in OnRequest was answered by Skip) is dropped.
+      if (seq < next_write_ || ready_.count(seq) > 0) return;
       --outstanding_;
       if (!aborted_) ready_.emplace(seq, Slot{std::move(reply), skip});
     }

@@ -264,6 +264,14 @@ class StreamCall
   }
 
   void OnReadDone(bool ok) override {
+    absl::Status st = Guarded("reading the stream's frame", [&] {
+      HandleRead(ok);
+      return absl::OkStatus();
+    });
+    if (!st.ok()) Fail(st);
+  }
+
+  void HandleRead(bool ok) {
     if (!ok) {  // the client half-closed: finish once every frame it sent is answered
       const bool answered = AnswerUnfinishedFrame();
       {

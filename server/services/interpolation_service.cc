@@ -180,6 +180,14 @@ class ResampleStreamCall
   }
 
   void OnReadDone(bool ok) override {
+    absl::Status st = Guarded("reading the stream's message", [&] {
+      HandleRead(ok);
+      return absl::OkStatus();
+    });
+    if (!st.ok()) FinishWith(st);
+  }
+
+  void HandleRead(bool ok) {
     if (!ok) {
       // No `end` came. gRPC reports a message it could not parse the same way as a half-close,
       // so this is never taken for the end of the signal: the outputs sent may be incomplete.
