@@ -22,6 +22,7 @@
 #include "grpcpp/grpcpp.h"
 #include "server/budget.h"
 #include "server/device_pool.h"
+#include "server/drain.h"
 #include "server/metrics.h"
 
 namespace fresnel::server {
@@ -41,6 +42,7 @@ struct ServiceContext {
   // state derived from small messages (designed filters, expanded sources, queued point clouds).
   Budget* streams = nullptr;
   Budget* stream_state_bytes = nullptr;
+  DrainGate* drain = nullptr;  // open streams and sessions during SIGTERM's drain (server/drain.h)
   Clock::time_point started = Clock::now();
 };
 

@@ -340,8 +340,9 @@ int DevicePool::gpu_count() const {
 }
 
 absl::Status DevicePool::Submit(std::shared_ptr<Job> job) {
-  if (draining_.load()) {
-    return absl::UnavailableError("server is shutting down and accepts no new work");
+  if (draining_.load() || (closing_.load() && !job->continues_call)) {
+    return absl::UnavailableError(
+        "server is shutting down and accepts no new work; send it to another instance");
   }
   if (!job->affinity.empty()) {
     for (auto& d : devices_) {

@@ -1,5 +1,7 @@
 #include "server/server.h"
 
+#include <algorithm>
+
 #include <iostream>
 #include <mutex>
 
@@ -10,6 +12,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "server/call.h"
 #include "server/device_pool.h"
+#include "server/drain.h"
 #include "server/jobs.h"
 #include "server/metrics.h"
 #include "server/sessions.h"
@@ -31,6 +34,7 @@ struct FresnelServer::Impl {
   std::unique_ptr<SessionStore> sessions;
   std::unique_ptr<Budget> streams;
   std::unique_ptr<Budget> stream_state_bytes;
+  DrainGate drain;  // outlives the gRPC server: reactors hold its tickets
   std::unique_ptr<DevicePool> pool;
   ServiceContext ctx;
   std::unique_ptr<InterpolationService> interpolation;
@@ -111,6 +115,7 @@ absl::StatusOr<std::unique_ptr<FresnelServer>> FresnelServer::Start(const Server
       observe("--stream-state-bytes", config.stream_state_bytes));
   impl->ctx.streams = impl->streams.get();
   impl->ctx.stream_state_bytes = impl->stream_state_bytes.get();
+  impl->ctx.drain = &impl->drain;
   impl->ctx.started = Clock::now();
 
   impl->service_names = {"fresnel.v1.InterpolationService", "fresnel.v1.UnwrapService",
@@ -181,7 +186,20 @@ bool FresnelServer::Shutdown() {
     health->Shutdown();  // every service NOT_SERVING from now on
   }
   auto timeout = std::chrono::milliseconds(static_cast<int64_t>(impl_->config.drain_timeout_s * 1000));
-  impl_->drained = impl_->pool->Drain(timeout);
+  const Clock::time_point until = Clock::now() + timeout;
+  // Streams and sessions open now go on (their next chunks and frames are accepted) until they
+  // end or the timeout passes; new calls and other new work are refused with UNAVAILABLE.
+  impl_->pool->BeginDrain();
+  const int stopped = impl_->drain.Drain(
+      until, absl::UnavailableError(absl::StrCat(
+                 "the server's drain timeout (", impl_->config.drain_timeout_s,
+                 " s) passed while this call was open; it was ended: resend the rest to another "
+                 "instance")));
+  if (stopped > 0) {
+    std::cerr << "fresneld: drain timeout: ended " << stopped << " open stream(s)\n";
+  }
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+  impl_->drained = impl_->pool->Drain(std::max(left, std::chrono::milliseconds(0))) && stopped == 0;
   impl_->grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   impl_->grpc_server->Wait();
   return impl_->drained;

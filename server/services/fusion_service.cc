@@ -60,6 +60,15 @@ class SessionCall : public OrderedStream<v1::FusionRequest, v1::FusionResponse> 
       : OrderedStream(ctx->metrics, kService, "Session", limits.max_pending),
         ctx_(ctx),
         limits_(limits) {
+    absl::Status open = absl::OkStatus();
+    if (ctx->drain != nullptr) {
+      open = ctx->drain->Register("fusion session", [this](const absl::Status& st) { End(st); },
+                                  &ticket_);
+    }
+    if (!open.ok()) {
+      End(open);  // nothing read: finishes at once
+      return;
+    }
     StartReading();
   }
 
@@ -94,6 +103,7 @@ class SessionCall : public OrderedStream<v1::FusionRequest, v1::FusionResponse> 
   }
 
   void OnStreamDone() override {
+    ticket_.Close();
     // Jobs already queued still run; the volume is freed after the last of them.
     if (session_) ctx_->sessions->Close(session_->id(), session_->client()).IgnoreError();
   }
@@ -252,6 +262,7 @@ class SessionCall : public OrderedStream<v1::FusionRequest, v1::FusionResponse> 
       FusionConfigToProto(st->volume->config(), o->mutable_config());
       Answer(seq, std::move(r));
     };
+    job->continues_call = true;  // the session was open when a drain began: it may go on
     absl::Status submitted = session_->Submit(job);
     if (!submitted.ok()) FailOpen(seq, submitted);
   }
@@ -288,6 +299,7 @@ class SessionCall : public OrderedStream<v1::FusionRequest, v1::FusionResponse> 
         respond(report);
       }
     };
+    job->continues_call = true;  // the session was open when a drain began: it may go on
     absl::Status submitted = session_->Submit(job);
     if (submitted.ok()) return true;
     if (absl::IsResourceExhausted(submitted)) {
@@ -565,6 +577,7 @@ class SessionCall : public OrderedStream<v1::FusionRequest, v1::FusionResponse> 
   std::optional<std::string> restore_;
   fusion::FusionConfig restore_config_;
   DevicePreference restore_preference_ = DevicePreference::kAny;
+  DrainGate::Ticket ticket_;  // while open: SIGTERM's drain may end it (server/drain.h)
 };
 
 }  // namespace

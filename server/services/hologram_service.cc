@@ -256,6 +256,10 @@ class StreamCall
         record_(ctx->metrics, kService, "Stream"),
         depth_(PipelineDepth(*ctx->pool)) {
     absl::Status slot = ReserveIn(ctx->streams, 1, "a hologram Stream", &stream_slot_);
+    if (slot.ok() && ctx->drain != nullptr) {
+      slot = ctx->drain->Register("hologram Stream", [this](const absl::Status& st) { Fail(st); },
+                                  &ticket_);
+    }
     if (!slot.ok()) {
       FinishWith(slot);
       return;
@@ -348,6 +352,7 @@ class StreamCall
       const int64_t points = static_cast<int64_t>(work->points.size());
       job = MakeRenderJob(work, limits_, "Stream", preference_, DeadlineOf(context_),
                           /*kernel_errors_as_data=*/true);
+      job->continues_call = true;  // a stream open when a drain began may go on
       const Job* raw = job.get();
       job->done = [this, raw, work, points, index, received](const absl::Status& status,
                                                              const JobReport& report) {
@@ -428,7 +433,10 @@ class StreamCall
 
   void OnCancel() override { Fail(absl::CancelledError("the client cancelled the stream")); }
 
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    ticket_.Close();
+    delete this;
+  }
 
  private:
   // A frame's answer, ready to go: the header message and the chunks still to come.
@@ -667,6 +675,7 @@ class StreamCall
   grpc::CallbackServerContext* context_;
   RpcRecord record_;
   Budget::Reservation stream_slot_;
+  DrainGate::Ticket ticket_;  // while open: SIGTERM's drain may end it (server/drain.h)
   const int depth_;
   // Reader side (OnReadDone runs one at a time).
   v1::HologramFrameRequest request_;

@@ -172,14 +172,43 @@ class ResampleStreamCall
   ResampleStreamCall(ServiceContext* ctx, grpc::CallbackServerContext* context)
       : ctx_(ctx), context_(context), record_(ctx->metrics, kService, "ResampleStream") {
     absl::Status slot = ReserveIn(ctx->streams, 1, "a ResampleStream", &stream_slot_);
+    if (slot.ok() && ctx->drain != nullptr) {
+      // SIGTERM's drain timeout: a stream waiting for its client's next message ends at once; one
+      // with a chunk in flight has the chunk cancelled and ends when its job completes.
+      slot = ctx->drain->Register(
+          "ResampleStream",
+          [this](const absl::Status& st) {
+            bool finish_now;
+            {
+              std::lock_guard<std::mutex> lock(stop_mu_);
+              stop_ = st;
+              finish_now = waiting_for_client_ && !finished_;
+            }
+            if (finish_now) {
+              FinishWith(st);  // the pending read completes after it (gRPC holds the call)
+            } else {
+              slot_.Cancel();
+            }
+          },
+          &ticket_);
+    }
     if (!slot.ok()) {
       FinishWith(slot);
       return;
     }
-    StartRead(&request_);
+    ReadNext();
   }
 
   void OnReadDone(bool ok) override {
+    {
+      std::lock_guard<std::mutex> lock(stop_mu_);
+      if (finished_) return;  // the drain ended the call while this read was pending
+      waiting_for_client_ = false;
+    }
+    if (std::optional<absl::Status> stop = Stopped()) {
+      FinishWith(*stop);
+      return;
+    }
     absl::Status st = Guarded("reading the stream's message", [&] {
       HandleRead(ok);
       return absl::OkStatus();
@@ -215,7 +244,7 @@ class ResampleStreamCall
       if (request_.end()) {
         RunChunk(std::nullopt, true);
       } else {
-        StartRead(&request_);
+        ReadNext();
       }
       return;
     }
@@ -257,14 +286,35 @@ class ResampleStreamCall
       FinishWith(absl::OkStatus());
       return;
     }
-    StartRead(&request_);
+    if (std::optional<absl::Status> stop = Stopped()) {
+      FinishWith(*stop);
+      return;
+    }
+    ReadNext();
   }
 
   void OnCancel() override { slot_.Cancel(); }
 
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    ticket_.Close();
+    delete this;
+  }
 
  private:
+  std::optional<absl::Status> Stopped() {
+    std::lock_guard<std::mutex> lock(stop_mu_);
+    return stop_;
+  }
+
+  // Every read of the client's next message goes through here (the drain may then end the call).
+  void ReadNext() {
+    {
+      std::lock_guard<std::mutex> lock(stop_mu_);
+      waiting_for_client_ = true;
+    }
+    StartRead(&request_);
+  }
+
   absl::Status Configure(const v1::ResampleStreamConfig& config) {
     request_id_ = RequestIdOr(config.request_id());
     const v1::NdArray* x = nullptr;
@@ -340,6 +390,10 @@ class ResampleStreamCall
     job->done = [this, output, end, index, received](const absl::Status& status,
                                                      const JobReport& report) {
       slot_.Clear();
+      if (std::optional<absl::Status> stop = Stopped()) {
+        FinishWith(*stop);
+        return;
+      }
       if (!status.ok()) {
         FinishWith(status);
         return;
@@ -356,11 +410,18 @@ class ResampleStreamCall
       ended_ = end;
       StartWrite(&response_);
     };
+    job->continues_call = true;  // a stream open when a drain began may go on
     absl::Status submitted = slot_.Submit(ctx_->pool, job);
     if (!submitted.ok()) FinishWith(submitted);
   }
 
+  // Once per call, from any thread.
   void FinishWith(const absl::Status& status) {
+    {
+      std::lock_guard<std::mutex> lock(stop_mu_);
+      if (finished_) return;
+      finished_ = true;
+    }
     record_.Done(status);
     Finish(ToGrpcStatus(status));
   }
@@ -379,6 +440,11 @@ class ResampleStreamCall
   int64_t chunk_index_ = 0;
   bool ended_ = false;
   JobSlot slot_;  // the job in flight, for OnCancel
+  std::mutex stop_mu_;
+  std::optional<absl::Status> stop_;  // set by SIGTERM's drain timeout
+  bool waiting_for_client_ = false;   // a read of the client's next message is pending
+  bool finished_ = false;
+  DrainGate::Ticket ticket_;          // while open (server/drain.h)
 };
 
 }  // namespace

@@ -541,6 +541,71 @@ void EndStream(grpc::ClientReaderWriter<v1::ResampleStreamRequest, v1::ResampleS
   s->WritesDone();
 }
 
+v1::ResampleStreamRequest ChunkMessage(int64_t samples) {
+  v1::ResampleStreamRequest m;
+  *m.mutable_chunk() = Wire(RandomArray(DType::kFloat32, {1, samples}));
+  return m;
+}
+
+// Issue 13 item 9: streams open at SIGTERM used to be cut off with UNAVAILABLE at their next
+// chunk, and calls still open at the end of the drain got a bare CANCELLED.
+TEST_CASE("a drain serves open streams to their end and refuses new calls", "[server][interp]") {
+  server::ServerConfig config = TestServer::CpuConfig();
+  SECTION("the open stream finishes within the drain timeout") {
+    TestServer ts(config);
+    grpc::ClientContext c;
+    auto s = OpenStream(ts, &c, 3);
+    v1::ResampleStreamResponse resp;
+    REQUIRE(s->Write(ChunkMessage(1000)));
+    REQUIRE(s->Read(&resp));
+    auto stopping = std::async(std::launch::async, [&] { return ts.server->Shutdown(); });
+    // Wait for the drain: a new stream is then refused.
+    grpc::Status probe;
+    for (int i = 0; i < 500; ++i) {
+      grpc::ClientContext pc;
+      auto p = OpenStream(ts, &pc, 3);
+      EndStream(p.get());
+      while (p->Read(&resp)) {
+      }
+      probe = p->Finish();
+      if (!probe.ok()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    CHECK(probe.error_code() == grpc::StatusCode::UNAVAILABLE);
+    CHECK_THAT(probe.error_message(), Catch::Contains("draining"));
+    // New unary work is refused too.
+    v1::InterpolationResponse late;
+    auto ctx = Ctx(5);
+    HostArray x = RandomArray(DType::kFloat32, {100});
+    CHECK(ts.interp->Upfirdn(ctx.get(), UpfirdnReq(x, {1.0}, 2, 1), &late).error_code() ==
+          grpc::StatusCode::UNAVAILABLE);
+    // The stream open before the drain goes on to its end.
+    REQUIRE(s->Write(ChunkMessage(1000)));
+    REQUIRE(s->Read(&resp));
+    CHECK(resp.status().code() == 0);
+    EndStream(s.get());
+    while (s->Read(&resp)) {
+    }
+    CHECK(s->Finish().ok());
+    CHECK(stopping.get());  // drained: nothing had to be stopped
+  }
+  SECTION("a stream still open at the drain timeout ends UNAVAILABLE saying so") {
+    config.drain_timeout_s = 0.3;
+    TestServer ts(config);
+    grpc::ClientContext c;
+    auto s = OpenStream(ts, &c, 3);
+    v1::ResampleStreamResponse resp;
+    REQUIRE(s->Write(ChunkMessage(1000)));
+    REQUIRE(s->Read(&resp));
+    CHECK_FALSE(ts.server->Shutdown());  // one stream had to be ended
+    while (s->Read(&resp)) {
+    }
+    grpc::Status st = s->Finish();
+    CHECK(st.error_code() == grpc::StatusCode::UNAVAILABLE);
+    CHECK_THAT(st.error_message(), Catch::Contains("drain timeout"));
+  }
+}
+
 TEST_CASE("open streams and the state they derive are capped server-wide", "[server][interp]") {
   server::ServerConfig config = TestServer::CpuConfig();
   config.max_streams = 2;
