@@ -1,7 +1,6 @@
 #include "server/server.h"
 
 #include <algorithm>
-
 #include <iostream>
 #include <mutex>
 
