@@ -98,6 +98,11 @@ absl::StatusOr<ServerConfig> ParseConfig(int argc, char** argv) {
                  "open sessions one client may hold")
       ->envname("FRESNEL_MAX_SESSIONS_PER_CLIENT")->check(CLI::Range(1, 1 << 16))
       ->capture_default_str();
+  app.add_option("--gpu-memory-bytes", c.gpu_memory_bytes,
+                 "device memory fresneld may use on each GPU (0: all of it); allocations past it "
+                 "are RESOURCE_EXHAUSTED, so several servers or other programs can share a GPU")
+      ->envname("FRESNEL_GPU_MEMORY_BYTES")->check(CLI::Range(int64_t{0}, int64_t{1} << 50))
+      ->capture_default_str();
   app.add_option("--session-gpu-memory-bytes", c.session_gpu_memory_bytes,
                  "device memory sessions may reserve on each GPU (0: 90% of its memory)")
       ->envname("FRESNEL_SESSION_GPU_MEMORY_BYTES")->check(CLI::Range(int64_t{0}, int64_t{1} << 50))

@@ -89,6 +89,9 @@ struct DevicePoolOptions {
   int cpu_workers = 2;
   int queue_capacity = 64;        // per device
   int64_t gpu_pool_release_threshold_bytes = int64_t{4} << 30;
+  // > 0: each GPU's memory pool may hold at most this much (--gpu-memory-bytes); placement,
+  // session reservations and `fresnel info` then see it as the device's memory.
+  int64_t gpu_memory_bytes = 0;
 };
 
 // Live numbers of one device.

@@ -666,6 +666,53 @@ TEST_CASE("open streams and the state they derive are capped server-wide", "[ser
   }
 }
 
+// Issue 13, Faults: device out-of-memory is RESOURCE_EXHAUSTED, not a sticky error, and the device
+// goes on serving. A pool capped by cudaMemPoolProps::maxSize (--gpu-memory-bytes) makes the
+// failure real and repeatable.
+TEST_CASE("GPU out of memory is RESOURCE_EXHAUSTED and the device serves on", "[server][gpu]") {
+  if (SkipWithoutGpu()) return;
+  HostArray big = RandomArray(DType::kFloat32, {1, int64_t{16} << 20});  // 64 MiB
+  HostArray small = RandomArray(DType::kFloat32, {1, 1000});
+  std::vector<double> taps = {0.5, 0.25, 0.125};
+  interp::UpfirdnOptions o;
+  o.up = 2;
+  SECTION("the kernel, on a pool capped at 32 MiB") {
+    auto pool = GpuMemPool::Create(0, 0, int64_t{32} << 20);
+    REQUIRE(pool.ok());
+    auto stream = GpuStream::Create(0);
+    REQUIRE(stream.ok());
+    const Device gpu = Device::Cuda(0, (*stream)->handle(), (*pool)->handle());
+    auto failed = interp::Upfirdn(gpu, taps, big, o);
+    REQUIRE(failed.status().code() == absl::StatusCode::kResourceExhausted);
+    CHECK_THAT(std::string(failed.status().message()), Catch::Contains("cudaErrorMemoryAllocation"));
+    CHECK(GpuContextStatus(0, (*stream)->handle()).ok());  // not sticky
+    auto fine = interp::Upfirdn(gpu, taps, small, o);
+    REQUIRE(fine.ok());
+    auto want = interp::Upfirdn(Device::Cpu(), taps, small, o);
+    REQUIRE(want.ok());
+    CHECK(RelativeError(*fine, *want) < 1e-6);
+  }
+  SECTION("the server with --gpu-memory-bytes 64 MiB") {
+    server::ServerConfig config = TestServer::CpuConfig();
+    config.gpus = "all";
+    config.gpu_memory_bytes = int64_t{64} << 20;
+    config.max_message_bytes = int64_t{512} << 20;
+    TestServer ts(config);
+    v1::InterpolationResponse resp;
+    auto ctx = Ctx();
+    v1::UpfirdnRequest req = UpfirdnReq(big, taps, 2, 1);
+    req.mutable_device()->set_kind(v1::DEVICE_KIND_GPU);
+    grpc::Status st = ts.interp->Upfirdn(ctx.get(), req, &resp);
+    CHECK(st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+    v1::UpfirdnRequest ok_req = UpfirdnReq(small, taps, 2, 1);
+    ok_req.mutable_device()->set_kind(v1::DEVICE_KIND_GPU);
+    auto ctx2 = Ctx();
+    REQUIRE(ts.interp->Upfirdn(ctx2.get(), ok_req, &resp).ok());
+    CHECK(resp.info().device() == "cuda:0");
+    CHECK_THAT(ts.server->MetricsText(), Catch::Contains("fresnel_device_healthy{device=\"cuda:0\"} 1"));
+  }
+}
+
 TEST_CASE("GPU pool: results over gRPC equal the CPU oracle", "[server][gpu]") {
   if (SkipWithoutGpu()) return;
   server::ServerConfig config = TestServer::CpuConfig();
