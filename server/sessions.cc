@@ -258,11 +258,17 @@ absl::Status SessionStore::Close(const std::string& id, const std::string& clien
   return absl::OkStatus();
 }
 
+// Content keys are per client: the same mesh uploaded by two clients is two sessions, each
+// found only by its owner. Client names never hold a newline (server/auth.h).
+std::string SessionStore::OwnedKey(const std::string& client, const std::string& key) {
+  return absl::StrCat(client, "\n", key);
+}
+
 std::shared_ptr<Session> SessionStore::FindByKey(const std::string& kind, const std::string& key,
                                                  const std::string& client) {
   if (key.empty()) return nullptr;
   std::lock_guard<std::mutex> lock(mu_);
-  auto k = by_key_.find({kind, key});
+  auto k = by_key_.find({kind, OwnedKey(client, key)});
   if (k == by_key_.end()) return nullptr;
   auto it = open_.find(k->second);
   if (it == open_.end() || it->second.session->client() != client) return nullptr;
@@ -275,15 +281,18 @@ void SessionStore::SetKey(const std::shared_ptr<Session>& session, const std::st
   std::lock_guard<std::mutex> lock(mu_);
   auto it = open_.find(session->id());
   if (it == open_.end()) return;
-  it->second.key = key;
-  by_key_[{session->kind(), key}] = session->id();
+  it->second.key = OwnedKey(session->client(), key);
+  by_key_[{session->kind(), it->second.key}] = session->id();
 }
 
 void SessionStore::EndLocked(const std::shared_ptr<Session>& s, const std::string& message,
                              const char* metric_reason) {
   auto it = open_.find(s->id());
   if (it == open_.end()) return;
-  if (!it->second.key.empty()) by_key_.erase({s->kind(), it->second.key});
+  if (!it->second.key.empty()) {
+    auto k = by_key_.find({s->kind(), it->second.key});
+    if (k != by_key_.end() && k->second == s->id()) by_key_.erase(k);
+  }
   open_.erase(it);
   for (DeviceSlot& d : devices_) {
     if (d.id != s->device()) continue;

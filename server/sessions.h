@@ -159,11 +159,11 @@ class SessionStore {
   // and the state is released after the last of them. NOT_FOUND as Find.
   absl::Status Close(const std::string& id, const std::string& client);
 
-  // Looks up a session by content key among the open ones of `kind` (for caches: the same mesh
-  // uploaded twice is stored once). Empty key or no match: nullptr.
+  // Looks up a session by content key among `client`'s open ones of `kind` (for caches: the same
+  // mesh uploaded twice by one client is stored once). Empty key or no match: nullptr.
   std::shared_ptr<Session> FindByKey(const std::string& kind, const std::string& key,
                                      const std::string& client);
-  // Associates `key` with an open session (FindByKey).
+  // Associates `key` with an open session (FindByKey, for the session's client).
   void SetKey(const std::shared_ptr<Session>& session, const std::string& key);
 
   std::vector<SessionDeviceStats> DeviceStats() const;
@@ -204,7 +204,9 @@ class SessionStore {
   std::condition_variable sweep_cv_;
   std::vector<DeviceSlot> devices_;
   std::unordered_map<std::string, Entry> open_;
-  std::map<std::pair<std::string, std::string>, std::string> by_key_;  // (kind, key) -> id
+  // (kind, OwnedKey(client, key)) -> id
+  std::map<std::pair<std::string, std::string>, std::string> by_key_;
+  static std::string OwnedKey(const std::string& client, const std::string& key);
   std::unordered_map<std::string, int> per_client_;
   std::unordered_map<std::string, std::string> ended_;  // id -> NOT_FOUND message
   std::deque<std::string> ended_order_;

@@ -56,9 +56,10 @@ bool SameVolume(const fusion::FusionConfig& a, const fusion::FusionConfig& b) {
 
 class SessionCall : public OrderedStream<v1::FusionRequest, v1::FusionResponse> {
  public:
-  SessionCall(ServiceContext* ctx, const FusionServiceLimits& limits)
+  SessionCall(ServiceContext* ctx, const FusionServiceLimits& limits, std::string client)
       : OrderedStream(ctx->metrics, kService, "Session", limits.max_pending),
         ctx_(ctx),
+        client_(std::move(client)),
         limits_(limits) {
     StartReading();
   }
@@ -204,6 +205,7 @@ class SessionCall : public OrderedStream<v1::FusionRequest, v1::FusionResponse> 
                    std::shared_ptr<std::string> snapshot) {
     SessionSpec spec;
     spec.kind = "fusion";
+    spec.client = client_;
     spec.preference = preference;
     spec.device_bytes = fusion::DeviceBytes(config);
     spec.max_pending = limits_.max_pending;
@@ -552,6 +554,7 @@ class SessionCall : public OrderedStream<v1::FusionRequest, v1::FusionResponse> 
   }
 
   ServiceContext* const ctx_;
+  const std::string client_;  // ClientOf the call: the session's owner
   const FusionServiceLimits limits_;
   // Set by the first message (gRPC thread), read by later ones and by job completions.
   std::shared_ptr<Session> session_;
@@ -570,8 +573,8 @@ class SessionCall : public OrderedStream<v1::FusionRequest, v1::FusionResponse> 
 }  // namespace
 
 grpc::ServerBidiReactor<v1::FusionRequest, v1::FusionResponse>* FusionService::Session(
-    grpc::CallbackServerContext*) {
-  return new SessionCall(ctx_, limits_);
+    grpc::CallbackServerContext* context) {
+  return new SessionCall(ctx_, limits_, ClientOf(context));
 }
 
 }  // namespace fresnel::server
