@@ -74,7 +74,8 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFor(
           ": use TLS (--tls-ca) or a loopback address"));
     }
     return grpc::CompositeChannelCredentials(
-        grpc::experimental::LocalCredentials(LOCAL_TCP),
+        grpc::experimental::LocalCredentials(absl::StartsWith(options.address, "unix:") ? UDS
+                                                                                         : LOCAL_TCP),
         grpc::experimental::MetadataCredentialsFromPlugin(
             std::make_unique<BearerPlugin>(options.token), GRPC_SECURITY_NONE));
   }

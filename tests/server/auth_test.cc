@@ -361,6 +361,21 @@ TEST_CASE("bearer tokens: every RPC needs one; admin RPCs need an admin one; SIG
   CHECK(Connect(Options(*open))->GetStats().ok());
 }
 
+TEST_CASE("bearer tokens over a unix socket", "[server][auth]") {
+  const Pki& pki = TestPki();
+  pki.WriteTokens(absl::StrCat("alice ", kAliceToken, "\n"));
+  ServerConfig c = Config();
+  c.listen = absl::StrCat("unix:", pki("fresneld.sock"));
+  c.instance = "unix-test";  // the default HOSTNAME:PORT does not fit a socket path
+  c.token_file = pki("tokens");
+  auto s = Start(c);
+  ClientOptions o;
+  o.address = c.listen;
+  o.default_timeout = std::chrono::seconds(20);
+  CHECK(Info(o).code() == absl::StatusCode::kUnauthenticated);
+  CHECK(Info(WithToken(o, kAliceToken)).ok());
+}
+
 TEST_CASE("bearer tokens over TLS", "[server][auth]") {
   const Pki& pki = TestPki();
   pki.WriteTokens(absl::StrCat("alice ", kAliceToken, "\n"));
