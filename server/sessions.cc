@@ -142,9 +142,13 @@ std::string SessionStore::NewIdLocked() {
   }
 }
 
-absl::Status SessionStore::NotFoundLocked(const std::string& id) const {
+absl::Status SessionStore::NotFoundLocked(const std::string& id,
+                                          const std::string& client) const {
+  // Why a session ended is told to its client only: to others it is an unknown id.
   auto it = ended_.find(id);
-  if (it != ended_.end()) return absl::NotFoundError(it->second);
+  if (it != ended_.end() && it->second.client == client) {
+    return absl::NotFoundError(it->second.message);
+  }
   const size_t at = id.rfind('@');
   if (id.rfind("s-", 0) == 0 && at != std::string::npos) {
     const std::string owner = id.substr(at + 1);
@@ -241,7 +245,9 @@ absl::StatusOr<std::shared_ptr<Session>> SessionStore::Find(const std::string& i
                                                             const std::string& client) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = open_.find(id);
-  if (it == open_.end() || it->second.session->client() != client) return NotFoundLocked(id);
+  if (it == open_.end() || it->second.session->client() != client) {
+    return NotFoundLocked(id, client);
+  }
   {
     std::lock_guard<std::mutex> slock(it->second.session->mu_);
     it->second.session->last_used_ = SteadyClock::now();
@@ -252,7 +258,9 @@ absl::StatusOr<std::shared_ptr<Session>> SessionStore::Find(const std::string& i
 absl::Status SessionStore::Close(const std::string& id, const std::string& client) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = open_.find(id);
-  if (it == open_.end() || it->second.session->client() != client) return NotFoundLocked(id);
+  if (it == open_.end() || it->second.session->client() != client) {
+    return NotFoundLocked(id, client);
+  }
   std::shared_ptr<Session> s = it->second.session;
   EndLocked(s, absl::StrCat("session ", Echo(id), " was closed"), nullptr);
   return absl::OkStatus();
@@ -300,7 +308,7 @@ void SessionStore::EndLocked(const std::shared_ptr<Session>& s, const std::strin
     d.sessions -= 1;
   }
   if (--per_client_[s->client()] <= 0) per_client_.erase(s->client());
-  RememberLocked(s->id(), message);
+  RememberLocked(s->id(), s->client(), message);
   if (metrics_ && metric_reason != nullptr) metrics_->AddSessionsDropped(s->kind(), metric_reason);
   PublishLocked(s->device(), s->kind());
   s->End(message);
@@ -329,8 +337,9 @@ bool SessionStore::EvictForLocked(DeviceSlot& slot, int64_t bytes, const std::st
   return slot.reserved_bytes + bytes <= slot.cap_bytes;
 }
 
-void SessionStore::RememberLocked(const std::string& id, const std::string& message) {
-  ended_[id] = message;
+void SessionStore::RememberLocked(const std::string& id, const std::string& client,
+                                  const std::string& message) {
+  ended_[id] = Ended{client, message};
   ended_order_.push_back(id);
   while (ended_order_.size() > options_.max_remembered) {
     ended_.erase(ended_order_.front());

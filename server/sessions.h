@@ -186,12 +186,13 @@ class SessionStore {
   };
 
   std::string NewIdLocked();
-  absl::Status NotFoundLocked(const std::string& id) const;
+  absl::Status NotFoundLocked(const std::string& id, const std::string& client) const;
   // Ends the session (already removed from open_) and releases its reservation.
   void EndLocked(const std::shared_ptr<Session>& s, const std::string& reason,
                  const char* metric_reason);
   bool EvictForLocked(DeviceSlot& slot, int64_t bytes, const std::string& kind);
-  void RememberLocked(const std::string& id, const std::string& message);
+  void RememberLocked(const std::string& id, const std::string& client,
+                      const std::string& message);
   void PublishLocked(const std::string& device, const std::string& kind);
   void OnDeviceHealth(const std::string& device, bool healthy, const std::string& reason);
   void SweepLoop();
@@ -208,7 +209,11 @@ class SessionStore {
   std::map<std::pair<std::string, std::string>, std::string> by_key_;
   static std::string OwnedKey(const std::string& client, const std::string& key);
   std::unordered_map<std::string, int> per_client_;
-  std::unordered_map<std::string, std::string> ended_;  // id -> NOT_FOUND message
+  struct Ended {
+    std::string client;
+    std::string message;  // the NOT_FOUND message its client gets
+  };
+  std::unordered_map<std::string, Ended> ended_;  // id -> why it ended
   std::deque<std::string> ended_order_;
   std::random_device random_;
   bool stop_ = false;
