@@ -117,9 +117,10 @@ absl::StatusOr<ServerConfig> ParseConfig(int argc, char** argv) {
                  "SIGHUP (docs/security.md)")
       ->envname("FRESNEL_TOKEN_FILE");
   app.add_flag("--metrics-auth", c.metrics_auth,
-                 "/metrics needs HTTP basic auth with an admin token (user NAME, password TOKEN)")
+               "/metrics needs HTTP basic auth with an admin token (user NAME, password TOKEN)")
       ->envname("FRESNEL_METRICS_AUTH")->capture_default_str();
-  app.add_flag("--reflection", c.reflection, "serve grpc.reflection (grpcurl, grpc_cli); --reflection=false turns it off")
+  app.add_flag("--reflection", c.reflection,
+               "serve grpc.reflection (grpcurl, grpc_cli); --reflection=false turns it off")
       ->envname("FRESNEL_REFLECTION")->capture_default_str();
   try {
     app.parse(argc, argv);

@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
             << ", metrics " << config->metrics << ", "
             << (config->tls_cert.empty() ? "plaintext"
                                          : config->tls_client_ca.empty() ? "TLS" : "mutual TLS")
-            << ", " << (config->token_file.empty() ? "no authentication" : "bearer tokens")
+            << ", " << (config->token_file.empty() ? "no tokens" : "bearer tokens")
             << ")" << std::endl;
 
   int sig = 0;
