@@ -96,6 +96,16 @@ ServerConfig Config() {
   return c;
 }
 
+// The test server with TLS (the Pki's server certificate), mutual with `client_ca`.
+ServerConfig TlsConfig(const std::string& client_ca = "") {
+  const Pki& pki = TestPki();
+  ServerConfig c = Config();
+  c.tls_cert = pki("server.pem");
+  c.tls_key = pki("server.key");
+  if (!client_ca.empty()) c.tls_client_ca = pki(client_ca);
+  return c;
+}
+
 std::unique_ptr<FresnelServer> Start(const ServerConfig& c) {
   auto s = FresnelServer::Start(c);
   INFO(s.status().ToString());
@@ -226,10 +236,7 @@ TEST_CASE("flags that do not fit together are refused before the server starts",
 TEST_CASE("TLS: a plaintext client cannot talk to a TLS server; one that trusts the CA can",
           "[server][auth]") {
   const Pki& pki = TestPki();
-  ServerConfig c = Config();
-  c.tls_cert = pki("server.pem");
-  c.tls_key = pki("server.key");
-  auto s = Start(c);
+  auto s = Start(TlsConfig());
   ClientOptions plain = Options(*s);
   plain.default_timeout = std::chrono::seconds(5);
   CHECK(Info(plain).code() == absl::StatusCode::kUnavailable);
@@ -255,11 +262,7 @@ TEST_CASE("TLS: a plaintext client cannot talk to a TLS server; one that trusts 
 TEST_CASE("mutual TLS: clients must present a certificate the client CA signed",
           "[server][auth]") {
   const Pki& pki = TestPki();
-  ServerConfig c = Config();
-  c.tls_cert = pki("server.pem");
-  c.tls_key = pki("server.key");
-  c.tls_client_ca = pki("ca.pem");
-  auto s = Start(c);
+  auto s = Start(TlsConfig("ca.pem"));
   ClientOptions no_cert = Options(*s);
   no_cert.tls_ca_file = pki("ca.pem");
   no_cert.default_timeout = std::chrono::seconds(5);
@@ -379,10 +382,8 @@ TEST_CASE("bearer tokens over a unix socket", "[server][auth]") {
 TEST_CASE("bearer tokens over TLS", "[server][auth]") {
   const Pki& pki = TestPki();
   pki.WriteTokens(absl::StrCat("alice ", kAliceToken, "\n"));
-  ServerConfig c = Config();
+  ServerConfig c = TlsConfig();
   c.listen = "0.0.0.0:0";  // allowed: TLS protects the tokens
-  c.tls_cert = pki("server.pem");
-  c.tls_key = pki("server.key");
   c.token_file = pki("tokens");
   auto s = Start(c);
   ClientOptions o = Options(*s);
