@@ -180,13 +180,26 @@ class ResampleStreamCall
   }
 
   void OnReadDone(bool ok) override {
+    absl::Status st = Guarded("reading the stream's message", [&] {
+      HandleRead(ok);
+      return absl::OkStatus();
+    });
+    if (!st.ok()) FinishWith(st);
+  }
+
+  void HandleRead(bool ok) {
     if (!ok) {
-      // The client half-closed without `end`: treat it as the end of the signal.
+      // No `end` came. gRPC reports a message it could not parse the same way as a half-close,
+      // so this is never taken for the end of the signal: the outputs sent may be incomplete.
       if (!resampler_) {
-        FinishWith(absl::InvalidArgumentError("config: the stream ended before a config message"));
+        FinishWith(absl::InvalidArgumentError(
+            "config: the stream ended before a config message (or it could not be parsed)"));
         return;
       }
-      RunChunk(std::nullopt, /*end=*/true);
+      FinishWith(absl::InvalidArgumentError(absl::StrCat(
+          "end: the stream closed after ", chunk_index_,
+          " chunk(s) without a message that sets end: it was cut short or a message could not "
+          "be parsed, so the outputs sent may be incomplete")));
       return;
     }
     if (!resampler_) {

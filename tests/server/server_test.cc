@@ -286,6 +286,62 @@ TEST_CASE("ResampleStream rejects a stream without config", "[server][interp]") 
   CHECK_THAT(st.error_message(), Catch::Contains("config"));
 }
 
+// gRPC reports a message it cannot parse like the client's half-close: the stream used to end OK
+// with half the samples.
+TEST_CASE("ResampleStream: an unparsable message or a missing end is an error", "[server][interp]") {
+  TestServer ts;
+  const std::string method = "/fresnel.v1.InterpolationService/ResampleStream";
+  v1::ResampleStreamRequest config;
+  auto* rp = config.mutable_config()->mutable_resample_poly();
+  rp->set_up(3);
+  rp->set_down(2);
+  rp->mutable_x()->set_dtype(v1::FLOAT32);
+  rp->mutable_x()->add_shape(0);
+  v1::ResampleStreamRequest chunk;
+  *chunk.mutable_chunk() = Wire(RandomArray(DType::kFloat32, {1000}));
+  v1::ResampleStreamRequest end;
+  end.set_end(true);
+  int responses = 0;
+  SECTION("config, chunk, garbage, chunk, end") {
+    RawBidiCall call(ts.channel, method);
+    REQUIRE(call.Write(config));
+    REQUIRE(call.Write(chunk));
+    call.Write(std::string("\x12\xff\xff\xff\xff\x0f", 6));
+    call.Write(chunk);
+    call.Write(end);
+    grpc::Status st = call.ReadAllAndFinish(&responses);
+    CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(st.error_message(), Catch::Contains("end: the stream closed after 1 chunk(s)"));
+  }
+  SECTION("chunks and a half-close without end") {
+    RawBidiCall call(ts.channel, method);
+    REQUIRE(call.Write(config));
+    REQUIRE(call.Write(chunk));
+    call.WritesDone();
+    grpc::Status st = call.ReadAllAndFinish(&responses);
+    CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(st.error_message(), Catch::Contains("without a message that sets end"));
+    CHECK(responses == 1);
+  }
+  SECTION("garbage instead of the config") {
+    RawBidiCall call(ts.channel, method);
+    call.Write(std::string("\xff\xff\xff", 3));
+    call.WritesDone();
+    grpc::Status st = call.ReadAllAndFinish(&responses);
+    CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(st.error_message(), Catch::Contains("config"));
+  }
+  SECTION("the same stream with end is OK") {
+    RawBidiCall call(ts.channel, method);
+    REQUIRE(call.Write(config));
+    REQUIRE(call.Write(chunk));
+    REQUIRE(call.Write(end));
+    call.WritesDone();
+    CHECK(call.ReadAllAndFinish(&responses).ok());
+    CHECK(responses == 2);
+  }
+}
+
 TEST_CASE("bad interpolation input gets INVALID_ARGUMENT naming the field", "[server][interp]") {
   TestServer ts;
   HostArray x = RandomArray(DType::kFloat32, {100});
@@ -478,6 +534,13 @@ OpenStream(TestServer& ts, grpc::ClientContext* ctx, int up) {
   return stream;
 }
 
+void EndStream(grpc::ClientReaderWriter<v1::ResampleStreamRequest, v1::ResampleStreamResponse>* s) {
+  v1::ResampleStreamRequest end;
+  end.set_end(true);
+  s->Write(end);
+  s->WritesDone();
+}
+
 TEST_CASE("open streams and the state they derive are capped server-wide", "[server][interp]") {
   server::ServerConfig config = TestServer::CpuConfig();
   config.max_streams = 2;
@@ -504,7 +567,7 @@ TEST_CASE("open streams and the state they derive are capped server-wide", "[ser
     grpc::Status st = s3->Finish();
     CHECK(st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
     CHECK_THAT(st.error_message(), Catch::Contains("--max-streams"));
-    s1->WritesDone();
+    EndStream(s1.get());
     while (s1->Read(&resp)) {
     }
     CHECK(s1->Finish().ok());
@@ -513,7 +576,7 @@ TEST_CASE("open streams and the state they derive are capped server-wide", "[ser
     for (int i = 0; i < 200; ++i) {
       grpc::ClientContext c;
       auto s = OpenStream(ts, &c, 3);
-      s->WritesDone();
+      EndStream(s.get());
       while (s->Read(&resp)) {
       }
       fourth = s->Finish();
@@ -521,7 +584,7 @@ TEST_CASE("open streams and the state they derive are capped server-wide", "[ser
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     CHECK(fourth.ok());
-    s2->WritesDone();
+    EndStream(s2.get());
     while (s2->Read(&resp)) {
     }
     CHECK(s2->Finish().ok());
