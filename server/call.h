@@ -63,8 +63,9 @@ absl::Status Guarded(absl::string_view what, F&& f) {
 }
 
 // The client a call comes from, as jobs, sessions, meshes and shared-memory regions record their
-// owner: the name authentication gave it, or "" when the server runs without authentication
-// (then every client is the same one, as the docs say).
+// owner: the name authentication gave it (the bearer token's name from --token-file; with mutual
+// TLS and no token file, "x509:" + the client certificate's common name), or "" when the server
+// runs without authentication (then every client is the same one, as docs/security.md says).
 std::string ClientOf(const grpc::ServerContextBase* context);
 
 // The request's deadline on the steady clock, if the client set one.

@@ -111,6 +111,22 @@ absl::StatusOr<ServerConfig> ParseConfig(int argc, char** argv) {
                  "host memory sessions on the CPU may reserve")
       ->envname("FRESNEL_SESSION_CPU_MEMORY_BYTES")
       ->check(CLI::Range(int64_t{1} << 20, int64_t{1} << 50))->capture_default_str();
+  app.add_option("--tls-cert", c.tls_cert, "PEM certificate (chain) of the gRPC port: serve TLS")
+      ->envname("FRESNEL_TLS_CERT");
+  app.add_option("--tls-key", c.tls_key, "PEM private key of --tls-cert")->envname("FRESNEL_TLS_KEY");
+  app.add_option("--tls-client-ca", c.tls_client_ca,
+                 "PEM CA bundle: mutual TLS, clients must present a certificate it signed")
+      ->envname("FRESNEL_TLS_CLIENT_CA");
+  app.add_option("--token-file", c.token_file,
+                 "bearer tokens, lines 'NAME TOKEN [admin]'; every RPC needs one; reloaded on "
+                 "SIGHUP (docs/security.md)")
+      ->envname("FRESNEL_TOKEN_FILE");
+  app.add_flag("--metrics-auth", c.metrics_auth,
+               "/metrics needs HTTP basic auth with an admin token (user NAME, password TOKEN)")
+      ->envname("FRESNEL_METRICS_AUTH")->capture_default_str();
+  app.add_flag("--reflection", c.reflection,
+               "serve grpc.reflection (grpcurl, grpc_cli); --reflection=false turns it off")
+      ->envname("FRESNEL_REFLECTION")->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success&) {
@@ -125,6 +141,9 @@ absl::StatusOr<ServerConfig> ParseConfig(int argc, char** argv) {
     return absl::CancelledError(app.help());
   } catch (const CLI::ParseError& e) {
     return absl::InvalidArgumentError(e.what());
+  }
+  if (c.metrics_auth && c.token_file.empty()) {
+    return absl::InvalidArgumentError("--metrics-auth needs --token-file (its admin tokens)");
   }
   if (!c.instance.empty()) {
     absl::StatusOr<std::string> instance = ResolveInstance(c);

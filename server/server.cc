@@ -9,6 +9,7 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "server/auth.h"
 #include "server/call.h"
 #include "server/device_pool.h"
 #include "server/drain.h"
@@ -24,8 +25,27 @@
 
 namespace fresnel::server {
 
+namespace {
+
+// Leaves out the reflection plugin that InitProtoReflectionServerBuilderPlugin registers for
+// every ServerBuilder of the process (--reflection=false).
+class WithoutReflection : public grpc::ServerBuilderOption {
+ public:
+  void UpdateArguments(grpc::ChannelArguments*) override {}
+  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>* plugins) override {
+    plugins->erase(std::remove_if(plugins->begin(), plugins->end(),
+                                  [](const std::unique_ptr<grpc::ServerBuilderPlugin>& p) {
+                                    return p->name() == "proto_server_reflection";
+                                  }),
+                   plugins->end());
+  }
+};
+
+}  // namespace
+
 struct FresnelServer::Impl {
   ServerConfig config;
+  std::shared_ptr<TokenAuthenticator> tokens;  // null without --token-file
   std::unique_ptr<Metrics> metrics;
   // Declared before the pool so that it is destroyed after it: the pool's last jobs complete
   // into the store.
@@ -60,9 +80,28 @@ absl::StatusOr<std::unique_ptr<FresnelServer>> FresnelServer::Start(const Server
   absl::StatusOr<std::string> instance = ResolveInstance(config);
   if (!instance.ok()) return instance.status();
   impl->config.instance = *std::move(instance);
+  if (!config.token_file.empty()) {
+    absl::StatusOr<std::shared_ptr<TokenAuthenticator>> tokens =
+        TokenAuthenticator::Load(config.token_file);
+    if (!tokens.ok()) return tokens.status();
+    impl->tokens = *std::move(tokens);
+  }
+  if (config.metrics_auth && impl->tokens == nullptr) {
+    return absl::InvalidArgumentError("--metrics-auth needs --token-file (its admin tokens)");
+  }
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      ServerCredentialsFor(config, impl->tokens);
+  if (!credentials.ok()) return credentials.status();
   impl->metrics = std::make_unique<Metrics>();
   if (!config.metrics.empty() && config.metrics != "off") {
-    absl::Status st = impl->metrics->StartExposer(config.metrics);
+    Metrics::BasicAuth auth;
+    if (config.metrics_auth) {
+      auth = [tokens = impl->tokens](const std::string& user, const std::string& password) {
+        std::shared_ptr<const TokenEntry> entry = tokens->Find(password);
+        return entry != nullptr && entry->admin && entry->name == user;
+      };
+    }
+    absl::Status st = impl->metrics->StartExposer(config.metrics, std::move(auth));
     if (!st.ok()) return st;
   }
 
@@ -125,7 +164,7 @@ absl::StatusOr<std::unique_ptr<FresnelServer>> FresnelServer::Start(const Server
   impl->service_names.push_back("fresnel.v1.VolumeRenderService");
   std::vector<std::string> listed = impl->service_names;
   listed.push_back("grpc.health.v1.Health");
-  listed.push_back("grpc.reflection.v1alpha.ServerReflection");
+  if (config.reflection) listed.push_back("grpc.reflection.v1alpha.ServerReflection");
   impl->interpolation = std::make_unique<InterpolationService>(&impl->ctx);
   impl->unwrap = std::make_unique<UnwrapService>(&impl->ctx);
   hologram::Limits hologram_limits;
@@ -142,7 +181,8 @@ absl::StatusOr<std::unique_ptr<FresnelServer>> FresnelServer::Start(const Server
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(), &impl->port);
+  if (!config.reflection) builder.SetOption(std::make_unique<WithoutReflection>());
+  builder.AddListeningPort(config.listen, *credentials, &impl->port);
   builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(config.max_message_bytes));
   builder.RegisterService(impl->interpolation.get());
@@ -177,6 +217,13 @@ int FresnelServer::port() const { return impl_->port; }
 const std::string& FresnelServer::instance() const { return impl_->config.instance; }
 
 std::string FresnelServer::MetricsText() const { return impl_->metrics->Serialize(); }
+
+absl::Status FresnelServer::ReloadTokens() {
+  if (impl_->tokens == nullptr) {
+    return absl::FailedPreconditionError("no --token-file to reload: authentication is off");
+  }
+  return impl_->tokens->Reload();
+}
 
 bool FresnelServer::Shutdown() {
   std::lock_guard<std::mutex> lock(impl_->shutdown_mu);

@@ -66,7 +66,20 @@ int Main(int argc, const char* const* argv, std::ostream& out, std::ostream& err
                  "Deadline of each call in seconds (a whole stream is one call; 0 = none)")
       ->check(AtLeast(0))
       ->capture_default_str();
-
+  app.add_flag("--tls", global.tls, "Connect with TLS, verifying the server against the system's roots")
+      ->envname("FRESNEL_CLIENT_TLS");
+  app.add_option("--tls-ca", global.tls_ca, "PEM CA bundle that signed the server's certificate (implies --tls)")
+      ->envname("FRESNEL_CLIENT_TLS_CA");
+  app.add_option("--tls-cert", global.tls_cert, "PEM client certificate, for servers with mutual TLS")
+      ->envname("FRESNEL_CLIENT_TLS_CERT");
+  app.add_option("--tls-key", global.tls_key, "PEM private key of --tls-cert")
+      ->envname("FRESNEL_CLIENT_TLS_KEY");
+  app.add_option("--tls-server-name", global.tls_server_name,
+                 "Name the server's certificate must carry (default: the --server host)")
+      ->envname("FRESNEL_CLIENT_TLS_SERVER_NAME");
+  app.add_option("--token-file", global.token_file,
+                 "File whose first line is the bearer token (servers with --token-file)")
+      ->envname("FRESNEL_CLIENT_TOKEN_FILE");
   // fresnel info
   InfoOptions info;
   CLI::App* info_cmd =
@@ -309,7 +322,8 @@ int Main(int argc, const char* const* argv, std::ostream& out, std::ostream& err
   // CLI11 reports a mistyped command only as "A subcommand is required"; name it instead.
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "--server" || arg == "--timeout") {
+    if (arg == "--server" || arg == "--timeout" || arg == "--tls-ca" || arg == "--tls-cert" ||
+        arg == "--tls-key" || arg == "--tls-server-name" || arg == "--token-file") {
       ++i;  // skip the value
       continue;
     }

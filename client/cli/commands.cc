@@ -7,6 +7,8 @@
 #include <chrono>
 #include <climits>
 #include <cmath>
+#include <cstdlib>
+#include <fstream>
 #include <numeric>
 #include <optional>
 
@@ -64,6 +66,21 @@ absl::StatusOr<std::unique_ptr<Client>> ConnectClient(const GlobalOptions& globa
   options.max_message_bytes = INT_MAX;
   options.default_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(std::llround(global.timeout_s * 1e3)));
+  options.tls = global.tls;
+  options.tls_ca_file = global.tls_ca;
+  options.tls_cert_file = global.tls_cert;
+  options.tls_key_file = global.tls_key;
+  options.tls_server_name = global.tls_server_name;
+  if (const char* token = std::getenv("FRESNEL_TOKEN")) options.token = token;
+  if (!global.token_file.empty()) {
+    std::ifstream in(global.token_file);
+    std::string line;
+    if (!in || !std::getline(in, line)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--token-file: cannot read a token from '", global.token_file, "'"));
+    }
+    options.token = std::string(absl::StripAsciiWhitespace(line));
+  }
   return Client::Connect(options);
 }
 

@@ -38,6 +38,12 @@ int ReportUsageError(std::ostream& err, const std::string& message, const std::s
 struct GlobalOptions {
   std::string server = "localhost:50051";
   double timeout_s = 60;  // per call (a whole stream counts as one call); 0 = none
+  // Security (docs/security.md): TLS files (PEM), the name the server's certificate must carry,
+  // and the bearer token: the first line of token_file, else $FRESNEL_TOKEN (never a flag: a
+  // command line is visible to every user of the machine).
+  bool tls = false;
+  std::string tls_ca, tls_cert, tls_key, tls_server_name;
+  std::string token_file;
 };
 
 absl::StatusOr<std::unique_ptr<Client>> ConnectClient(const GlobalOptions& global);

@@ -173,7 +173,10 @@ absl::StatusOr<std::string> ChannelTarget(const std::string& address) {
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
   FRESNEL_ASSIGN_OR_RETURN(const std::string target, ChannelTarget(options.address));
+  FRESNEL_ASSIGN_OR_RETURN(const std::shared_ptr<grpc::ChannelCredentials> credentials,
+                           ChannelCredentialsFor(options));
   grpc::ChannelArguments args;
+  AddSecurityChannelArgs(options, &args);
   args.SetMaxSendMessageSize(ChannelMessageCap(options.max_message_bytes));
   args.SetMaxReceiveMessageSize(ChannelMessageCap(options.max_message_bytes));
   auto impl = std::make_unique<Impl>();
@@ -183,11 +186,10 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
     // checking): a draining server leaves the rotation before it stops.
     spread.SetServiceConfigJSON(R"({"loadBalancingConfig": [{"round_robin": {}}],
                                      "healthCheckConfig": {"serviceName": ""}})");
-    impl->channel = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), spread);
-    impl->job_channel =
-        grpc::CreateCustomChannel(Shuffled(target), grpc::InsecureChannelCredentials(), args);
+    impl->channel = grpc::CreateCustomChannel(target, credentials, spread);
+    impl->job_channel = grpc::CreateCustomChannel(Shuffled(target), credentials, args);
   } else {
-    impl->channel = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+    impl->channel = grpc::CreateCustomChannel(target, credentials, args);
     impl->job_channel = impl->channel;
   }
   if (options.connect_timeout_s > 0) {

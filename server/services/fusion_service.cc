@@ -56,9 +56,10 @@ bool SameVolume(const fusion::FusionConfig& a, const fusion::FusionConfig& b) {
 
 class SessionCall : public OrderedStream<v1::FusionRequest, v1::FusionResponse> {
  public:
-  SessionCall(ServiceContext* ctx, const FusionServiceLimits& limits)
+  SessionCall(ServiceContext* ctx, const FusionServiceLimits& limits, std::string client)
       : OrderedStream(ctx->metrics, kService, "Session", limits.max_pending),
         ctx_(ctx),
+        client_(std::move(client)),
         limits_(limits) {
     absl::Status open = absl::OkStatus();
     if (ctx->drain != nullptr) {
@@ -214,6 +215,7 @@ class SessionCall : public OrderedStream<v1::FusionRequest, v1::FusionResponse> 
                    std::shared_ptr<std::string> snapshot) {
     SessionSpec spec;
     spec.kind = "fusion";
+    spec.client = client_;
     spec.preference = preference;
     spec.device_bytes = fusion::DeviceBytes(config);
     spec.max_pending = limits_.max_pending;
@@ -564,6 +566,7 @@ class SessionCall : public OrderedStream<v1::FusionRequest, v1::FusionResponse> 
   }
 
   ServiceContext* const ctx_;
+  const std::string client_;  // ClientOf the call: the session's owner
   const FusionServiceLimits limits_;
   // Set by the first message (gRPC thread), read by later ones and by job completions.
   std::shared_ptr<Session> session_;
@@ -583,8 +586,8 @@ class SessionCall : public OrderedStream<v1::FusionRequest, v1::FusionResponse> 
 }  // namespace
 
 grpc::ServerBidiReactor<v1::FusionRequest, v1::FusionResponse>* FusionService::Session(
-    grpc::CallbackServerContext*) {
-  return new SessionCall(ctx_, limits_);
+    grpc::CallbackServerContext* context) {
+  return new SessionCall(ctx_, limits_, ClientOf(context));
 }
 
 }  // namespace fresnel::server

@@ -19,7 +19,7 @@ server::ServerConfig TestServer::CpuConfig() {
 }
 
 TestServer::TestServer(server::ServerConfig config) {
-  if (config.listen == "0.0.0.0:50051") config = CpuConfig();
+  if (config.listen == server::ServerConfig{}.listen) config = CpuConfig();
   auto s = server::FresnelServer::Start(config);
   REQUIRE(s.ok());
   server = std::move(*s);

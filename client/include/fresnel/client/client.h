@@ -15,6 +15,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "fresnel/core/array.h"
+#include "grpcpp/security/credentials.h"
+#include "grpcpp/support/channel_arguments.h"
 #include "fresnel/v1/admin.grpc.pb.h"
 #include "fresnel/v1/interpolation.grpc.pb.h"
 #include "fresnel/v1/unwrap.grpc.pb.h"
@@ -33,6 +35,20 @@ struct ClientOptions {
   std::chrono::milliseconds default_timeout{0};
   // Seconds to wait for the channel to connect in Connect(); zero = do not wait.
   double connect_timeout_s = 0;
+
+  // Security (docs/security.md). TLS when `tls` is true or any tls_* file is set: the server's
+  // certificate is verified against tls_ca_file (PEM; empty = the system's roots) and must name
+  // the address's host, or tls_server_name when set. tls_cert_file + tls_key_file (PEM): this
+  // client's certificate, for servers with mutual TLS (--tls-client-ca).
+  bool tls = false;
+  std::string tls_ca_file;
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_server_name;
+  // Bearer token sent with every call (servers with --token-file); "" = none. Without TLS it is
+  // only sent to loopback servers (Connect refuses other addresses; gRPC's local credentials
+  // check the peer), never in the clear across a network.
+  std::string token;
 };
 
 struct CallOptions {
@@ -84,6 +100,14 @@ struct HologramReconstruction {
   double scale = 0;  // max |U|: the amplitude shown as 255
   v1::ExecutionInfo info;
 };
+
+// The channel credentials `options` ask for: TLS (optionally with a client certificate) and/or a
+// bearer token, or plaintext. INVALID_ARGUMENT naming the option for an unreadable file, a
+// certificate without its key, or a token without TLS to an address that is not loopback.
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFor(
+    const ClientOptions& options);
+// The channel arguments besides credentials that security adds (tls_server_name).
+void AddSecurityChannelArgs(const ClientOptions& options, grpc::ChannelArguments* args);
 
 // Health of one service (grpc.health.v1); "" is the whole server.
 enum class ServingStatus { kUnknown, kServing, kNotServing, kServiceUnknown };
