@@ -46,7 +46,7 @@ struct Polyphase {
 };
 
 // A read-only view of `channels` rows of `len` samples, row c starting at data + c * stride
-// elements. dtype is float32, float64 or complex64.
+// elements. dtype is float32, float64, complex64 or complex128.
 struct HostSignalView {
   DType dtype = DType::kFloat32;
   int64_t channels = 0;
@@ -91,6 +91,7 @@ absl::StatusOr<ResamplePolyDesign> DesignResamplePoly(const ResamplePolyOptions&
 absl::Status ValidateRate(int rate, const char* field, const Limits& limits);
 absl::Status ValidateTaps(const std::vector<double>& taps, const char* field,
                           const Limits& limits);
+// The dtypes the back ends compute in: float32, float64, complex64, complex128.
 absl::Status ValidateDType(DType dtype);
 const char* PadModeName(PadMode mode);
 
