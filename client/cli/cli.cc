@@ -123,6 +123,9 @@ int Main(int argc, const char* const* argv, std::ostream& out, std::ostream& err
       ->check(CLI::IsMember(kPadTypes))
       ->capture_default_str();
   interp_cmd->add_option("--cval", interp.cval, "Value beyond the edges for --padtype constant");
+  interp_cmd->add_flag("--scipy-dtypes", interp.scipy_dtypes,
+                       "Return SciPy's dtype (numpy.result_type(taps, x, float32), e.g. float64 "
+                       "for float32 input with float64 taps) instead of the input's precision");
   interp_cmd->add_option("--device", interp.device, "Where the server may run the request")
       ->check(CLI::IsMember({"any", "gpu", "cpu"}))
       ->capture_default_str();

@@ -466,6 +466,7 @@ int RunInterp(const GlobalOptions& global, InterpOptions o, std::ostream& out,
     upfirdn.set_mode(pad);
     upfirdn.set_cval(o.cval);
     upfirdn.mutable_device()->set_kind(DeviceKindFromFlag(o.device));
+    if (o.scipy_dtypes) upfirdn.set_dtype_rule(v1::DTYPE_SCIPY);
     if (taps) {
       ToProto(*taps, upfirdn.mutable_taps());
     } else {
@@ -488,6 +489,7 @@ int RunInterp(const GlobalOptions& global, InterpOptions o, std::ostream& out,
     resample.set_padtype(pad);
     resample.set_cval(o.cval);
     resample.mutable_device()->set_kind(DeviceKindFromFlag(o.device));
+    if (o.scipy_dtypes) resample.set_dtype_rule(v1::DTYPE_SCIPY);
     if (taps) ToProto(*taps, resample.mutable_taps());
   }
 

@@ -172,6 +172,8 @@ bool IsKnownPadMode(PadMode m) {
          static_cast<int>(m) <= static_cast<int>(PadMode::kMinimum);
 }
 
+}  // namespace
+
 bool IsComplex(DType d) { return d == DType::kComplex64 || d == DType::kComplex128; }
 bool IsInexact(DType d) {
   return d == DType::kFloat32 || d == DType::kFloat64 || IsComplex(d);
@@ -231,16 +233,6 @@ absl::Status ValidateRule(DTypeRule rule) {
   return absl::OkStatus();
 }
 
-// The signal as [channels, n] along `axis`: channels = the product of the other dimensions, in
-// row-major order of what remains when the axis is moved last.
-struct AxisGeometry {
-  int axis = 0;          // normalised
-  int64_t outer = 1;     // product of shape[:axis]
-  int64_t len = 0;       // shape[axis]
-  int64_t inner = 1;     // product of shape[axis+1:]
-  int64_t channels() const { return outer * inner; }
-};
-
 AxisGeometry GeometryOf(const HostArray& x, int axis) {
   AxisGeometry g;
   g.axis = NormalizeAxis(x, axis);
@@ -251,13 +243,6 @@ AxisGeometry GeometryOf(const HostArray& x, int axis) {
   g.len = x.dim(g.axis);
   return g;
 }
-
-// The working signal: x itself when it already is contiguous [channels, n] of the working dtype
-// (the fast path), otherwise a converted, axis-moved copy.
-struct WorkSignal {
-  HostArray owned;
-  HostSignalView view;
-};
 
 WorkSignal ToWork(const HostArray& x, const AxisGeometry& g, DType dtype) {
   WorkSignal w;
@@ -341,7 +326,6 @@ absl::Status CheckOutputSize(int64_t channels, int64_t per_channel, const HostAr
   return absl::OkStatus();
 }
 
-}  // namespace
 
 std::vector<double> Polyphase::PhaseMajorTaps() const {
   const int64_t p = TapsPerPhase();
@@ -622,6 +606,21 @@ absl::StatusOr<HostArray> ResamplePass(const Device& device,
 
 }  // namespace
 
+DType UpfirdnResultDType(DType x, const UpfirdnOptions& options) {
+  return ResultDType(x, TapsDTypeOf(options.taps_dtype, options.taps_imag), options.dtype_rule);
+}
+
+DType ResamplePolyResultDType(DType x, const ResamplePolyOptions& options) {
+  const int gcd = std::gcd(options.up, options.down);
+  if (gcd > 0 && options.up / gcd == 1 && options.down / gcd == 1) return x;
+  // A designed filter has x's dtype (float64 for integer x); explicit taps their own.
+  const DType taps_dtype =
+      !options.taps.empty() ? TapsDTypeOf(options.taps_dtype, options.taps_imag)
+      : internal::IsInexact(x) ? x
+                               : DType::kFloat64;
+  return ResultDType(x, taps_dtype, options.dtype_rule);
+}
+
 absl::Status ValidateUpfirdn(const std::vector<double>& taps, const HostArray& x,
                              const UpfirdnOptions& options, const Limits& limits) {
   FRESNEL_RETURN_IF_ERROR(internal::ValidateRate(options.up, "up", limits));
@@ -676,23 +675,7 @@ absl::Status ValidateResamplePoly(const HostArray& x, const ResamplePolyOptions&
           " taps, more than the limit of ", limits.max_taps,
           " (max_taps); pass explicit taps or smaller rates"));
     }
-    if (options.window.type == Window::kKaiser &&
-        (!std::isfinite(options.window.kaiser_beta) ||
-         std::fabs(options.window.kaiser_beta) > 700)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("window: kaiser_beta must be finite and at most 700 in magnitude, got ",
-                       options.window.kaiser_beta));
-    }
-    switch (options.window.type) {
-      case Window::kBoxcar:
-      case Window::kHamming:
-      case Window::kHann:
-      case Window::kBlackman:
-      case Window::kKaiser:
-        break;
-      default:
-        return absl::InvalidArgumentError("window: unknown window type");
-    }
+    FRESNEL_RETURN_IF_ERROR(ValidateWindow(options.window, max_rate > 1 ? numtaps : 1));
   }
   if (!internal::IsKnownPadMode(options.padtype)) {
     return absl::InvalidArgumentError("padtype is not a known padtype");
@@ -717,8 +700,7 @@ absl::StatusOr<HostArray> Upfirdn(const Device& device, const std::vector<double
   FRESNEL_RETURN_IF_ERROR(ValidateUpfirdn(taps, x, options));
   if (times != nullptr) *times = StageTimes{};
   const internal::AxisGeometry g = internal::GeometryOf(x, options.axis);
-  const DType out = ResultDType(x.dtype(), TapsDTypeOf(options.taps_dtype, options.taps_imag),
-                                options.dtype_rule);
+  const DType out = UpfirdnResultDType(x.dtype(), options);
   // Real signals with complex taps are filtered as real signals, twice.
   const DType work = internal::IsComplex(x.dtype()) ? out : internal::RealOf(out);
   internal::WorkSignal w = internal::ToWork(x, g, work);
@@ -745,12 +727,7 @@ absl::StatusOr<HostArray> ResamplePoly(const Device& device, const HostArray& x,
   const int gcd = std::gcd(options.up, options.down);
   if (options.up / gcd == 1 && options.down / gcd == 1) return x;  // SciPy: x.copy()
   const internal::AxisGeometry g = internal::GeometryOf(x, options.axis);
-  // A designed filter has x's dtype (float64 for integer x); explicit taps their own.
-  const DType taps_dtype =
-      !options.taps.empty() ? TapsDTypeOf(options.taps_dtype, options.taps_imag)
-      : internal::IsInexact(x.dtype()) ? x.dtype()
-                                       : DType::kFloat64;
-  const DType out = ResultDType(x.dtype(), taps_dtype, options.dtype_rule);
+  const DType out = ResamplePolyResultDType(x.dtype(), options);
   const DType work = internal::IsComplex(x.dtype()) ? out : internal::RealOf(out);
   const int64_t n_out = ResamplePolyOutputLength(g.len, options.up, options.down);
   if (n_out == 0 || g.channels() == 0) {

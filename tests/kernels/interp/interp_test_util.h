@@ -89,19 +89,17 @@ inline PadMode ParsePadMode(const std::string& s) {
   return kModes.at(s);
 }
 
-// "hamming", "kaiser:5.0", ...
+// "hamming", "kaiser:5.0", "general_gaussian:1.5:7.0", ...: a name and get_window's parameters.
 inline WindowSpec ParseWindow(const std::string& s) {
-  WindowSpec w;
-  std::string name = s.substr(0, s.find(':'));
-  if (name == "boxcar") w.type = Window::kBoxcar;
-  if (name == "hamming") w.type = Window::kHamming;
-  if (name == "hann") w.type = Window::kHann;
-  if (name == "blackman") w.type = Window::kBlackman;
-  if (name == "kaiser") {
-    w.type = Window::kKaiser;
-    w.kaiser_beta = std::stod(s.substr(s.find(':') + 1));
-  }
-  return w;
+  std::vector<std::string> parts;
+  std::stringstream ss(s);
+  std::string part;
+  while (std::getline(ss, part, ':')) parts.push_back(part);
+  std::vector<double> params;
+  for (size_t i = 1; i < parts.size(); ++i) params.push_back(std::stod(parts[i]));
+  auto w = WindowFromName(parts.at(0), params);
+  if (!w.ok()) throw std::runtime_error(std::string(w.status().message()));
+  return *w;
 }
 
 inline DType ParseDType(const std::string& s) { return *DTypeFromName(s); }
@@ -209,6 +207,41 @@ inline bool SameValues(const HostArray& a, const HostArray& b) {
     if (x[i] != y[i]) return false;
   }
   return true;
+}
+
+// Every resample (FFT) and decimate golden case on `device`: SciPy's dtype and shape, values
+// within Tolerance. Returns the count.
+inline int CheckFftGoldens(const Device& device) {
+  int checked = 0;
+  for (const GoldenCase& g : LoadManifest()) {
+    if (g.kind != "resample" && g.kind != "decimate") continue;
+    INFO(g.name);
+    const HostArray x = LoadGolden(g.Get("x"));
+    const HostArray want = LoadGolden(g.Get("y"));
+    absl::StatusOr<HostArray> y;
+    if (g.kind == "resample") {
+      ResampleOptions o;
+      o.num = g.Int("num");
+      o.axis = g.Int("axis");
+      y = Resample(device, x, o);
+    } else {
+      DecimateOptions o;
+      o.q = g.Int("q");
+      o.n = g.Int("n");
+      o.zero_phase = g.Int("zero_phase") != 0;
+      o.axis = g.Int("axis");
+      y = Decimate(device, x, o);
+    }
+    INFO(y.status().ToString());
+    REQUIRE(y.ok());
+    CHECK(DTypeName(y->dtype()) == std::string(DTypeName(want.dtype())));
+    CHECK(y->shape() == want.shape());
+    if (y->shape() == want.shape() && want.size() > 0) {
+      CHECK(fresnel::testing::RelativeError(*y, want) <= Tolerance(want.dtype()));
+    }
+    ++checked;
+  }
+  return checked;
 }
 
 }  // namespace fresnel::interp::testing

@@ -12,6 +12,8 @@ Each case is one line of golden/manifest.txt:  <kind> <name> key=value ...
   kind upfirdn_ext:    up down mode cval axis, files x h y: every dtype of x (integers too) and of
                        h (float32/64, complex64/128), N-d x filtered along `axis`, empty x
   kind resample_ext:   up down padtype axis window (name|taps), files x y [h]: as upfirdn_ext
+  kind resample:       num axis, files x y   (scipy.signal.resample, FFT method)
+  kind decimate:       q n zero_phase axis, files x y   (scipy.signal.decimate, ftype='fir')
 Inputs are stored in the dtype the test feeds in; outputs in the dtype SciPy returned (the _ext
 kinds' y dtype is SciPy's numpy.result_type(h, x, float32)).
 """
@@ -20,7 +22,7 @@ import sys
 
 import numpy as np
 import scipy
-from scipy.signal import firwin, resample_poly, upfirdn
+from scipy.signal import decimate, firwin, resample, resample_poly, upfirdn
 from scipy.signal._upfirdn_apply import _pad_test
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -106,7 +108,7 @@ def add_resample_ext(name, up, down, shape, xdtype, window=("kaiser", 5.0), hdty
         wname = "taps"
         extra = f" h={save(name, 'h', window)}"
     elif isinstance(window, tuple):
-        wname = f"{window[0]}:{window[1]!r}"
+        wname = ":".join([window[0]] + [repr(v) for v in window[1:]])
     else:
         wname = window
     y = resample_poly(x, up, down, axis=axis, window=window, padtype=padtype)
@@ -156,7 +158,60 @@ def add_ext_cases():
         add_resample_ext(f"rx_axis_{axis}".replace("-", "m"), 3, 2, (6, 5, 4), "float64",
                          axis=axis)
     add_resample_ext("rx_empty", 3, 2, (0,), "float64")
+
+    # get_window's other names, with tuple parameters, in firwin and resample_poly.
+    windows = ["triang", "bartlett", "flattop", "parzen", "bohman", "blackmanharris", "nuttall",
+               "barthann", "cosine", "lanczos", ("kaiser", 8.0), ("gaussian", 3.5),
+               ("general_gaussian", 1.5, 7.0), ("tukey", 0.3), "tukey", "exponential",
+               ("chebwin", 60.0), ("chebwin", 100.0)]
+    for win in windows:
+        wname = win if isinstance(win, str) else ":".join([win[0]] + [repr(v) for v in win[1:]])
+        for numtaps in (1, 2, 12, 61):
+            name = f"fw_{numtaps}_{wname.replace(':', '_')}"
+            y = firwin(numtaps, 0.3, window=win)
+            lines.append(f"firwin {name} numtaps={numtaps} cutoff=0.3 window={wname} "
+                         f"y={save(name, 'y', y)}")
+        for up, down in [(3, 2), (2, 5)]:
+            add_resample_ext(f"rx_win_{wname.replace(':', '_')}_{up}_{down}", up, down, (2, 30),
+                             "float64", window=win)
     add_resample_ext("rx_copy_c128", 4, 4, (2, 9), "complex128")
+
+
+def add_fft_cases():
+    # resample: up and down, even and odd lengths on both sides (the Nyquist-bin rules), N == 2,
+    # primes, every dtype, N-d along an axis.
+    sizes = [(16, 24), (16, 10), (15, 24), (15, 10), (17, 17), (2, 7), (7, 2), (1, 5), (5, 1),
+             (12, 13), (13, 12), (31, 64), (64, 31), (4, 2), (3, 2), (101, 37)]
+    for xd in ["float64", "complex128", "float32", "complex64"]:
+        for nx, num in sizes:
+            name = f"fft_{xd}_{nx}_{num}"
+            x = ext_array((2, nx), xd)
+            y = resample(x, num, axis=-1)
+            lines.append(f"resample {name} num={num} axis=-1 x={save(name, 'x', x)} "
+                         f"y={save(name, 'y', y)}")
+    for xd in ["int16", "uint8"]:
+        name = f"fft_{xd}"
+        x = ext_array((20,), xd)
+        y = resample(x, 33)
+        lines.append(f"resample {name} num=33 axis=-1 x={save(name, 'x', x)} y={save(name, 'y', y)}")
+    for axis in (0, 1, -3):
+        name = f"fft_axis_{axis}".replace("-", "m")
+        x = ext_array((6, 5, 4), "float64")
+        y = resample(x, 9, axis=axis)
+        lines.append(f"resample {name} num=9 axis={axis} x={save(name, 'x', x)} "
+                     f"y={save(name, 'y', y)}")
+    # decimate (FIR): default and explicit orders, zero_phase both ways, dtypes, axes.
+    for i, (q, n, zp, xd, shape, axis) in enumerate([
+            (2, None, True, "float64", (2, 100), -1), (3, None, True, "float32", (97,), -1),
+            (4, 30, True, "complex128", (2, 64), -1), (5, None, False, "float64", (2, 101), -1),
+            (2, 11, False, "complex64", (50,), -1), (3, None, True, "int16", (90,), -1),
+            (2, None, True, "float64", (40, 3), 0), (7, 40, False, "float32", (3, 200), 1),
+            (10, None, True, "float64", (300,), -1)]):
+        name = f"dec_{i}"
+        x = ext_array(shape, xd)
+        y = decimate(x, q, n=n, ftype="fir", axis=axis, zero_phase=zp)
+        lines.append(f"decimate {name} q={q} n={0 if n is None else n} zero_phase={int(zp)} "
+                     f"axis={axis} x={save(name, 'x', x)} y={save(name, 'y', y)}")
 
 
 def main():
@@ -244,6 +299,7 @@ def main():
                          f"x={save(name, 'x', x)} y={save(name, 'y', y)}")
 
     add_ext_cases()
+    add_fft_cases()
 
     with open(os.path.join(OUT, "manifest.txt"), "w") as f:
         f.write(f"# generated by make_golden.py with scipy {scipy.__version__}, "

@@ -23,6 +23,13 @@ using namespace fresnel::interp::testing;  // NOLINT
 
 const Device kCpu = Device::Cpu();
 
+// Expects `status` to be `code` with a message mentioning `field`.
+void ExpectError(const absl::Status& status, absl::StatusCode code, const std::string& field) {
+  INFO(status.ToString());
+  CHECK(status.code() == code);
+  CHECK(std::string(status.message()).find(field) != std::string::npos);
+}
+
 // Upsample with zeros, convolve in full, downsample: the textbook definition, in double.
 HostArray DirectUpfirdn(const std::vector<double>& h, const HostArray& x, int up, int down,
                         double cval = 0) {
@@ -96,6 +103,31 @@ TEST_CASE("complex taps on real and complex signals equal the direct convolution
     }
     CHECK(RelativeError(*y, want) <= 1e-13);
   }
+}
+
+TEST_CASE("resample (FFT) and decimate match SciPy", "[interp]") {
+  CHECK(CheckFftGoldens(kCpu) > 70);
+}
+
+TEST_CASE("resample and decimate refuse bad input naming the field", "[interp]") {
+  const auto kInvalid = absl::StatusCode::kInvalidArgument;
+  const HostArray x = RandomArray(DType::kFloat64, {2, 10});
+  ResampleOptions r;
+  r.num = 0;
+  ExpectError(ValidateResample(x, r), kInvalid, "num");
+  r.num = 5;
+  ExpectError(ValidateResample(HostArray(DType::kFloat64, {2, 0}), r), kInvalid, "x.shape");
+  ExpectError(ValidateResample(HostArray(DType::kFloat64, {}), r), kInvalid, "x.shape");
+  r.axis = 2;
+  ExpectError(ValidateResample(x, r), kInvalid, "axis");
+  DecimateOptions d;
+  d.q = 1;
+  ExpectError(ValidateDecimate(x, d), kInvalid, "q");
+  d.q = 3;
+  d.n = -1;
+  ExpectError(ValidateDecimate(x, d), kInvalid, "n");
+  d.n = 0;
+  CHECK(ValidateDecimate(x, d).ok());
 }
 
 TEST_CASE("golden files are present", "[interp]") {
@@ -249,12 +281,6 @@ TEST_CASE("resample_poly with up == down copies; classic recipe in one call", "[
   CHECK(RelativeError(*z, DirectUpfirdn(*h, x1, 4, 1)) < 1e-13);
 }
 
-// Expects `status` to be `code` with a message mentioning `field`.
-void ExpectError(const absl::Status& status, absl::StatusCode code, const std::string& field) {
-  INFO(status.ToString());
-  CHECK(status.code() == code);
-  CHECK(std::string(status.message()).find(field) != std::string::npos);
-}
 
 TEST_CASE("invalid requests name the offending field", "[interp]") {
   const HostArray x = RandomArray(DType::kFloat32, {2, 10});

@@ -94,6 +94,40 @@ TEST_CASE("GPU: every dtype, complex taps, N-d axes and empty signals match SciP
   CHECK(CheckExtGoldens(*TestGpu()) > 200);
 }
 
+TEST_CASE("GPU resample (cuFFT) and decimate match SciPy", "[gpu][interp]") {
+  if (SkipWithoutGpu()) return;
+  CHECK(CheckFftGoldens(*TestGpu()) > 70);
+}
+
+TEST_CASE("GPU resample (cuFFT) matches the CPU oracle on long signals", "[gpu][interp]") {
+  if (SkipWithoutGpu()) return;
+  const Device& gpu = *TestGpu();
+  const int64_t sizes[][2] = {{48000, 44100}, {44100, 48000}, {65536, 100000}, {30011, 30011}};
+  for (auto& sz : sizes) {
+    for (DType dt : {DType::kFloat32, DType::kFloat64, DType::kComplex64, DType::kComplex128}) {
+      INFO(sz[0] << " -> " << sz[1] << " " << DTypeName(dt));
+      HostArray x = RandomArray(dt, {2, sz[0]});
+      ResampleOptions o;
+      o.num = sz[1];
+      StageTimes t;
+      auto y = Resample(gpu, x, o, &t);
+      auto want = Resample(kCpu, x, o);
+      REQUIRE(y.ok());
+      REQUIRE(want.ok());
+      CHECK(y->dtype() == dt);
+      // cuFFT in float for float32/complex64: error grows like log(n) eps.
+      const bool single = dt == DType::kFloat32 || dt == DType::kComplex64;
+      CHECK(RelativeError(*y, *want) <= (single ? 2e-5 : 1e-11));
+      CHECK(t.compute_s > 0);
+    }
+  }
+  Device null_stream = gpu;
+  null_stream.stream = nullptr;
+  ResampleOptions o;
+  o.num = 10;
+  CHECK_FALSE(Resample(null_stream, RandomArray(DType::kFloat32, {20}), o).ok());
+}
+
 TEST_CASE("GPU complex taps, integer promotion and axes match the CPU oracle", "[gpu][interp]") {
   if (SkipWithoutGpu()) return;
   const Device& gpu = *TestGpu();

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <numeric>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -32,12 +33,48 @@
 
 namespace fresnel::interp {
 
-enum class Window { kBoxcar, kHamming, kHann, kBlackman, kKaiser };
+// scipy.signal.get_window's names, symmetric (as firwin uses them). The parametrised ones take
+// their parameters from WindowSpec, in get_window's tuple order.
+enum class Window {
+  kBoxcar,
+  kHamming,
+  kHann,
+  kBlackman,
+  kKaiser,           // kaiser_beta
+  kTriang,
+  kBartlett,
+  kFlattop,
+  kParzen,
+  kBohman,
+  kBlackmanHarris,
+  kNuttall,
+  kBartHann,
+  kCosine,
+  kLanczos,
+  kGaussian,         // params[0] = std (> 0)
+  kGeneralGaussian,  // params[0] = p, params[1] = sig (> 0)
+  kTukey,            // params[0] = alpha (SciPy's default 0.5 when params is empty)
+  kExponential,      // tau 1, centred (get_window allows no parameters for a symmetric one)
+  kChebwin,          // params[0] = at, attenuation in dB; numtaps <= kMaxChebwinTaps
+};
 
 struct WindowSpec {
   Window type = Window::kKaiser;
-  double kaiser_beta = 5.0;  // used by kKaiser only
+  double kaiser_beta = 5.0;     // used by kKaiser only
+  std::vector<double> params;  // the other parametrised windows (see Window)
 };
+
+// chebwin is a DFT of M points computed directly (O(M^2)); longer ones are refused.
+constexpr int kMaxChebwinTaps = 1 << 15;
+
+// ("kaiser", 8.0), ("gaussian", 3.0), "hann", ...: get_window's name and tuple parameters.
+// InvalidArgument naming `field` for unknown names or a wrong number of parameters.
+absl::StatusOr<WindowSpec> WindowFromName(const std::string& name,
+                                          const std::vector<double>& params,
+                                          const std::string& field = "window");
+
+// Checks the window's parameters (and that chebwin's length is within kMaxChebwinTaps).
+absl::Status ValidateWindow(const WindowSpec& window, int64_t numtaps);
 
 // How the result's dtype is chosen (see the top of this file).
 enum class DTypeRule {
@@ -98,6 +135,9 @@ struct UpfirdnOptions {
 // SciPy raises, is 0 here).
 int64_t UpfirdnOutputLength(int64_t n, int64_t taps, int up, int down);
 
+// The dtype Upfirdn returns for a signal of dtype x (servers size replies with it).
+DType UpfirdnResultDType(DType x, const UpfirdnOptions& options);
+
 // Checks shapes, dtypes and limits. Messages name the request field ("x.shape", "taps", "up",
 // "axis", ...). A zero-length signal is valid with mode kConstant only (SciPy crashes on the
 // others).
@@ -137,6 +177,9 @@ struct ResamplePolyOptions {
 // ceil(n * up / down) after reducing up/down by their gcd.
 int64_t ResamplePolyOutputLength(int64_t n, int up, int down);
 
+// The dtype ResamplePoly returns for a signal of dtype x (x itself when up/down reduce to 1/1).
+DType ResamplePolyResultDType(DType x, const ResamplePolyOptions& options);
+
 absl::Status ValidateResamplePoly(const HostArray& x, const ResamplePolyOptions& options,
                                   const Limits& limits = {});
 
@@ -147,6 +190,45 @@ absl::Status ValidateResamplePoly(const HostArray& x, const ResamplePolyOptions&
 absl::StatusOr<HostArray> ResamplePoly(const Device& device, const HostArray& x,
                                        const ResamplePolyOptions& options,
                                        StageTimes* times = nullptr);
+
+// ---- scipy.signal.resample (FFT method) and scipy.signal.decimate (FIR) ----
+
+struct ResampleOptions {
+  int64_t num = 0;  // output samples along axis, >= 1
+  int axis = -1;
+};
+
+// The dtype Resample returns, as SciPy's: float and complex dtypes stay, integers give float64.
+DType ResampleResultDType(DType x);
+
+absl::Status ValidateResample(const HostArray& x, const ResampleOptions& options,
+                              const Limits& limits = {});
+
+// scipy.signal.resample(x, num, axis=axis) with window=None, domain='time': the DFT of each
+// channel truncated or zero-padded to num bins (SciPy's Nyquist-bin rules) and inverted, scaled
+// by num / n. x needs n >= 1 samples along axis. CPU: kissfft in double (any length; prime
+// lengths cost O(n^2)); CUDA: cuFFT C2C (float32/complex64) or Z2Z (float64/complex128, and
+// integers), batched over channels, work area from the device's pool.
+absl::StatusOr<HostArray> Resample(const Device& device, const HostArray& x,
+                                   const ResampleOptions& options, StageTimes* times = nullptr);
+
+struct DecimateOptions {
+  int q = 2;               // downsampling factor, >= 1
+  int n = 0;               // filter order (n + 1 taps); 0 means SciPy's default 20 * q
+  bool zero_phase = true;  // resample_poly(x, 1, q, window=h); false: upfirdn(h, x, 1, q)[:ceil(n/q)]
+  int axis = -1;
+};
+
+// The dtype Decimate returns: float and complex dtypes stay, integers give float64 (SciPy's).
+DType DecimateResultDType(DType x);
+
+absl::Status ValidateDecimate(const HostArray& x, const DecimateOptions& options,
+                              const Limits& limits = {});
+
+// scipy.signal.decimate(x, q, n, ftype='fir', axis=axis, zero_phase=...): the filter is
+// firwin(n + 1, 1 / q, window='hamming') in the result dtype's precision.
+absl::StatusOr<HostArray> Decimate(const Device& device, const HostArray& x,
+                                   const DecimateOptions& options, StageTimes* times = nullptr);
 
 // Chunked filtering whose concatenated outputs equal the one-shot Upfirdn (kConstant mode) or
 // ResamplePoly (kConstant padtype) result exactly as the same Device computes it. It keeps each
