@@ -101,8 +101,10 @@ int Main(int argc, const char* const* argv, std::ostream& out, std::ostream& err
       ->capture_default_str();
   interp_cmd->add_option("--mode", interp.mode,
                          "resample = scipy.signal.resample_poly (same duration), upfirdn = "
-                         "scipy.signal.upfirdn (full filter length)")
-      ->check(CLI::IsMember({"resample", "upfirdn"}))
+                         "scipy.signal.upfirdn (full filter length), fft = scipy.signal.resample "
+                         "(FFT method, ceil(n up / down) samples), decimate = "
+                         "scipy.signal.decimate (FIR, q = --down, --up 1)")
+      ->check(CLI::IsMember({"resample", "upfirdn", "fft", "decimate"}))
       ->capture_default_str();
   CLI::Option* taps_opt = interp_cmd->add_option(
       "--taps", interp.taps_file, "Filter taps from a 1-D .npy file (float32 or float64)");

@@ -283,8 +283,28 @@ constexpr int64_t kMessageOverheadBytes = 64 << 10;  // headers, taps, framing
 absl::Status ValidateInterpOptions(InterpOptions* o) {
   if (o->up < 1) return absl::InvalidArgumentError("--up must be >= 1");
   if (o->down < 1) return absl::InvalidArgumentError("--down must be >= 1");
-  if (o->mode != "resample" && o->mode != "upfirdn") {
-    return absl::InvalidArgumentError("--mode must be resample or upfirdn");
+  if (o->mode != "resample" && o->mode != "upfirdn" && o->mode != "fft" &&
+      o->mode != "decimate") {
+    return absl::InvalidArgumentError("--mode must be resample, upfirdn, fft or decimate");
+  }
+  if (o->mode == "fft" || o->mode == "decimate") {
+    // Neither takes a filter, an extension mode or a stream.
+    if (!o->taps_file.empty() || !o->taps_design.empty() || !o->window.empty() || o->beta != 0 ||
+        o->gain != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--mode ", o->mode, " designs no filter from flags (no --taps, --taps-design, --window, "
+          "--beta, --gain)"));
+    }
+    if (o->padtype != "constant" || o->cval != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--mode ", o->mode, " takes no --padtype or --cval"));
+    }
+    if (o->chunk != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("--mode ", o->mode, " cannot --chunk"));
+    }
+    if (o->mode == "decimate" && (o->up != 1 || o->down < 2)) {
+      return absl::InvalidArgumentError("--mode decimate needs --up 1 and --down q >= 2");
+    }
   }
   const std::optional<v1::PadMode> pad = PadModeFromName(o->padtype);
   if (!pad) return absl::InvalidArgumentError(absl::StrCat("--padtype ", o->padtype, " is unknown"));
@@ -481,7 +501,7 @@ int RunInterp(const GlobalOptions& global, InterpOptions o, std::ostream& out,
       d->set_kaiser_beta(o.beta);
       d->set_gain(o.gain != 0 ? o.gain : o.up);
     }
-  } else {
+  } else if (o.mode == "resample") {
     resample.set_up(o.up);
     resample.set_down(o.down);
     resample.set_window(WindowFromName(o.window));
@@ -514,12 +534,13 @@ int RunInterp(const GlobalOptions& global, InterpOptions o, std::ostream& out,
   const int64_t response_bytes = channels * OutputLength(o, n, numtaps) * item;
   int64_t chunk = o.chunk;
   if (chunk == 0 && std::max(request_bytes, response_bytes) + kMessageOverheadBytes > cap) {
-    if (pad != v1::PAD_CONSTANT) {
+    if (pad != v1::PAD_CONSTANT || o.mode == "fft" || o.mode == "decimate") {
       return ReportUsageError(
           err,
           absl::StrCat("the request (", FormatBytes(std::max(request_bytes, response_bytes)),
                        ") exceeds the server's message cap of ", FormatBytes(cap),
-                       ", and only --padtype constant can be streamed"),
+                       ", and only --padtype constant can be streamed (with --mode resample "
+                       "or upfirdn)"),
           "interp");
     }
     chunk = StreamChunkSamples(cap, channels, x.dtype(), o.up, o.down);
@@ -552,6 +573,18 @@ int RunInterp(const GlobalOptions& global, InterpOptions o, std::ostream& out,
     if (o.mode == "upfirdn") {
       ToProto(x, upfirdn.mutable_x());
       r = (*client)->Upfirdn(upfirdn);
+    } else if (o.mode == "fft") {
+      v1::ResampleRequest fft;
+      fft.set_num(OutputLength(o, n, numtaps));
+      fft.mutable_device()->set_kind(DeviceKindFromFlag(o.device));
+      ToProto(x, fft.mutable_x());
+      r = (*client)->Resample(fft);
+    } else if (o.mode == "decimate") {
+      v1::DecimateRequest dec;
+      dec.set_q(o.down);
+      dec.mutable_device()->set_kind(DeviceKindFromFlag(o.device));
+      ToProto(x, dec.mutable_x());
+      r = (*client)->Decimate(dec);
     } else {
       ToProto(x, resample.mutable_x());
       r = (*client)->ResamplePoly(resample);
@@ -577,7 +610,10 @@ int RunInterp(const GlobalOptions& global, InterpOptions o, std::ostream& out,
   }
 
   const int64_t m = y.ndim() >= 1 ? y.dim(y.ndim() - 1) : 0;
-  const std::string op = o.mode == "upfirdn" ? "upfirdn" : "resample_poly";
+  const std::string op = o.mode == "upfirdn"    ? "upfirdn"
+                         : o.mode == "fft"      ? "resample"
+                         : o.mode == "decimate" ? "decimate"
+                                                : "resample_poly";
   if (o.json) {
     JsonObject json;
     json.Add("input", o.input)

@@ -194,6 +194,62 @@ grpc::ServerUnaryReactor* InterpolationService::ResamplePoly(
   return call;
 }
 
+grpc::ServerUnaryReactor* InterpolationService::Resample(grpc::CallbackServerContext* context,
+                                                         const v1::ResampleRequest* request,
+                                                         v1::InterpolationResponse* response) {
+  auto* call = new UnaryJobCall(ctx_, context, kService, "Resample");
+  interp::ResampleOptions options;
+  options.num = request->num();
+  options.axis = request->has_axis() ? request->axis() : -1;
+  absl::StatusOr<HostArray> x = TakeX(request->x());
+  absl::Status valid = x.status();
+  if (valid.ok()) valid = interp::ValidateResample(*x, options, ctx_->interp_limits);
+  if (!valid.ok()) {
+    call->Reject(valid);
+    return call;
+  }
+  OutputSize out;
+  out.channels = SplitAt(*x, options.axis).channels;
+  out.samples = options.num;
+  out.dtype = interp::ResampleResultDType(x->dtype());
+  SubmitOneShot(ctx_, call, std::move(*x), out, 0, request->device(), request->request_id(),
+                response,
+                [options](const Device& device, const HostArray& in, StageTimes* times) {
+                  return interp::Resample(device, in, options, times);
+                });
+  return call;
+}
+
+grpc::ServerUnaryReactor* InterpolationService::Decimate(grpc::CallbackServerContext* context,
+                                                         const v1::DecimateRequest* request,
+                                                         v1::InterpolationResponse* response) {
+  auto* call = new UnaryJobCall(ctx_, context, kService, "Decimate");
+  interp::DecimateOptions options;
+  options.q = request->q();
+  options.n = request->n();
+  options.zero_phase = request->has_zero_phase() ? request->zero_phase() : true;
+  options.axis = request->has_axis() ? request->axis() : -1;
+  absl::StatusOr<HostArray> x = TakeX(request->x());
+  absl::Status valid = x.status();
+  if (valid.ok()) valid = interp::ValidateDecimate(*x, options, ctx_->interp_limits);
+  if (!valid.ok()) {
+    call->Reject(valid);
+    return call;
+  }
+  const AxisSplit split = SplitAt(*x, options.axis);
+  OutputSize out;
+  out.channels = split.channels;
+  out.samples = (split.len + options.q - 1) / options.q;
+  out.dtype = interp::DecimateResultDType(x->dtype());
+  const size_t taps = static_cast<size_t>(options.n == 0 ? 20 * options.q : options.n) + 1;
+  SubmitOneShot(ctx_, call, std::move(*x), out, taps, request->device(), request->request_id(),
+                response,
+                [options](const Device& device, const HostArray& in, StageTimes* times) {
+                  return interp::Decimate(device, in, options, times);
+                });
+  return call;
+}
+
 namespace {
 
 // One ResampleStream call. Reads one message at a time: a chunk is filtered as a pool job, its

@@ -252,6 +252,59 @@ TEST_CASE("ResamplePoly over gRPC with a named window and parameters", "[server]
   CHECK_THAT(st.error_message(), Catch::Contains("window_name"));
 }
 
+TEST_CASE("Resample (FFT) and Decimate over gRPC equal the CPU kernels", "[server][interp]") {
+  TestServer ts;
+  HostArray x = RandomArray(DType::kFloat64, {3, 250});
+  {
+    v1::ResampleRequest req;
+    *req.mutable_x() = Wire(x);
+    req.set_num(101);
+    v1::InterpolationResponse resp;
+    auto ctx = Ctx();
+    REQUIRE(ts.interp->Resample(ctx.get(), req, &resp).ok());
+    interp::ResampleOptions o;
+    o.num = 101;
+    auto want = interp::Resample(Device::Cpu(), x, o);
+    REQUIRE(want.ok());
+    HostArray got = FromWire(resp.y());
+    CHECK(got.shape() == std::vector<int64_t>{3, 101});
+    CHECK(MaxAbsError(got, *want) == 0.0);
+    req.set_num(0);
+    auto ctx2 = Ctx();
+    grpc::Status st = ts.interp->Resample(ctx2.get(), req, &resp);
+    CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(st.error_message(), Catch::Contains("num"));
+  }
+  {
+    v1::DecimateRequest req;
+    *req.mutable_x() = Wire(x);
+    req.set_q(4);
+    req.set_axis(1);
+    v1::InterpolationResponse resp;
+    auto ctx = Ctx();
+    REQUIRE(ts.interp->Decimate(ctx.get(), req, &resp).ok());
+    interp::DecimateOptions o;
+    o.q = 4;
+    auto want = interp::Decimate(Device::Cpu(), x, o);
+    REQUIRE(want.ok());
+    HostArray got = FromWire(resp.y());
+    CHECK(got.shape() == std::vector<int64_t>{3, 63});
+    CHECK(MaxAbsError(got, *want) == 0.0);
+    req.set_zero_phase(false);
+    auto ctx2 = Ctx();
+    REQUIRE(ts.interp->Decimate(ctx2.get(), req, &resp).ok());
+    o.zero_phase = false;
+    auto want2 = interp::Decimate(Device::Cpu(), x, o);
+    REQUIRE(want2.ok());
+    CHECK(MaxAbsError(FromWire(resp.y()), *want2) == 0.0);
+    req.set_q(1);
+    auto ctx3 = Ctx();
+    grpc::Status st = ts.interp->Decimate(ctx3.get(), req, &resp);
+    CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(st.error_message(), Catch::Contains("q"));
+  }
+}
+
 struct StreamResult {
   grpc::Status status;
   HostArray y;
