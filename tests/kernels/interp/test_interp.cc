@@ -109,6 +109,50 @@ TEST_CASE("resample (FFT) and decimate match SciPy", "[interp]") {
   CHECK(CheckFftGoldens(kCpu) > 70);
 }
 
+TEST_CASE("resample of a periodic band-limited signal samples it on the new grid", "[interp]") {
+  // x(t) = sum of a few harmonics of a period-n signal, far below either Nyquist: resampling to
+  // num samples must give x(k n / num) (complex: e^{2 pi i f t} terms) to rounding.
+  const int64_t sizes[][2] = {{48000, 44100}, {44100, 48000}, {65536, 100000}, {30030, 30030}};
+  const double kPi = 3.14159265358979323846;
+  const int harmonics[] = {1, 7, 40, 333};
+  for (auto& sz : sizes) {
+    for (DType dt : {DType::kFloat64, DType::kComplex128}) {
+      INFO(sz[0] << " -> " << sz[1] << " " << DTypeName(dt));
+      const int64_t n = sz[0], num = sz[1];
+      auto value = [&](double t, bool imag) {
+        double v = 0;
+        for (int h : harmonics) {
+          v += imag ? std::sin(2 * kPi * h * t / n) : std::cos(2 * kPi * h * t / n + 0.3 * h);
+        }
+        return v;
+      };
+      HostArray x(dt, {n});
+      HostArray want(dt, {num});
+      for (int64_t i = 0; i < n; ++i) {
+        if (dt == DType::kFloat64) {
+          x.data<double>()[i] = value(static_cast<double>(i), false);
+        } else {
+          x.data<std::complex<double>>()[i] = {value(static_cast<double>(i), false),
+                                               value(static_cast<double>(i), true)};
+        }
+      }
+      for (int64_t k = 0; k < num; ++k) {
+        const double t = static_cast<double>(k) * n / num;
+        if (dt == DType::kFloat64) {
+          want.data<double>()[k] = value(t, false);
+        } else {
+          want.data<std::complex<double>>()[k] = {value(t, false), value(t, true)};
+        }
+      }
+      ResampleOptions o;
+      o.num = num;
+      auto y = Resample(kCpu, x, o);
+      REQUIRE(y.ok());
+      CHECK(RelativeError(*y, want) <= 1e-10);
+    }
+  }
+}
+
 TEST_CASE("resample and decimate refuse bad input naming the field", "[interp]") {
   const auto kInvalid = absl::StatusCode::kInvalidArgument;
   const HostArray x = RandomArray(DType::kFloat64, {2, 10});
