@@ -17,7 +17,6 @@
 namespace fresnel::cli {
 namespace {
 
-const std::vector<std::string> kWindows = {"hamming", "hann", "blackman", "kaiser", "boxcar"};
 const std::vector<std::string> kPadTypes = {
     "constant", "symmetric", "reflect", "edge",   "wrap",    "smooth",  "antisymmetric",
     "antireflect", "line",   "mean",    "median", "maximum", "minimum"};
@@ -113,9 +112,9 @@ int Main(int argc, const char* const* argv, std::ostream& out, std::ostream& err
       "Design the filter on the server: NUMTAPS,CUTOFF (cutoff relative to Nyquist; upfirdn)");
   taps_opt->excludes(design_opt);
   interp_cmd->add_option("--window", interp.window,
-                         "Window of the designed filter (default: kaiser for resample, hamming "
-                         "for --taps-design)")
-      ->check(CLI::IsMember(kWindows));
+                         "Window of the designed filter, scipy.signal.get_window's NAME[,PARAM...]"
+                         " (kaiser,8.0  gaussian,3.5  chebwin,60  tukey,0.3  flattop ...; "
+                         "default: kaiser for resample, hamming for --taps-design)");
   interp_cmd->add_option("--beta", interp.beta, "Kaiser window beta (default 5)")
       ->check(Positive());
   interp_cmd->add_option("--gain", interp.gain, "Gain of a designed upfirdn filter (default: up)")

@@ -17,6 +17,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "format.h"
+#include "fresnel/core/status.h"
 #include "fresnel/interp/interp.h"
 #include "fresnel/core/npy.h"
 #include "fresnel/v1/array_convert.h"
@@ -337,14 +338,30 @@ absl::Status ValidateInterpOptions(InterpOptions* o) {
     o->design_numtaps = numtaps;
     o->design_cutoff = cutoff;
   }
+  if (!o->window.empty()) {
+    std::vector<std::string> parts = absl::StrSplit(o->window, ',');
+    o->window_name = std::string(absl::StripAsciiWhitespace(parts[0]));
+    o->window_params.clear();
+    for (size_t i = 1; i < parts.size(); ++i) {
+      double v = 0;
+      if (!absl::SimpleAtod(absl::StripAsciiWhitespace(parts[i]), &v)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--window '", o->window, "': parameter '", parts[i], "' is not a number"));
+      }
+      o->window_params.push_back(v);
+    }
+    FRESNEL_RETURN_IF_ERROR(
+        interp::WindowFromName(o->window_name, o->window_params, "--window").status());
+  }
   if (o->beta < 0) return absl::InvalidArgumentError("--beta must be positive");
   if (o->beta != 0 && !o->taps_file.empty()) {
     return absl::InvalidArgumentError("--beta applies to designed filters, not to --taps");
   }
-  if (o->beta != 0 && !o->window.empty() && o->window != "kaiser") {
+  if (o->beta != 0 && !o->window.empty() && (o->window_name != "kaiser" ||
+                                               !o->window_params.empty())) {
     return absl::InvalidArgumentError("--beta applies to --window kaiser only");
   }
-  if (o->beta != 0) o->window = "kaiser";
+  if (o->beta != 0) o->window = o->window_name = "kaiser";
   if (o->gain != 0 && o->mode != "upfirdn") {
     return absl::InvalidArgumentError("--gain applies to designed upfirdn filters only");
   }
@@ -497,14 +514,24 @@ int RunInterp(const GlobalOptions& global, InterpOptions o, std::ostream& out,
       d->set_cutoff(o.design_numtaps > 0 ? o.design_cutoff
                                          : 1.0 / std::max(o.up / g, o.down / g));
       d->set_window(o.window.empty() && o.design_numtaps == 0 ? v1::KAISER
-                                                              : WindowFromName(o.window));
+                                                              : WindowFromName(o.window_name));
+      if (!o.window_name.empty() &&
+          (WindowFromName(o.window_name) == v1::WINDOW_UNSPECIFIED || !o.window_params.empty())) {
+        d->set_window_name(o.window_name);  // a get_window name beyond the enum, or parameters
+        for (double p : o.window_params) d->add_window_params(p);
+      }
       d->set_kaiser_beta(o.beta);
       d->set_gain(o.gain != 0 ? o.gain : o.up);
     }
   } else if (o.mode == "resample") {
     resample.set_up(o.up);
     resample.set_down(o.down);
-    resample.set_window(WindowFromName(o.window));
+    resample.set_window(WindowFromName(o.window_name));
+    if (!o.window_name.empty() &&
+        (WindowFromName(o.window_name) == v1::WINDOW_UNSPECIFIED || !o.window_params.empty())) {
+      resample.set_window_name(o.window_name);  // a get_window name beyond the enum, or parameters
+      for (double p : o.window_params) resample.add_window_params(p);
+    }
     resample.set_kaiser_beta(o.beta);
     resample.set_padtype(pad);
     resample.set_cval(o.cval);

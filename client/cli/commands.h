@@ -88,6 +88,9 @@ struct InterpOptions {
   int plot_height = 500;
   bool json = false;
 
+  // Filled in by ValidateInterpOptions from window: the name and get_window's parameters.
+  std::string window_name;
+  std::vector<double> window_params;
   // Filled in by ValidateInterpOptions from taps_design.
   int design_numtaps = 0;
   double design_cutoff = 0;

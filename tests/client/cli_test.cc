@@ -71,6 +71,8 @@ TEST_CASE("CLI usage errors exit with 2 and say what is wrong", "[client][cli]")
       {{"interp", "a.wav", "b.wav", "--up", "2", "--png", "plot.jpg"}, "must end in .png"},
       {{"interp", "a.wav", "b.wav", "--up", "2", "--device", "tpu"}, "--device"},
       {{"interp", "a.wav", "b.wav", "--up", "2", "--mode", "decimate"}, "--up 1"},
+      {{"interp", "a.wav", "b.wav", "--up", "2", "--window", "gaussian"}, "takes 1"},
+      {{"interp", "a.wav", "b.wav", "--up", "2", "--window", "kaiser,x"}, "not a number"},
       {{"interp", "a.wav", "b.wav", "--up", "2", "--mode", "fft", "--window", "hann"},
        "designs no filter"},
       {{"interp", "a.wav", "b.wav", "--up", "2", "--mode", "fft", "--chunk", "10"},
