@@ -17,7 +17,6 @@
 namespace fresnel::cli {
 namespace {
 
-const std::vector<std::string> kWindows = {"hamming", "hann", "blackman", "kaiser", "boxcar"};
 const std::vector<std::string> kPadTypes = {
     "constant", "symmetric", "reflect", "edge",   "wrap",    "smooth",  "antisymmetric",
     "antireflect", "line",   "mean",    "median", "maximum", "minimum"};
@@ -114,8 +113,10 @@ int Main(int argc, const char* const* argv, std::ostream& out, std::ostream& err
       ->capture_default_str();
   interp_cmd->add_option("--mode", interp.mode,
                          "resample = scipy.signal.resample_poly (same duration), upfirdn = "
-                         "scipy.signal.upfirdn (full filter length)")
-      ->check(CLI::IsMember({"resample", "upfirdn"}))
+                         "scipy.signal.upfirdn (full filter length), fft = scipy.signal.resample "
+                         "(FFT method, ceil(n up / down) samples), decimate = "
+                         "scipy.signal.decimate (FIR, q = --down, --up 1)")
+      ->check(CLI::IsMember({"resample", "upfirdn", "fft", "decimate"}))
       ->capture_default_str();
   CLI::Option* taps_opt = interp_cmd->add_option(
       "--taps", interp.taps_file, "Filter taps from a 1-D .npy file (float32 or float64)");
@@ -124,9 +125,9 @@ int Main(int argc, const char* const* argv, std::ostream& out, std::ostream& err
       "Design the filter on the server: NUMTAPS,CUTOFF (cutoff relative to Nyquist; upfirdn)");
   taps_opt->excludes(design_opt);
   interp_cmd->add_option("--window", interp.window,
-                         "Window of the designed filter (default: kaiser for resample, hamming "
-                         "for --taps-design)")
-      ->check(CLI::IsMember(kWindows));
+                         "Window of the designed filter, scipy.signal.get_window's NAME[,PARAM...]"
+                         " (kaiser,8.0  gaussian,3.5  chebwin,60  tukey,0.3  flattop ...; "
+                         "default: kaiser for resample, hamming for --taps-design)");
   interp_cmd->add_option("--beta", interp.beta, "Kaiser window beta (default 5)")
       ->check(Positive());
   interp_cmd->add_option("--gain", interp.gain, "Gain of a designed upfirdn filter (default: up)")
@@ -136,6 +137,9 @@ int Main(int argc, const char* const* argv, std::ostream& out, std::ostream& err
       ->check(CLI::IsMember(kPadTypes))
       ->capture_default_str();
   interp_cmd->add_option("--cval", interp.cval, "Value beyond the edges for --padtype constant");
+  interp_cmd->add_flag("--scipy-dtypes", interp.scipy_dtypes,
+                       "Return SciPy's dtype (numpy.result_type(taps, x, float32), e.g. float64 "
+                       "for float32 input with float64 taps) instead of the input's precision");
   interp_cmd->add_option("--device", interp.device, "Where the server may run the request")
       ->check(CLI::IsMember({"any", "gpu", "cpu"}))
       ->capture_default_str();

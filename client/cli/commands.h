@@ -85,6 +85,7 @@ struct InterpOptions {
   double cval = 0;
   std::string device = "any";  // any | gpu | cpu
   int64_t chunk = 0;           // > 0: ResampleStream with this many samples per chunk
+  bool scipy_dtypes = false;   // the result dtype SciPy gives (DTYPE_SCIPY), not x's precision
   int raw_channels = 1;
   double rate_hz = 48000;  // input sample rate when the file has none (.npy, raw)
   std::string png;
@@ -93,6 +94,9 @@ struct InterpOptions {
   int plot_height = 500;
   bool json = false;
 
+  // Filled in by ValidateInterpOptions from window: the name and get_window's parameters.
+  std::string window_name;
+  std::vector<double> window_params;
   // Filled in by ValidateInterpOptions from taps_design.
   int design_numtaps = 0;
   double design_cutoff = 0;

@@ -242,6 +242,22 @@ absl::StatusOr<v1::InterpolationResponse> Client::ResamplePoly(
       });
 }
 
+absl::StatusOr<v1::InterpolationResponse> Client::Resample(const v1::ResampleRequest& request,
+                                                           const CallOptions& call) {
+  return Unary<v1::ResampleRequest, v1::InterpolationResponse>(
+      options_, call, request, [this](grpc::ClientContext* c, const auto& req, auto* resp) {
+        return impl_->interpolation->Resample(c, req, resp);
+      });
+}
+
+absl::StatusOr<v1::InterpolationResponse> Client::Decimate(const v1::DecimateRequest& request,
+                                                           const CallOptions& call) {
+  return Unary<v1::DecimateRequest, v1::InterpolationResponse>(
+      options_, call, request, [this](grpc::ClientContext* c, const auto& req, auto* resp) {
+        return impl_->interpolation->Decimate(c, req, resp);
+      });
+}
+
 absl::StatusOr<ServingStatus> Client::CheckHealth(const std::string& service,
                                                   const CallOptions& call) {
   grpc::ClientContext context;

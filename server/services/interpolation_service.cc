@@ -17,8 +17,6 @@ namespace {
 constexpr char kService[] = "fresnel.v1.InterpolationService";
 using v1::kEnvelopeBytes;
 
-int64_t Channels(const HostArray& x) { return x.ndim() == 2 ? x.dim(0) : 1; }
-
 absl::Status CheckResponseFits(int64_t channels, int64_t samples, DType dtype,
                                int64_t max_message_bytes, absl::string_view hint) {
   double bytes = static_cast<double>(channels) * static_cast<double>(samples) *
@@ -57,10 +55,37 @@ HostArray ConcatLastAxis(const HostArray& a, const HostArray& b) {
   return out;
 }
 
+// A validated signal split at the filtered axis: its length there and the product of the other
+// dimensions (the channels the kernels see).
+struct AxisSplit {
+  int64_t len = 0;
+  int64_t channels = 1;
+};
+AxisSplit SplitAt(const HostArray& x, int axis) {
+  const int nd = static_cast<int>(x.ndim());
+  const int a = axis < 0 ? axis + nd : axis;
+  AxisSplit s;
+  for (int d = 0; d < nd; ++d) {
+    if (d == a) {
+      s.len = x.dim(d);
+    } else {
+      s.channels *= x.dim(d);
+    }
+  }
+  return s;
+}
+
+// The shape and dtype of a one-shot answer.
+struct OutputSize {
+  int64_t channels = 1;
+  int64_t samples = 0;  // per channel
+  DType dtype = DType::kFloat32;
+};
+
 // Memory a one-shot call needs on the device: input, output and taps.
-int64_t DeviceBytes(const HostArray& x, int64_t out_samples, size_t taps) {
+int64_t DeviceBytes(const HostArray& x, const OutputSize& out, size_t taps) {
   return static_cast<int64_t>(x.nbytes()) +
-         Channels(x) * out_samples * static_cast<int64_t>(DTypeSize(x.dtype())) +
+         out.channels * out.samples * static_cast<int64_t>(DTypeSize(out.dtype)) +
          static_cast<int64_t>(taps * sizeof(double));
 }
 
@@ -69,10 +94,11 @@ using Compute =
 
 // The common tail of the unary calls once the request is parsed and validated: checks that the
 // answer fits in one message, submits `compute` as a pool job and fills the response from it.
-void SubmitOneShot(ServiceContext* ctx, UnaryJobCall* call, HostArray x, int64_t n_out,
+void SubmitOneShot(ServiceContext* ctx, UnaryJobCall* call, HostArray x, const OutputSize& out,
                    size_t taps, const v1::DeviceHint& hint, const std::string& request_id,
                    v1::InterpolationResponse* response, Compute compute) {
-  absl::Status fits = CheckResponseFits(Channels(x), n_out, x.dtype(), ctx->max_message_bytes,
+  absl::Status fits = CheckResponseFits(out.channels, out.samples, out.dtype,
+                                        ctx->max_message_bytes,
                                         "use ResampleStream for long signals");
   absl::StatusOr<DevicePreference> preference = PreferenceOf(hint);
   if (!fits.ok() || !preference.ok()) {
@@ -88,7 +114,7 @@ void SubmitOneShot(ServiceContext* ctx, UnaryJobCall* call, HostArray x, int64_t
   auto state = std::make_shared<State>();
   auto job = std::make_shared<Job>();
   job->preference = *preference;
-  job->device_bytes = DeviceBytes(x, n_out, taps);
+  job->device_bytes = DeviceBytes(x, out, taps);
   state->x = std::move(x);
   job->run = [state, compute = std::move(compute)](const Device& device,
                                                    StageTimes* times) -> absl::Status {
@@ -124,11 +150,14 @@ grpc::ServerUnaryReactor* InterpolationService::Upfirdn(grpc::CallbackServerCont
     call->Reject(valid);
     return call;
   }
-  int64_t n_out = interp::UpfirdnOutputLength(x->shape().back(),
-                                              static_cast<int64_t>(parsed->taps.size()),
-                                              parsed->options.up, parsed->options.down);
-  size_t taps = parsed->taps.size();
-  SubmitOneShot(ctx_, call, std::move(*x), n_out, taps, request->device(), request->request_id(),
+  const AxisSplit split = SplitAt(*x, parsed->options.axis);
+  OutputSize out;
+  out.channels = split.channels;
+  out.samples = interp::UpfirdnOutputLength(split.len, static_cast<int64_t>(parsed->taps.size()),
+                                            parsed->options.up, parsed->options.down);
+  out.dtype = interp::UpfirdnResultDType(x->dtype(), parsed->options);
+  size_t taps = parsed->taps.size() + parsed->options.taps_imag.size();
+  SubmitOneShot(ctx_, call, std::move(*x), out, taps, request->device(), request->request_id(),
                 response,
                 [p = std::move(*parsed)](const Device& device, const HostArray& in,
                                          StageTimes* times) {
@@ -149,14 +178,74 @@ grpc::ServerUnaryReactor* InterpolationService::ResamplePoly(
     call->Reject(valid);
     return call;
   }
-  int64_t n_out = interp::ResamplePolyOutputLength(x->shape().back(), options->up, options->down);
+  const AxisSplit split = SplitAt(*x, options->axis);
+  OutputSize out;
+  out.channels = split.channels;
+  out.samples = interp::ResamplePolyOutputLength(split.len, options->up, options->down);
+  out.dtype = interp::ResamplePolyResultDType(x->dtype(), *options);
   size_t taps = options->taps.empty() ? interp::ResamplePolyDefaultNumtaps(options->up, options->down)
-                                      : options->taps.size();
-  SubmitOneShot(ctx_, call, std::move(*x), n_out, taps, request->device(), request->request_id(),
+                                      : options->taps.size() + options->taps_imag.size();
+  SubmitOneShot(ctx_, call, std::move(*x), out, taps, request->device(), request->request_id(),
                 response,
                 [o = std::move(*options)](const Device& device, const HostArray& in,
                                           StageTimes* times) {
                   return interp::ResamplePoly(device, in, o, times);
+                });
+  return call;
+}
+
+grpc::ServerUnaryReactor* InterpolationService::Resample(grpc::CallbackServerContext* context,
+                                                         const v1::ResampleRequest* request,
+                                                         v1::InterpolationResponse* response) {
+  auto* call = new UnaryJobCall(ctx_, context, kService, "Resample");
+  interp::ResampleOptions options;
+  options.num = request->num();
+  options.axis = request->has_axis() ? request->axis() : -1;
+  absl::StatusOr<HostArray> x = TakeX(request->x());
+  absl::Status valid = x.status();
+  if (valid.ok()) valid = interp::ValidateResample(*x, options, ctx_->interp_limits);
+  if (!valid.ok()) {
+    call->Reject(valid);
+    return call;
+  }
+  OutputSize out;
+  out.channels = SplitAt(*x, options.axis).channels;
+  out.samples = options.num;
+  out.dtype = interp::ResampleResultDType(x->dtype());
+  SubmitOneShot(ctx_, call, std::move(*x), out, 0, request->device(), request->request_id(),
+                response,
+                [options](const Device& device, const HostArray& in, StageTimes* times) {
+                  return interp::Resample(device, in, options, times);
+                });
+  return call;
+}
+
+grpc::ServerUnaryReactor* InterpolationService::Decimate(grpc::CallbackServerContext* context,
+                                                         const v1::DecimateRequest* request,
+                                                         v1::InterpolationResponse* response) {
+  auto* call = new UnaryJobCall(ctx_, context, kService, "Decimate");
+  interp::DecimateOptions options;
+  options.q = request->q();
+  options.n = request->n();
+  options.zero_phase = request->has_zero_phase() ? request->zero_phase() : true;
+  options.axis = request->has_axis() ? request->axis() : -1;
+  absl::StatusOr<HostArray> x = TakeX(request->x());
+  absl::Status valid = x.status();
+  if (valid.ok()) valid = interp::ValidateDecimate(*x, options, ctx_->interp_limits);
+  if (!valid.ok()) {
+    call->Reject(valid);
+    return call;
+  }
+  const AxisSplit split = SplitAt(*x, options.axis);
+  OutputSize out;
+  out.channels = split.channels;
+  out.samples = (split.len + options.q - 1) / options.q;
+  out.dtype = interp::DecimateResultDType(x->dtype());
+  const size_t taps = static_cast<size_t>(options.n == 0 ? 20 * options.q : options.n) + 1;
+  SubmitOneShot(ctx_, call, std::move(*x), out, taps, request->device(), request->request_id(),
+                response,
+                [options](const Device& device, const HostArray& in, StageTimes* times) {
+                  return interp::Decimate(device, in, options, times);
                 });
   return call;
 }

@@ -2,6 +2,7 @@
 // right status naming the field, streams equal one-shot calls, health, metrics and draining.
 #include <catch2/catch.hpp>
 
+#include <complex>
 #include <cstdio>
 #include <cstring>
 #include <set>
@@ -163,6 +164,145 @@ TEST_CASE("ResamplePoly over gRPC equals the CPU kernel", "[server][interp]") {
   HostArray got = FromWire(resp.y());
   REQUIRE(got.shape() == std::vector<int64_t>{2, 846});
   CHECK(MaxAbsError(got, *want) == 0.0);
+}
+
+TEST_CASE("Upfirdn over gRPC: complex taps, integer x, an axis and SciPy's dtype rule",
+          "[server][interp]") {
+  TestServer ts;
+  HostArray x = RandomArray(DType::kInt16, {40, 3});
+  HostArray taps = RandomArray(DType::kComplex128, {9});
+  v1::UpfirdnRequest req;
+  *req.mutable_x() = Wire(x);
+  *req.mutable_taps() = Wire(taps);
+  req.set_up(3);
+  req.set_down(2);
+  req.set_axis(0);
+  req.set_dtype_rule(v1::DTYPE_SCIPY);
+  v1::InterpolationResponse resp;
+  auto ctx = Ctx();
+  grpc::Status st = ts.interp->Upfirdn(ctx.get(), req, &resp);
+  INFO(st.error_message());
+  REQUIRE(st.ok());
+  interp::UpfirdnOptions o;
+  o.up = 3;
+  o.down = 2;
+  o.axis = 0;
+  o.dtype_rule = interp::DTypeRule::kSciPy;
+  o.taps_dtype = DType::kComplex128;
+  std::vector<double> re, im;
+  for (int i = 0; i < 9; ++i) {
+    re.push_back(taps.data<std::complex<double>>()[i].real());
+    im.push_back(taps.data<std::complex<double>>()[i].imag());
+  }
+  o.taps_imag = im;
+  auto want = interp::Upfirdn(Device::Cpu(), re, x, o);
+  REQUIRE(want.ok());
+  HostArray got = FromWire(resp.y());
+  CHECK(got.dtype() == DType::kComplex128);
+  CHECK(got.shape() == std::vector<int64_t>{63, 3});  // ((40 - 1) * 3 + 9 - 1) // 2 + 1
+  CHECK(got.shape() == want->shape());
+  CHECK(MaxAbsError(got, *want) == 0.0);
+}
+
+TEST_CASE("ResamplePoly over gRPC: float32 x with float64 taps, by rule", "[server][interp]") {
+  TestServer ts;
+  HostArray x = RandomArray(DType::kFloat32, {2, 300});
+  HostArray taps = RandomArray(DType::kFloat64, {21});
+  for (v1::DTypeRule rule : {v1::DTYPE_KEEP_PRECISION, v1::DTYPE_SCIPY}) {
+    v1::ResamplePolyRequest req;
+    *req.mutable_x() = Wire(x);
+    *req.mutable_taps() = Wire(taps);
+    req.set_up(3);
+    req.set_down(2);
+    req.set_dtype_rule(rule);
+    v1::InterpolationResponse resp;
+    auto ctx = Ctx();
+    REQUIRE(ts.interp->ResamplePoly(ctx.get(), req, &resp).ok());
+    HostArray got = FromWire(resp.y());
+    CHECK(got.dtype() == (rule == v1::DTYPE_SCIPY ? DType::kFloat64 : DType::kFloat32));
+    CHECK(got.shape() == std::vector<int64_t>{2, 450});
+  }
+}
+
+TEST_CASE("ResamplePoly over gRPC with a named window and parameters", "[server][interp]") {
+  TestServer ts;
+  HostArray x = RandomArray(DType::kFloat64, {100});
+  v1::ResamplePolyRequest req;
+  *req.mutable_x() = Wire(x);
+  req.set_up(3);
+  req.set_down(2);
+  req.set_window_name("chebwin");
+  req.add_window_params(60.0);
+  v1::InterpolationResponse resp;
+  auto ctx = Ctx();
+  REQUIRE(ts.interp->ResamplePoly(ctx.get(), req, &resp).ok());
+  interp::ResamplePolyOptions o;
+  o.up = 3;
+  o.down = 2;
+  o.window.type = interp::Window::kChebwin;
+  o.window.params = {60.0};
+  auto want = interp::ResamplePoly(Device::Cpu(), x, o);
+  REQUIRE(want.ok());
+  CHECK(MaxAbsError(FromWire(resp.y()), *want) == 0.0);
+  req.set_window_name("gaussian");  // needs its std
+  req.clear_window_params();
+  auto ctx2 = Ctx();
+  grpc::Status st = ts.interp->ResamplePoly(ctx2.get(), req, &resp);
+  CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK_THAT(st.error_message(), Catch::Contains("window_name"));
+}
+
+TEST_CASE("Resample (FFT) and Decimate over gRPC equal the CPU kernels", "[server][interp]") {
+  TestServer ts;
+  HostArray x = RandomArray(DType::kFloat64, {3, 250});
+  {
+    v1::ResampleRequest req;
+    *req.mutable_x() = Wire(x);
+    req.set_num(101);
+    v1::InterpolationResponse resp;
+    auto ctx = Ctx();
+    REQUIRE(ts.interp->Resample(ctx.get(), req, &resp).ok());
+    interp::ResampleOptions o;
+    o.num = 101;
+    auto want = interp::Resample(Device::Cpu(), x, o);
+    REQUIRE(want.ok());
+    HostArray got = FromWire(resp.y());
+    CHECK(got.shape() == std::vector<int64_t>{3, 101});
+    CHECK(MaxAbsError(got, *want) == 0.0);
+    req.set_num(0);
+    auto ctx2 = Ctx();
+    grpc::Status st = ts.interp->Resample(ctx2.get(), req, &resp);
+    CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(st.error_message(), Catch::Contains("num"));
+  }
+  {
+    v1::DecimateRequest req;
+    *req.mutable_x() = Wire(x);
+    req.set_q(4);
+    req.set_axis(1);
+    v1::InterpolationResponse resp;
+    auto ctx = Ctx();
+    REQUIRE(ts.interp->Decimate(ctx.get(), req, &resp).ok());
+    interp::DecimateOptions o;
+    o.q = 4;
+    auto want = interp::Decimate(Device::Cpu(), x, o);
+    REQUIRE(want.ok());
+    HostArray got = FromWire(resp.y());
+    CHECK(got.shape() == std::vector<int64_t>{3, 63});
+    CHECK(MaxAbsError(got, *want) == 0.0);
+    req.set_zero_phase(false);
+    auto ctx2 = Ctx();
+    REQUIRE(ts.interp->Decimate(ctx2.get(), req, &resp).ok());
+    o.zero_phase = false;
+    auto want2 = interp::Decimate(Device::Cpu(), x, o);
+    REQUIRE(want2.ok());
+    CHECK(MaxAbsError(FromWire(resp.y()), *want2) == 0.0);
+    req.set_q(1);
+    auto ctx3 = Ctx();
+    grpc::Status st = ts.interp->Decimate(ctx3.get(), req, &resp);
+    CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(st.error_message(), Catch::Contains("q"));
+  }
 }
 
 struct StreamResult {
@@ -389,12 +529,27 @@ TEST_CASE("bad interpolation input gets INVALID_ARGUMENT naming the field", "[se
     CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
     CHECK_THAT(st.error_message(), Catch::Contains("x.dtype"));
   }
-  SECTION("unsupported dtype") {
+  SECTION("integer taps") {
     auto req = UpfirdnReq(x, {1, 2}, 2, 1);
-    *req.mutable_x() = Wire(RandomArray(DType::kInt32, {100}));
+    *req.mutable_taps() = Wire(RandomArray(DType::kInt32, {4}));
     grpc::Status st = call(req);
     CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
-    CHECK_THAT(st.error_message(), Catch::Contains("x.dtype"));
+    CHECK_THAT(st.error_message(), Catch::Contains("taps.dtype"));
+  }
+  SECTION("unknown dtype rule") {
+    auto req = UpfirdnReq(x, {1, 2}, 2, 1);
+    req.set_dtype_rule(static_cast<v1::DTypeRule>(9));
+    grpc::Status st = call(req);
+    CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(st.error_message(), Catch::Contains("dtype_rule"));
+  }
+  SECTION("empty x with a mode that needs samples") {
+    auto req = UpfirdnReq(x, {1, 2}, 2, 1);
+    *req.mutable_x() = Wire(HostArray(DType::kFloat64, {2, 0}));
+    req.set_mode(v1::PAD_REFLECT);
+    grpc::Status st = call(req);
+    CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(st.error_message(), Catch::Contains("mode"));
   }
   SECTION("unknown device kind") {
     auto req = UpfirdnReq(x, {1, 2}, 2, 1);
@@ -403,9 +558,17 @@ TEST_CASE("bad interpolation input gets INVALID_ARGUMENT naming the field", "[se
     CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
     CHECK_THAT(st.error_message(), Catch::Contains("device.kind"));
   }
-  SECTION("three-dimensional x") {
+  SECTION("axis out of range") {
     auto req = UpfirdnReq(x, {1, 2}, 2, 1);
     *req.mutable_x() = Wire(RandomArray(DType::kFloat32, {2, 2, 25}));
+    req.set_axis(3);
+    grpc::Status st = call(req);
+    CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(st.error_message(), Catch::Contains("axis"));
+  }
+  SECTION("zero-dimensional x") {
+    auto req = UpfirdnReq(x, {1, 2}, 2, 1);
+    *req.mutable_x() = Wire(HostArray(DType::kFloat32, {}));
     grpc::Status st = call(req);
     CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
     CHECK_THAT(st.error_message(), Catch::Contains("x.shape"));

@@ -141,6 +141,11 @@ class Client {
                                                     const CallOptions& call = {});
   absl::StatusOr<v1::InterpolationResponse> ResamplePoly(const v1::ResamplePolyRequest& request,
                                                          const CallOptions& call = {});
+  // scipy.signal.resample (FFT method) and scipy.signal.decimate (FIR) on the server.
+  absl::StatusOr<v1::InterpolationResponse> Resample(const v1::ResampleRequest& request,
+                                                     const CallOptions& call = {});
+  absl::StatusOr<v1::InterpolationResponse> Decimate(const v1::DecimateRequest& request,
+                                                     const CallOptions& call = {});
 
   // Streams `x` ([n] or [channels, n]) through ResampleStream in chunks of `chunk_samples` per
   // channel and returns the concatenated output (same rank as x). `config` names the operation;
