@@ -176,8 +176,10 @@ int Main(int argc, const char* const* argv, std::ostream& out, std::ostream& err
   CLI::App* bench_cmd = app.add_subcommand(
       "bench", "Load generator: concurrent requests, throughput and latency percentiles");
   bench_cmd->add_option("--op", bench.op, "Which RPC to exercise")
-      ->check(CLI::IsMember({"upfirdn", "resample_poly", "stream", "fuse"}))
+      ->check(CLI::IsMember({"upfirdn", "resample_poly", "stream", "fuse", "mix"}))
       ->capture_default_str();
+  bench_cmd->add_option("--server-pid", bench.server_pid,
+                        "mix: the server's pid on this host, to report its resident memory");
   bench_cmd->add_option("--concurrency,-c", bench.concurrency, "Requests in flight at once")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();

@@ -125,6 +125,8 @@ struct BenchOptions {
   double fps = 90;
   std::string frame_size = "848x480";
   int64_t budget_mib = 0;
+  // mix op (bench_mix.cc): the server's pid on this host, for its resident memory (0 = not read).
+  int server_pid = 0;
 };
 
 absl::Status ValidateBenchOptions(const BenchOptions& options);
@@ -169,6 +171,9 @@ int RunInfo(const GlobalOptions& global, const InfoOptions& options, std::ostrea
             std::ostream& err);
 int RunInterp(const GlobalOptions& global, InterpOptions options, std::ostream& out,
               std::ostream& err);
+// `bench --op mix` (bench_mix.cc).
+int RunMixBench(const GlobalOptions& global, const BenchOptions& options, std::ostream& out,
+                std::ostream& err);
 int RunBench(const GlobalOptions& global, const BenchOptions& options, std::ostream& out,
              std::ostream& err);
 int RunUnwrap(const GlobalOptions& global, UnwrapOptions options, std::ostream& out,

@@ -9,12 +9,15 @@
 #include <future>
 #include <thread>
 
+#include <unistd.h>
+
 #include "fresnel/core/gpu.h"
 #include "fresnel/interp/interp.h"
 #include "fresnel/v1/array_convert.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "server_fixture.h"
+#include "support/cli_runner.h"
 #include "support/test_support.h"
 
 namespace fresnel::testing {
@@ -649,6 +652,24 @@ TEST_CASE("metrics record requests and pass promtool", "[server][metrics]") {
   std::remove(path.c_str());
   INFO(out);
   CHECK(rc == 0);
+}
+
+// `fresnel bench --op mix` (issue 13, Load): every workload of the mix is answered, none fails,
+// and the server's memory is read when its pid is given (here: this process).
+TEST_CASE("fresnel bench --op mix runs every workload without errors", "[server][cli]") {
+  TestServer ts;
+  CliResult r = RunCli({"--server", ts.address, "bench", "--op", "mix", "--concurrency", "4",
+                        "--duration", "1", "--device", "cpu", "--server-pid",
+                        std::to_string(getpid()), "--json"});
+  INFO(r.out << r.err);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("\"requests_failed\": 0"));
+  CHECK_THAT(r.out, Catch::Contains("hologram render"));
+  CHECK_THAT(r.out, Catch::Contains("unwrap"));
+  CHECK_THAT(r.out, Catch::Contains("server_rss_end_bytes"));
+  r = RunCli({"--server", ts.address, "bench", "--op", "mix", "--count", "5"});
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--duration"));
 }
 
 TEST_CASE("shutdown drains accepted work and refuses new work", "[server]") {
