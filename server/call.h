@@ -25,6 +25,7 @@ namespace fresnel::server {
 
 class JobStore;
 class SessionStore;
+class ShmRegistry;
 
 struct ServiceContext {
   DevicePool* pool = nullptr;
@@ -38,6 +39,8 @@ struct ServiceContext {
   // state derived from small messages (designed filters, expanded sources, queued point clouds).
   Budget* streams = nullptr;
   Budget* stream_state_bytes = nullptr;
+  // Shared-memory regions of same-host clients (server/shm.h); null = none accepted.
+  ShmRegistry* shm = nullptr;
   Clock::time_point started = Clock::now();
 };
 

@@ -7,6 +7,11 @@
 //           down 1: the answer is as large as the question and the compute is negligible)
 //   stream  echo: Echo.Stream with ArrayChunks;  Fresnel: ResampleStream (same filter) through
 //           fresnel::Client, both in --chunk-mib chunks
+//   shm     echo: the unary echo again (what gRPC moves for one message of this size); Fresnel:
+//           Upfirdn with x and y in one SharedRegion (fresnel/client/shm.h): x is written into
+//           the region once, before the timing; the call is timed, y is left in the region (a
+//           same-host client that keeps its data there). Skipped (with a note on stderr) when
+//           the region cannot be created, e.g. a small /dev/shm.
 //   memcpy  one copy of the payload (bytes copied per second), the host's own ceiling
 //
 // and prints a table (median of --reps runs after one warm-up), or with --json one object per row:
@@ -27,6 +32,7 @@
 #include "absl/strings/str_split.h"
 #include "echo.grpc.pb.h"
 #include "fresnel/client/client.h"
+#include "fresnel/client/shm.h"
 #include "fresnel/v1/array_convert.h"
 #include "fresnel/v1/wire_limits.h"
 #include "grpcpp/grpcpp.h"
@@ -224,14 +230,33 @@ int Run(const Options& o) {
       if (!r.ok()) error = r.status().ToString();
       return r.ok() && r->size() == samples;
     });
+    // shm: x at 0, y right after it.
+    double fresnel_shm_s = 0;  // 0 = skipped
+    {
+      auto region = SharedRegion::Create(client->get(), "bench", 2 * bytes);
+      if (!region.ok()) {
+        std::fprintf(stderr, "shm skipped at %lld MiB: %s\n", static_cast<long long>(mib),
+                     region.status().ToString().c_str());
+      } else if ((*region)->Write(x, 0).ok()) {
+        v1::UpfirdnRequest shm_request = request;
+        shm_request.mutable_x()->clear_data();
+        fresnel_shm_s = Time(o.reps, [&] {
+          auto r = (*client)->Upfirdn(shm_request, **region, 0, bytes);
+          if (!r.ok()) error = r.status().ToString();
+          return r.ok() && r->y().has_shm() && r->y().shape(0) == samples;
+        });
+      }
+    }
     if (!error.empty()) std::fprintf(stderr, "fresnel: %s\n", error.c_str());
 
     struct Row {
       const char* path;
       double echo_s, fresnel_s;
     };
-    for (const Row& row : {Row{"unary", echo_unary_s, fresnel_unary_s},
-                           Row{"stream", echo_stream_s, fresnel_stream_s}}) {
+    std::vector<Row> rows = {Row{"unary", echo_unary_s, fresnel_unary_s},
+                             Row{"stream", echo_stream_s, fresnel_stream_s}};
+    if (fresnel_shm_s != 0) rows.push_back(Row{"shm", echo_unary_s, fresnel_shm_s});
+    for (const Row& row : rows) {
       // Payload sent plus received.
       const double moved = 2.0 * static_cast<double>(bytes);
       const double echo_gbps = row.echo_s > 0 ? moved / row.echo_s / 1e9 : 0;

@@ -19,8 +19,11 @@
 #include "fresnel/v1/interpolation.grpc.pb.h"
 #include "fresnel/v1/unwrap.grpc.pb.h"
 #include "fresnel/v1/hologram.grpc.pb.h"
+#include "fresnel/v1/shm.grpc.pb.h"
 
 namespace fresnel {
+
+class SharedRegion;  // fresnel/client/shm.h
 
 struct ClientOptions {
   // HOST:PORT; a gRPC URI such as "dns:///fresnel.ns.svc:50051" (every address the name resolves
@@ -117,6 +120,28 @@ class Client {
                                                     const CallOptions& call = {});
   absl::StatusOr<v1::InterpolationResponse> ResamplePoly(const v1::ResamplePolyRequest& request,
                                                          const CallOptions& call = {});
+
+  // The same calls with x and y in a shared-memory region (same-host clients; see
+  // fresnel/client/shm.h and docs/transport.md). `request.x` carries dtype and shape only (its
+  // data must be empty): its bytes are read from `region` at `x_offset`; the server writes y into
+  // `region` at `y_offset` (the region must hold it: channels * output samples * itemsize bytes
+  // from there) and the response's y carries dtype, shape and the ShmRef, no bytes (read it with
+  // SharedRegion::Read, or in place at region.data() + y_offset). Neither array counts against
+  // the message cap. x and y may overlap: the server copies x out of the region before the
+  // call runs and writes y after it.
+  absl::StatusOr<v1::InterpolationResponse> Upfirdn(v1::UpfirdnRequest request,
+                                                    const SharedRegion& region, int64_t x_offset,
+                                                    int64_t y_offset, const CallOptions& call = {});
+  absl::StatusOr<v1::InterpolationResponse> ResamplePoly(v1::ResamplePolyRequest request,
+                                                         const SharedRegion& region,
+                                                         int64_t x_offset, int64_t y_offset,
+                                                         const CallOptions& call = {});
+
+  // SharedMemoryService (shm.proto). SharedRegion (fresnel/client/shm.h) wraps these.
+  absl::StatusOr<v1::RegisterRegionResponse> RegisterRegion(
+      const v1::RegisterRegionRequest& request, const CallOptions& call = {});
+  absl::Status UnregisterRegion(const std::string& name, const CallOptions& call = {});
+  absl::StatusOr<v1::ListRegionsResponse> ListRegions(const CallOptions& call = {});
 
   // Streams `x` ([n] or [channels, n]) through ResampleStream in chunks of `chunk_samples` per
   // channel and returns the concatenated output (same rank as x). `config` names the operation;
