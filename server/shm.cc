@@ -103,7 +103,9 @@ v1::SharedRegionInfo ShmRegistry::InfoLocked(const Key& key, const Region& regio
 absl::StatusOr<v1::SharedRegionInfo> ShmRegistry::Register(
     const std::string& client, const v1::RegisterRegionRequest& request) {
   if (absl::Status st = CheckRegionName(request.name(), "name"); !st.ok()) return st;
-  if (absl::Status st = CheckShmName(request.shm_name()); !st.ok()) return st;
+  if (!request.shm_name().empty()) {
+    if (absl::Status st = CheckShmName(request.shm_name()); !st.ok()) return st;
+  }
   if (request.size_bytes() <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("size_bytes: must be > 0 (got ", request.size_bytes(), ")"));
@@ -132,23 +134,29 @@ absl::StatusOr<v1::SharedRegionInfo> ShmRegistry::Register(
 
   auto mapping = std::make_shared<Mapping>();
   mapping->reservation = *std::move(reservation);
-  mapping->fd = shm_open(request.shm_name().c_str(), O_RDWR, 0);
-  if (mapping->fd < 0) return OpenError(errno, request.shm_name());
-  struct stat st;
-  if (fstat(mapping->fd, &st) != 0) return OpenError(errno, request.shm_name());
-  if (st.st_size < request.size_bytes()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "size_bytes: ", request.size_bytes(), " bytes asked, but '", request.shm_name(), "' has ",
-        st.st_size, " (ftruncate it first)"));
-  }
-  mapping->dev = st.st_dev;
-  mapping->ino = st.st_ino;
   mapping->size = request.size_bytes();
-  mapping->addr = mmap(nullptr, static_cast<size_t>(mapping->size), PROT_READ | PROT_WRITE,
-                       MAP_SHARED, mapping->fd, 0);
+  if (request.shm_name().empty()) {
+    // A staging buffer of the server's own: pages materialize as WriteRegion fills them.
+    mapping->addr = mmap(nullptr, static_cast<size_t>(mapping->size), PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  } else {
+    mapping->fd = shm_open(request.shm_name().c_str(), O_RDWR, 0);
+    if (mapping->fd < 0) return OpenError(errno, request.shm_name());
+    struct stat st;
+    if (fstat(mapping->fd, &st) != 0) return OpenError(errno, request.shm_name());
+    if (st.st_size < request.size_bytes()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "size_bytes: ", request.size_bytes(), " bytes asked, but '", request.shm_name(),
+          "' has ", st.st_size, " (ftruncate it first)"));
+    }
+    mapping->dev = st.st_dev;
+    mapping->ino = st.st_ino;
+    mapping->addr = mmap(nullptr, static_cast<size_t>(mapping->size), PROT_READ | PROT_WRITE,
+                         MAP_SHARED, mapping->fd, 0);
+  }
   if (mapping->addr == MAP_FAILED) {
     const int err = errno;
-    return absl::ResourceExhaustedError(absl::StrCat("cannot map '", request.shm_name(), "' (",
+    return absl::ResourceExhaustedError(absl::StrCat("cannot map region '", request.name(), "' (",
                                                      mapping->size, " bytes): ", strerror(err)));
   }
 
@@ -159,7 +167,8 @@ absl::StatusOr<v1::SharedRegionInfo> ShmRegistry::Register(
                                                  request.name(), "'"));
   }
   for (const auto& [other, region] : regions_) {
-    if (other.first != client && region.mapping->dev == mapping->dev &&
+    if (mapping->fd >= 0 && other.first != client && region.mapping->fd >= 0 &&
+        region.mapping->dev == mapping->dev &&
         region.mapping->ino == mapping->ino) {
       return absl::PermissionDeniedError(absl::StrCat(
           "shm_name: '", request.shm_name(), "' is registered by another client"));
@@ -224,7 +233,7 @@ absl::StatusOr<ShmSpan> ShmRegistry::Resolve(const std::string& client, const v1
   // A client that shrinks its object after registering would make reads past the new end fault
   // (SIGBUS); refuse while it is smaller than the mapping.
   struct stat st;
-  if (fstat(mapping->fd, &st) != 0 || st.st_size < mapping->size) {
+  if (mapping->fd >= 0 && (fstat(mapping->fd, &st) != 0 || st.st_size < mapping->size)) {
     return absl::FailedPreconditionError(absl::StrCat(
         field, ".region: the shared-memory object of '", ref.region(),
         "' is now smaller than the registered ", mapping->size, " bytes"));

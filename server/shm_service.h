@@ -21,6 +21,10 @@ class SharedMemoryService final : public v1::SharedMemoryService::CallbackServic
   grpc::ServerUnaryReactor* ListRegions(grpc::CallbackServerContext* context,
                                         const v1::ListRegionsRequest* request,
                                         v1::ListRegionsResponse* response) override;
+  grpc::ServerReadReactor<v1::RegionChunk>* WriteRegion(
+      grpc::CallbackServerContext* context, v1::WriteRegionResponse* response) override;
+  grpc::ServerWriteReactor<v1::RegionChunk>* ReadRegion(
+      grpc::CallbackServerContext* context, const v1::ReadRegionRequest* request) override;
 
  private:
   ServiceContext* ctx_;

@@ -4,15 +4,22 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <random>
+#include <thread>
+#include <vector>
+
+#include "absl/cleanup/cleanup.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "call_util.h"
+#include "fresnel/core/status.h"
 #include "fresnel/v1/array_convert.h"
+#include "fresnel/v1/wire_limits.h"
 
 namespace fresnel {
 
@@ -193,6 +200,238 @@ absl::StatusOr<HostArray> SharedRegion::Read(const v1::NdArray& array) const {
                               std::string(static_cast<const char*>(data_) + offset,
                                           static_cast<size_t>(*nbytes)),
                               "array");
+}
+
+// --- chunked transfer through a staging region (issue 10 item 2) ---
+
+namespace {
+
+int64_t SamplesOf(const HostArray& x) { return x.ndim() >= 1 ? x.shape().back() : 0; }
+int64_t ChannelsOf(const HostArray& x) { return x.ndim() == 2 ? x.dim(0) : 1; }
+
+// [begin, end) of slice `i` of `parts` over `total` bytes, slices a multiple of `align` long
+// (the last one takes the rest).
+std::pair<int64_t, int64_t> Slice(int64_t total, int parts, int i, int64_t align) {
+  const int64_t per = ((total / parts + align - 1) / align) * align;
+  const int64_t begin = std::min(total, per * i);
+  const int64_t end = i == parts - 1 ? total : std::min(total, begin + per);
+  return {begin, end};
+}
+
+// Runs fn(i) for i in [0, n) on n threads (the first on this one); the first error wins.
+absl::Status Parallel(int n, const std::function<absl::Status(int)>& fn) {
+  std::vector<absl::Status> results(n);
+  std::vector<std::thread> threads;
+  for (int i = 1; i < n; ++i) threads.emplace_back([&, i] { results[i] = fn(i); });
+  results[0] = fn(0);
+  for (std::thread& t : threads) t.join();
+  for (const absl::Status& st : results) {
+    if (!st.ok()) return st;
+  }
+  return absl::OkStatus();
+}
+
+double Since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+absl::StatusOr<HostArray> Client::TransferThroughRegion(
+    const HostArray& x, int64_t y_samples, const TransferOptions& transfer,
+    const CallOptions& call, TransferReport* report,
+    const std::function<absl::StatusOr<v1::InterpolationResponse>(const v1::NdArray& x_ref,
+                                                                  const v1::ShmRef& y_ref)>&
+        call_fn) {
+  const int64_t item = static_cast<int64_t>(DTypeSize(x.dtype()));
+  const int64_t channels = ChannelsOf(x);
+  if (y_samples < 0 || (y_samples > 0 && channels > INT64_MAX / y_samples / item / 2)) {
+    return absl::InvalidArgumentError("x: the output would be too large to transfer");
+  }
+  const int64_t x_bytes = static_cast<int64_t>(x.nbytes());
+  const int64_t y_off = (x_bytes + 63) / 64 * 64;
+  const int64_t y_bytes = channels * y_samples * item;
+  const int64_t total = x_bytes + y_bytes;
+  const int streams =
+      total >= transfer.parallel_min_bytes ? std::clamp(transfer.streams, 1, 16) : 1;
+  const int64_t chunk = std::clamp<int64_t>(transfer.chunk_bytes, 1 << 10,
+                                            MessageCap(call) - v1::kEnvelopeBytes);
+  if (report != nullptr) {
+    report->path = streams > 1 ? "parallel" : "stream";
+    report->streams = streams;
+  }
+
+  v1::RegisterRegionRequest reg;
+  reg.set_name(absl::StrFormat("transfer-%08x%08x", std::random_device()(),
+                               std::random_device()()));
+  reg.set_size_bytes(std::max<int64_t>(1, y_off + y_bytes));
+  FRESNEL_RETURN_IF_ERROR(RegisterRegion(reg, call).status());
+  const std::string& name = reg.name();
+  absl::Cleanup unregister = [&] {
+    CallOptions quick;
+    quick.timeout = std::chrono::milliseconds(5000);
+    (void)UnregisterRegion(name, quick);
+  };
+
+  auto start = std::chrono::steady_clock::now();
+  const char* x_data = static_cast<const char*>(x.raw());
+  FRESNEL_RETURN_IF_ERROR(Parallel(streams, [&](int i) -> absl::Status {
+    const auto [begin, end] = Slice(x_bytes, streams, i, chunk);
+    if (begin >= end) return absl::OkStatus();
+    grpc::ClientContext context;
+    ApplyDeadline(&context, options_, call);
+    v1::WriteRegionResponse response;
+    auto stub = v1::SharedMemoryService::NewStub(TransferChannel(i));
+    std::unique_ptr<grpc::ClientWriter<v1::RegionChunk>> writer =
+        stub->WriteRegion(&context, &response);
+    v1::RegionChunk message;
+    message.set_region(name);
+    for (int64_t off = begin; off < end; off += chunk) {
+      message.set_offset_bytes(off);
+      message.set_data(x_data + off, static_cast<size_t>(std::min(chunk, end - off)));
+      if (!writer->Write(message)) break;  // Finish says why
+    }
+    writer->WritesDone();
+    FRESNEL_RETURN_IF_ERROR(FromGrpc(writer->Finish()));
+    if (response.bytes_written() != end - begin) {
+      return absl::DataLossError(absl::StrCat("WriteRegion stored ", response.bytes_written(),
+                                              " of ", end - begin, " bytes"));
+    }
+    return absl::OkStatus();
+  }));
+  if (report != nullptr) report->upload_s = Since(start);
+
+  start = std::chrono::steady_clock::now();
+  v1::ShmRef y_ref;
+  y_ref.set_region(name);
+  y_ref.set_offset_bytes(y_off);
+  FRESNEL_ASSIGN_OR_RETURN(v1::InterpolationResponse response,
+                           call_fn(ShmArray(x.dtype(), x.shape(), name, 0), y_ref));
+  if (report != nullptr) {
+    report->call_s = Since(start);
+    report->info = response.info();
+  }
+  std::vector<int64_t> shape(response.y().shape().begin(), response.y().shape().end());
+  FRESNEL_ASSIGN_OR_RETURN(const int64_t got_bytes,
+                           ArrayBytes(response.y().dtype(), shape, "y"));
+  if (got_bytes > y_bytes || response.y().dtype() != ToProto(x.dtype())) {
+    return absl::InternalError(absl::StrCat("y: the server answered ", got_bytes,
+                                            " bytes of dtype ", response.y().dtype(), ", expected ",
+                                            y_bytes, " of the input's dtype"));
+  }
+
+  start = std::chrono::steady_clock::now();
+  std::string y_data(static_cast<size_t>(got_bytes), '\0');
+  FRESNEL_RETURN_IF_ERROR(Parallel(streams, [&](int i) -> absl::Status {
+    const auto [begin, end] = Slice(got_bytes, streams, i, chunk);
+    if (begin >= end) return absl::OkStatus();
+    grpc::ClientContext context;
+    ApplyDeadline(&context, options_, call);
+    v1::ReadRegionRequest request;
+    request.set_region(name);
+    request.set_offset_bytes(y_off + begin);
+    request.set_length_bytes(end - begin);
+    request.set_chunk_bytes(chunk);
+    auto stub = v1::SharedMemoryService::NewStub(TransferChannel(i));
+    std::unique_ptr<grpc::ClientReader<v1::RegionChunk>> reader =
+        stub->ReadRegion(&context, request);
+    v1::RegionChunk message;
+    int64_t received = 0;
+    while (reader->Read(&message)) {
+      const int64_t at = message.offset_bytes() - y_off;
+      const int64_t n = static_cast<int64_t>(message.data().size());
+      if (at < begin || n > end - at) {
+        context.TryCancel();
+        return absl::DataLossError(absl::StrCat("ReadRegion sent bytes at ", message.offset_bytes(),
+                                                " outside the range asked for"));
+      }
+      std::memcpy(y_data.data() + at, message.data().data(), static_cast<size_t>(n));
+      received += n;
+    }
+    FRESNEL_RETURN_IF_ERROR(FromGrpc(reader->Finish()));
+    if (received != end - begin) {
+      return absl::DataLossError(absl::StrCat("ReadRegion sent ", received, " of ", end - begin,
+                                              " bytes"));
+    }
+    return absl::OkStatus();
+  }));
+  if (report != nullptr) report->download_s = Since(start);
+  return HostArray::FromBytes(x.dtype(), std::move(shape), std::move(y_data), "y");
+}
+
+namespace {
+
+// Whether x + y fit one unary call under `transfer` and the message cap.
+bool UseUnary(const HostArray& x, int64_t y_samples, const TransferOptions& transfer,
+              int64_t cap) {
+  const double bytes = static_cast<double>(x.nbytes()) +
+                       static_cast<double>(ChannelsOf(x)) * static_cast<double>(y_samples) *
+                           static_cast<double>(DTypeSize(x.dtype()));
+  const double largest = std::max(static_cast<double>(x.nbytes()), bytes - x.nbytes());
+  return bytes <= static_cast<double>(transfer.unary_max_bytes) &&
+         largest + v1::kEnvelopeBytes <= static_cast<double>(cap);
+}
+
+}  // namespace
+
+absl::StatusOr<HostArray> Client::UpfirdnArray(v1::UpfirdnRequest request, const HostArray& x,
+                                               const TransferOptions& transfer,
+                                               const CallOptions& call, TransferReport* report) {
+  const int64_t n = SamplesOf(x);
+  const int64_t up = std::max(1, request.up()), down = std::max(1, request.down());
+  const int64_t taps = request.has_taps()
+                           ? std::max<int64_t>(0, ShapeElements(std::vector<int64_t>(
+                                                      request.taps().shape().begin(),
+                                                      request.taps().shape().end())))
+                           : std::max(0, request.design().numtaps());
+  // SciPy's full output length (interp.h UpfirdnOutputLength).
+  const int64_t y_samples = n == 0 ? 0 : ((n - 1) * up + taps - 1) / down + 1;
+  if (UseUnary(x, y_samples, transfer, MessageCap(call))) {
+    if (report != nullptr) *report = TransferReport();
+    ToProto(x, request.mutable_x());
+    const auto start = std::chrono::steady_clock::now();
+    FRESNEL_ASSIGN_OR_RETURN(v1::InterpolationResponse r, Upfirdn(request, call));
+    if (report != nullptr) {
+      report->call_s = Since(start);
+      report->info = r.info();
+    }
+    return FromProto(std::move(*r.mutable_y()), "y");
+  }
+  return TransferThroughRegion(
+      x, y_samples, transfer, call, report,
+      [&](const v1::NdArray& x_ref, const v1::ShmRef& y_ref) {
+        *request.mutable_x() = x_ref;
+        *request.mutable_y_shm() = y_ref;
+        return Upfirdn(request, call);
+      });
+}
+
+absl::StatusOr<HostArray> Client::ResamplePolyArray(v1::ResamplePolyRequest request,
+                                                    const HostArray& x,
+                                                    const TransferOptions& transfer,
+                                                    const CallOptions& call,
+                                                    TransferReport* report) {
+  const int64_t n = SamplesOf(x);
+  const int64_t up = std::max(1, request.up()), down = std::max(1, request.down());
+  const int64_t y_samples = (n * up + down - 1) / down;  // ceil(n * up / down)
+  if (UseUnary(x, y_samples, transfer, MessageCap(call))) {
+    if (report != nullptr) *report = TransferReport();
+    ToProto(x, request.mutable_x());
+    const auto start = std::chrono::steady_clock::now();
+    FRESNEL_ASSIGN_OR_RETURN(v1::InterpolationResponse r, ResamplePoly(request, call));
+    if (report != nullptr) {
+      report->call_s = Since(start);
+      report->info = r.info();
+    }
+    return FromProto(std::move(*r.mutable_y()), "y");
+  }
+  return TransferThroughRegion(
+      x, y_samples, transfer, call, report,
+      [&](const v1::NdArray& x_ref, const v1::ShmRef& y_ref) {
+        *request.mutable_x() = x_ref;
+        *request.mutable_y_shm() = y_ref;
+        return ResamplePoly(request, call);
+      });
 }
 
 }  // namespace fresnel

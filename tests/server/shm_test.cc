@@ -22,6 +22,7 @@
 #include "fresnel/client/shm.h"
 #include "fresnel/interp/interp.h"
 #include "fresnel/v1/array_convert.h"
+#include "fresnel/v1/shm.grpc.pb.h"
 #include "server/shm.h"
 #include "server_fixture.h"
 #include "support/test_support.h"
@@ -418,6 +419,123 @@ TEST_CASE("SharedMemoryService refuses what --shm-bytes does not allow", "[serve
   REQUIRE_FALSE(region.ok());
   CHECK(region.status().code() == absl::StatusCode::kResourceExhausted);
   CHECK(Contains(region.status(), "--shm-bytes"));
+}
+
+TEST_CASE("chunked transfer: unary, one stream and parallel streams give identical results",
+          "[server][shm][transfer]") {
+  server::ServerConfig config = TestServer::CpuConfig();
+  config.max_message_bytes = 1 << 20;  // x (2.4 MB) and y do not fit one message
+  TestServer ts(config);
+  auto client = Connect(ts);
+  HostArray x = RandomArray(DType::kFloat32, {2, 300000}, 31);
+  v1::UpfirdnRequest req = UpfirdnShape(x, 3, 2);
+  v1::ResamplePolyRequest rp;
+  rp.set_up(2);
+  rp.set_down(5);
+
+  // The reference: the CPU kernel (what the unary call returns, tested in test_server).
+  interp::UpfirdnOptions uo;
+  uo.up = 3;
+  uo.down = 2;
+  auto taps = FromProto(req.taps(), "taps");
+  REQUIRE(taps.ok());
+  std::vector<double> t(taps->data<double>(), taps->data<double>() + taps->size());
+  auto want = interp::Upfirdn(Device::Cpu(), t, x, uo);
+  REQUIRE(want.ok());
+  interp::ResamplePolyOptions ro;
+  ro.up = 2;
+  ro.down = 5;
+  auto want_rp = interp::ResamplePoly(Device::Cpu(), x, ro);
+  REQUIRE(want_rp.ok());
+
+  struct Case {
+    const char* path;
+    TransferOptions options;
+  };
+  TransferOptions one;
+  one.unary_max_bytes = 0;
+  one.parallel_min_bytes = INT64_MAX;
+  one.chunk_bytes = 256 << 10;
+  TransferOptions three = one;
+  three.parallel_min_bytes = 0;
+  three.streams = 3;
+  three.chunk_bytes = 100000;  // slices and chunks not aligned to samples
+  for (const Case& c : {Case{"stream", one}, Case{"parallel", three}}) {
+    INFO(c.path);
+    TransferReport report;
+    auto y = client->UpfirdnArray(req, x, c.options, {}, &report);
+    REQUIRE(y.ok());
+    CHECK(std::string(report.path) == c.path);
+    CHECK(y->shape() == want->shape());
+    CHECK(y->bytes() == want->bytes());
+    auto yr = client->ResamplePolyArray(rp, x, c.options, {}, &report);
+    REQUIRE(yr.ok());
+    CHECK(yr->bytes() == want_rp->bytes());
+  }
+  // A small signal goes unary, and gives the same bytes as the kernel too.
+  HostArray small = RandomArray(DType::kFloat32, {1000}, 2);
+  TransferReport report;
+  auto ys = client->ResamplePolyArray(rp, small, TransferOptions(), {}, &report);
+  REQUIRE(ys.ok());
+  CHECK(std::string(report.path) == "unary");
+  CHECK(ys->bytes() == interp::ResamplePoly(Device::Cpu(), small, ro)->bytes());
+  // Every staging region is gone again.
+  auto listed = client->ListRegions();
+  REQUIRE(listed.ok());
+  CHECK(listed->regions_size() == 0);
+}
+
+TEST_CASE("WriteRegion and ReadRegion check regions and ranges", "[server][shm][transfer]") {
+  TestServer ts;
+  auto client = Connect(ts);
+  v1::RegisterRegionRequest reg = Req("stage", "", 1 << 16);
+  REQUIRE(client->RegisterRegion(reg).ok());
+  auto stub = v1::SharedMemoryService::NewStub(ts.channel);
+  auto write = [&](const std::string& region, int64_t offset, int64_t n) {
+    grpc::ClientContext ctx;
+    v1::WriteRegionResponse resp;
+    auto w = stub->WriteRegion(&ctx, &resp);
+    v1::RegionChunk c;
+    c.set_region(region);
+    c.set_offset_bytes(offset);
+    c.set_data(std::string(static_cast<size_t>(n), 'q'));
+    w->Write(c);
+    w->WritesDone();
+    grpc::Status st = w->Finish();
+    return std::make_pair(st, resp.bytes_written());
+  };
+  auto [ok, n] = write("stage", 100, 1000);
+  CHECK(ok.ok());
+  CHECK(n == 1000);
+  auto [unknown, n1] = write("nope", 0, 10);
+  CHECK(unknown.error_code() == grpc::StatusCode::NOT_FOUND);
+  auto [oob, n2] = write("stage", (1 << 16) - 10, 11);
+  CHECK(oob.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK(oob.error_message().find("chunk.offset_bytes") != std::string::npos);
+
+  auto read = [&](int64_t offset, int64_t length, int64_t chunk, std::string* out) {
+    grpc::ClientContext ctx;
+    v1::ReadRegionRequest r;
+    r.set_region("stage");
+    r.set_offset_bytes(offset);
+    r.set_length_bytes(length);
+    r.set_chunk_bytes(chunk);
+    auto reader = stub->ReadRegion(&ctx, r);
+    v1::RegionChunk c;
+    while (reader->Read(&c)) *out += c.data();
+    return reader->Finish();
+  };
+  std::string got;
+  REQUIRE(read(50, 1100, 300, &got).ok());
+  REQUIRE(got.size() == 1100);
+  CHECK(got.substr(0, 50) == std::string(50, '\0'));  // a fresh staging region is zero-filled
+  CHECK(got.substr(50, 1000) == std::string(1000, 'q'));
+  std::string none;
+  CHECK(read(0, (1 << 16) + 1, 0, &none).error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK(read(0, 10, -1, &none).error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK(read(0, -1, 0, &none).error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  REQUIRE(client->UnregisterRegion("stage").ok());
+  CHECK(read(0, 10, 0, &none).error_code() == grpc::StatusCode::NOT_FOUND);
 }
 
 TEST_CASE("fresnel interp --shm writes what the gRPC path writes", "[server][shm][cli]") {

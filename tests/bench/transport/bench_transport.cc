@@ -12,13 +12,17 @@
 //           the region once, before the timing; the call is timed, y is left in the region (a
 //           same-host client that keeps its data there). Skipped (with a note on stderr) when
 //           the region cannot be created, e.g. a small /dev/shm.
+//   chunked echo: Echo.Stream over --streams parallel streams on separate connections, each its
+//           slice of the payload; Fresnel: Client::UpfirdnArray with its default TransferOptions
+//           (unary up to 16 MiB of x + y, one stream below 64 MiB, --streams parallel streams on
+//           separate connections from there, through a server staging region)
 //   memcpy  one copy of the payload (bytes copied per second), the host's own ceiling
 //
 // and prints a table (median of --reps runs after one warm-up), or with --json one object per row:
 // {"bytes", "path", "echo_gbps", "fresnel_gbps", "ratio", "memcpy_gbps"}.
 //
-//   fresnel_bench_transport [--sizes 1,64,1024] [--reps 5] [--chunk-mib 4] [--gpus all|none]
-//                           [--json]
+//   fresnel_bench_transport [--sizes 1,64,1024] [--reps 5] [--chunk-mib 4] [--streams 4]
+//                           [--gpus all|none] [--json]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -89,6 +93,29 @@ class EchoService final : public Echo::CallbackService {
   }
 };
 
+// Echoes bytes [begin, end) of `data` over one Echo.Stream in `chunk_bytes` messages; false on
+// failure or when fewer bytes came back.
+bool EchoStream(Echo::Stub* stub, const char* data, int64_t begin, int64_t end,
+                int64_t total, int64_t chunk_bytes) {
+  grpc::ClientContext ctx;
+  auto stream = stub->Stream(&ctx);
+  std::thread writer([&] {
+    v1::ArrayChunk chunk;
+    for (int64_t off = begin; off < end; off += chunk_bytes) {
+      chunk.set_offset_bytes(off);
+      chunk.set_total_bytes(total);
+      chunk.set_data(data + off, static_cast<size_t>(std::min(chunk_bytes, end - off)));
+      if (!stream->Write(chunk)) break;
+    }
+    stream->WritesDone();
+  });
+  int64_t got = 0;
+  v1::ArrayChunk back;
+  while (stream->Read(&back)) got += static_cast<int64_t>(back.data().size());
+  writer.join();
+  return stream->Finish().ok() && got == end - begin;
+}
+
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
@@ -110,6 +137,7 @@ struct Options {
   std::vector<int64_t> sizes_mib = {1, 64, 1024};
   int reps = 5;
   int64_t chunk_mib = 4;
+  int streams = 4;
   std::string gpus = "all";
   bool json = false;
 };
@@ -147,6 +175,14 @@ int Run(const Options& o) {
   auto echo_channel = grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", echo_port),
                                                 grpc::InsecureChannelCredentials(), args);
   std::unique_ptr<Echo::Stub> stub = Echo::NewStub(echo_channel);
+  std::vector<std::unique_ptr<Echo::Stub>> parallel_stubs;
+  for (int i = 0; i < o.streams; ++i) {
+    grpc::ChannelArguments own = args;  // a connection of its own, as fresnel::Client makes
+    own.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    own.SetInt("fresnel.bench_channel", i);
+    parallel_stubs.push_back(Echo::NewStub(grpc::CreateCustomChannel(
+        absl::StrCat("127.0.0.1:", echo_port), grpc::InsecureChannelCredentials(), own)));
+  }
   ClientOptions client_options;
   client_options.address = absl::StrCat("127.0.0.1:", (*fresneld)->port());
   client_options.max_message_bytes = kMessageCap;
@@ -197,25 +233,35 @@ int Run(const Options& o) {
     });
 
     // stream, in chunks
+    const char* x_data = x.bytes().data();
     const double echo_stream_s = Time(o.reps, [&] {
-      grpc::ClientContext ctx;
-      auto stream = stub->Stream(&ctx);
-      std::thread writer([&] {
-        v1::ArrayChunk chunk;
-        for (int64_t off = 0; off < bytes; off += chunk_bytes) {
-          chunk.set_offset_bytes(off);
-          chunk.set_total_bytes(bytes);
-          chunk.set_data(x.bytes().data() + off,
-                         static_cast<size_t>(std::min(chunk_bytes, bytes - off)));
-          if (!stream->Write(chunk)) break;
-        }
-        stream->WritesDone();
-      });
-      int64_t got = 0;
-      v1::ArrayChunk back;
-      while (stream->Read(&back)) got += static_cast<int64_t>(back.data().size());
-      writer.join();
-      return stream->Finish().ok() && got == bytes;
+      return EchoStream(stub.get(), x_data, 0, bytes, bytes, chunk_bytes);
+    });
+    // chunked: the slices of --streams parallel streams, each on its own connection
+    const double echo_parallel_s = Time(o.reps, [&] {
+      std::vector<bool> ok(parallel_stubs.size());
+      std::vector<std::thread> threads;
+      const int n = static_cast<int>(parallel_stubs.size());
+      const int64_t per = (bytes / n + chunk_bytes - 1) / chunk_bytes * chunk_bytes;
+      for (int i = 0; i < n; ++i) {
+        threads.emplace_back([&, i] {
+          const int64_t begin = std::min(bytes, per * i);
+          const int64_t end = i == n - 1 ? bytes : std::min(bytes, begin + per);
+          ok[i] = begin >= end ||
+                  EchoStream(parallel_stubs[i].get(), x_data, begin, end, bytes, chunk_bytes);
+        });
+      }
+      for (std::thread& t : threads) t.join();
+      return std::all_of(ok.begin(), ok.end(), [](bool b) { return b; });
+    });
+    TransferOptions transfer;
+    transfer.streams = o.streams;
+    transfer.chunk_bytes = chunk_bytes;
+    TransferReport report;
+    const double fresnel_parallel_s = Time(o.reps, [&] {
+      auto r = (*client)->UpfirdnArray(request, x, transfer, {}, &report);
+      if (!r.ok()) error = r.status().ToString();
+      return r.ok() && r->size() == samples;
     });
     v1::ResampleStreamConfig stream_config;
     v1::UpfirdnRequest* up = stream_config.mutable_upfirdn();
@@ -255,6 +301,7 @@ int Run(const Options& o) {
     };
     std::vector<Row> rows = {Row{"unary", echo_unary_s, fresnel_unary_s},
                              Row{"stream", echo_stream_s, fresnel_stream_s}};
+    rows.push_back(Row{"chunked", echo_parallel_s, fresnel_parallel_s});
     if (fresnel_shm_s != 0) rows.push_back(Row{"shm", echo_unary_s, fresnel_shm_s});
     for (const Row& row : rows) {
       // Payload sent plus received.
@@ -308,12 +355,14 @@ int main(int argc, char** argv) {
       o.reps = std::max(1, std::atoi(argv[++i]));
     } else if (k == "--chunk-mib" && has_value) {
       o.chunk_mib = std::clamp<int64_t>(std::atoi(argv[++i]), 1, 60);
+    } else if (k == "--streams" && has_value) {
+      o.streams = std::clamp(std::atoi(argv[++i]), 1, 16);
     } else if (k == "--gpus" && has_value) {
       o.gpus = argv[++i];
     } else {
       std::fprintf(stderr,
                    "usage: fresnel_bench_transport [--sizes 1,64,1024] [--reps 5] "
-                   "[--chunk-mib 4] [--gpus all|none] [--json]\n");
+                   "[--chunk-mib 4] [--streams 4] [--gpus all|none] [--json]\n");
       return 2;
     }
   }

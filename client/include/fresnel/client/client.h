@@ -43,6 +43,24 @@ struct CallOptions {
   std::chrono::milliseconds timeout{0};
 };
 
+// How UpfirdnArray / ResamplePolyArray move a big array (docs/transport.md).
+struct TransferOptions {
+  // x + y up to this many bytes (and within the message cap): one unary call.
+  int64_t unary_max_bytes = 16 << 20;
+  // x + y from this many bytes: `streams` parallel streams; between the two: one stream.
+  int64_t parallel_min_bytes = 64 << 20;
+  int streams = 4;                 // 1..16, each on its own connection
+  int64_t chunk_bytes = 4 << 20;   // data bytes per message
+};
+
+// What a transfer did, for benchmarks and logs.
+struct TransferReport {
+  const char* path = "unary";  // "unary", "stream" (one) or "parallel"
+  int streams = 0;
+  double upload_s = 0, call_s = 0, download_s = 0;
+  v1::ExecutionInfo info;
+};
+
 // An unwrapped image with everything the server said about it (Unwrap, or GetUnwrapResult for a
 // job).
 struct UnwrapResult {
@@ -137,6 +155,23 @@ class Client {
                                                          int64_t x_offset, int64_t y_offset,
                                                          const CallOptions& call = {});
 
+  // Upfirdn / ResamplePoly of an x of any size, returning y. `request.x` is ignored (x is sent
+  // here). Small payloads (TransferOptions) go in one unary call; larger ones through a staging
+  // region the server allocates (SharedMemoryService with an empty shm_name, counted against its
+  // --shm-bytes): x is written in chunk_bytes messages over one or `streams` parallel
+  // WriteRegion streams on separate connections, the call names the region for x and y, and y
+  // comes back over ReadRegion streams the same way; the region is unregistered at the end
+  // (also on failure). Errors: the server's; a 2-D x is [channels, n]. Works against a remote
+  // server (no shared memory involved). `report`, when non-null, says which path ran.
+  absl::StatusOr<HostArray> UpfirdnArray(v1::UpfirdnRequest request, const HostArray& x,
+                                         const TransferOptions& transfer = {},
+                                         const CallOptions& call = {},
+                                         TransferReport* report = nullptr);
+  absl::StatusOr<HostArray> ResamplePolyArray(v1::ResamplePolyRequest request, const HostArray& x,
+                                              const TransferOptions& transfer = {},
+                                              const CallOptions& call = {},
+                                              TransferReport* report = nullptr);
+
   // SharedMemoryService (shm.proto). SharedRegion (fresnel/client/shm.h) wraps these.
   absl::StatusOr<v1::RegisterRegionResponse> RegisterRegion(
       const v1::RegisterRegionRequest& request, const CallOptions& call = {});
@@ -221,6 +256,17 @@ class Client {
   int64_t MessageCap(const CallOptions& call);
   // The channel, for services whose calls live in their own source file (hologram_client.cc).
   std::shared_ptr<grpc::Channel> channel() const;
+  // Channel `index` of a chunked transfer: 0 is channel(), 1.. each its own connection (made on
+  // first use, kept for the client's life).
+  std::shared_ptr<grpc::Channel> TransferChannel(int index);
+  // The chunked path behind UpfirdnArray / ResamplePolyArray: `call_fn` runs the request with x
+  // and y in the staging region.
+  absl::StatusOr<HostArray> TransferThroughRegion(
+      const HostArray& x, int64_t y_samples, const TransferOptions& transfer,
+      const CallOptions& call, TransferReport* report,
+      const std::function<absl::StatusOr<v1::InterpolationResponse>(const v1::NdArray& x_ref,
+                                                                    const v1::ShmRef& y_ref)>&
+          call_fn);
   friend class VolumeClient;  // shares the channel (volume_client.h)
   ClientOptions options_;
   std::unique_ptr<Impl> impl_;
