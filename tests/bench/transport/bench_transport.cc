@@ -263,6 +263,14 @@ int Run(const Options& o) {
       if (!r.ok()) error = r.status().ToString();
       return r.ok() && r->size() == samples;
     });
+    // Where the last chunked call spent its time (stderr, so --json stays one object per row).
+    std::fprintf(stderr,
+                 "chunked %lld MiB: %s, %d stream(s): upload %.4f s, call %.4f s (server %.4f s: "
+                 "queue %.4f, h2d %.4f, compute %.4f, d2h %.4f), download %.4f s\n",
+                 static_cast<long long>(mib), report.path, report.streams, report.upload_s,
+                 report.call_s, report.info.total_seconds(), report.info.queue_wait_seconds(),
+                 report.info.h2d_seconds(), report.info.compute_seconds(),
+                 report.info.d2h_seconds(), report.download_s);
     v1::ResampleStreamConfig stream_config;
     v1::UpfirdnRequest* up = stream_config.mutable_upfirdn();
     *up->mutable_taps() = request.taps();
