@@ -235,14 +235,37 @@ double Since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// Whether x + y fit one unary call under `transfer` and the message cap.
+bool UseUnary(const HostArray& x, int64_t y_samples, const TransferOptions& transfer,
+              int64_t cap) {
+  const double bytes = static_cast<double>(x.nbytes()) +
+                       static_cast<double>(ChannelsOf(x)) * static_cast<double>(y_samples) *
+                           static_cast<double>(DTypeSize(x.dtype()));
+  const double largest = std::max(static_cast<double>(x.nbytes()), bytes - x.nbytes());
+  return bytes <= static_cast<double>(transfer.unary_max_bytes) &&
+         largest + v1::kEnvelopeBytes <= static_cast<double>(cap);
+}
+
 }  // namespace
 
 absl::StatusOr<HostArray> Client::TransferThroughRegion(
     const HostArray& x, int64_t y_samples, const TransferOptions& transfer,
     const CallOptions& call, TransferReport* report,
-    const std::function<absl::StatusOr<v1::InterpolationResponse>(const v1::NdArray& x_ref,
-                                                                  const v1::ShmRef& y_ref)>&
+    const std::function<absl::StatusOr<v1::InterpolationResponse>(v1::NdArray x,
+                                                                  const v1::ShmRef* y_shm)>&
         call_fn) {
+  if (UseUnary(x, y_samples, transfer, MessageCap(call))) {
+    if (report != nullptr) *report = TransferReport();
+    v1::NdArray inline_x;
+    ToProto(x, &inline_x);
+    const auto start = std::chrono::steady_clock::now();
+    FRESNEL_ASSIGN_OR_RETURN(v1::InterpolationResponse r, call_fn(std::move(inline_x), nullptr));
+    if (report != nullptr) {
+      report->call_s = Since(start);
+      report->info = r.info();
+    }
+    return FromProto(std::move(*r.mutable_y()), "y");
+  }
   const int64_t item = static_cast<int64_t>(DTypeSize(x.dtype()));
   const int64_t channels = ChannelsOf(x);
   if (y_samples < 0 || (y_samples > 0 && channels > INT64_MAX / y_samples / item / 2)) {
@@ -306,7 +329,7 @@ absl::StatusOr<HostArray> Client::TransferThroughRegion(
   y_ref.set_region(name);
   y_ref.set_offset_bytes(y_off);
   FRESNEL_ASSIGN_OR_RETURN(v1::InterpolationResponse response,
-                           call_fn(ShmArray(x.dtype(), x.shape(), name, 0), y_ref));
+                           call_fn(ShmArray(x.dtype(), x.shape(), name, 0), &y_ref));
   if (report != nullptr) {
     report->call_s = Since(start);
     report->info = response.info();
@@ -359,20 +382,6 @@ absl::StatusOr<HostArray> Client::TransferThroughRegion(
   return HostArray::FromBytes(x.dtype(), std::move(shape), std::move(y_data), "y");
 }
 
-namespace {
-
-// Whether x + y fit one unary call under `transfer` and the message cap.
-bool UseUnary(const HostArray& x, int64_t y_samples, const TransferOptions& transfer,
-              int64_t cap) {
-  const double bytes = static_cast<double>(x.nbytes()) +
-                       static_cast<double>(ChannelsOf(x)) * static_cast<double>(y_samples) *
-                           static_cast<double>(DTypeSize(x.dtype()));
-  const double largest = std::max(static_cast<double>(x.nbytes()), bytes - x.nbytes());
-  return bytes <= static_cast<double>(transfer.unary_max_bytes) &&
-         largest + v1::kEnvelopeBytes <= static_cast<double>(cap);
-}
-
-}  // namespace
 
 absl::StatusOr<HostArray> Client::UpfirdnArray(v1::UpfirdnRequest request, const HostArray& x,
                                                const TransferOptions& transfer,
@@ -386,22 +395,11 @@ absl::StatusOr<HostArray> Client::UpfirdnArray(v1::UpfirdnRequest request, const
                            : std::max(0, request.design().numtaps());
   // SciPy's full output length (interp.h UpfirdnOutputLength).
   const int64_t y_samples = n == 0 ? 0 : ((n - 1) * up + taps - 1) / down + 1;
-  if (UseUnary(x, y_samples, transfer, MessageCap(call))) {
-    if (report != nullptr) *report = TransferReport();
-    ToProto(x, request.mutable_x());
-    const auto start = std::chrono::steady_clock::now();
-    FRESNEL_ASSIGN_OR_RETURN(v1::InterpolationResponse r, Upfirdn(request, call));
-    if (report != nullptr) {
-      report->call_s = Since(start);
-      report->info = r.info();
-    }
-    return FromProto(std::move(*r.mutable_y()), "y");
-  }
   return TransferThroughRegion(
       x, y_samples, transfer, call, report,
-      [&](const v1::NdArray& x_ref, const v1::ShmRef& y_ref) {
-        *request.mutable_x() = x_ref;
-        *request.mutable_y_shm() = y_ref;
+      [&](v1::NdArray x_wire, const v1::ShmRef* y_shm) {
+        *request.mutable_x() = std::move(x_wire);
+        if (y_shm != nullptr) *request.mutable_y_shm() = *y_shm;
         return Upfirdn(request, call);
       });
 }
@@ -414,22 +412,11 @@ absl::StatusOr<HostArray> Client::ResamplePolyArray(v1::ResamplePolyRequest requ
   const int64_t n = SamplesOf(x);
   const int64_t up = std::max(1, request.up()), down = std::max(1, request.down());
   const int64_t y_samples = (n * up + down - 1) / down;  // ceil(n * up / down)
-  if (UseUnary(x, y_samples, transfer, MessageCap(call))) {
-    if (report != nullptr) *report = TransferReport();
-    ToProto(x, request.mutable_x());
-    const auto start = std::chrono::steady_clock::now();
-    FRESNEL_ASSIGN_OR_RETURN(v1::InterpolationResponse r, ResamplePoly(request, call));
-    if (report != nullptr) {
-      report->call_s = Since(start);
-      report->info = r.info();
-    }
-    return FromProto(std::move(*r.mutable_y()), "y");
-  }
   return TransferThroughRegion(
       x, y_samples, transfer, call, report,
-      [&](const v1::NdArray& x_ref, const v1::ShmRef& y_ref) {
-        *request.mutable_x() = x_ref;
-        *request.mutable_y_shm() = y_ref;
+      [&](v1::NdArray x_wire, const v1::ShmRef* y_shm) {
+        *request.mutable_x() = std::move(x_wire);
+        if (y_shm != nullptr) *request.mutable_y_shm() = *y_shm;
         return ResamplePoly(request, call);
       });
 }

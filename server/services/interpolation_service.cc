@@ -97,9 +97,14 @@ using Compute =
 // answer fits in one message, submits `compute` as a pool job and fills the response from it.
 void SubmitOneShot(ServiceContext* ctx, UnaryJobCall* call, HostArray x, int64_t n_out,
                    size_t taps, const v1::DeviceHint& hint, const std::string& request_id,
-                   ShmSpan y_span, const v1::ShmRef& y_shm, v1::InterpolationResponse* response,
-                   Compute compute) {
-  const bool y_in_shm = y_span.keepalive != nullptr;
+                   const ShmResolver& resolver, bool has_y_shm, const v1::ShmRef& y_shm,
+                   v1::InterpolationResponse* response, Compute compute) {
+  absl::StatusOr<ShmSpan> y_span = OutputSpan(has_y_shm, y_shm, resolver, x, n_out);
+  if (!y_span.ok()) {
+    call->Reject(y_span.status());
+    return;
+  }
+  const bool y_in_shm = y_span->keepalive != nullptr;
   absl::Status fits = y_in_shm ? absl::OkStatus()
                                : CheckResponseFits(Channels(x), n_out, x.dtype(),
                                                    ctx->max_message_bytes,
@@ -117,7 +122,7 @@ void SubmitOneShot(ServiceContext* ctx, UnaryJobCall* call, HostArray x, int64_t
     ShmSpan y_span;  // the output region's bytes (and mapping) when y goes to shared memory
   };
   auto state = std::make_shared<State>();
-  state->y_span = std::move(y_span);
+  state->y_span = *std::move(y_span);
   auto job = std::make_shared<Job>();
   job->preference = *preference;
   job->device_bytes = DeviceBytes(x, n_out, taps);
@@ -173,14 +178,8 @@ grpc::ServerUnaryReactor* InterpolationService::Upfirdn(grpc::CallbackServerCont
                                               static_cast<int64_t>(parsed->taps.size()),
                                               parsed->options.up, parsed->options.down);
   size_t taps = parsed->taps.size();
-  absl::StatusOr<ShmSpan> y_span =
-      OutputSpan(request->has_y_shm(), request->y_shm(), resolver, *x, n_out);
-  if (!y_span.ok()) {
-    call->Reject(y_span.status());
-    return call;
-  }
   SubmitOneShot(ctx_, call, std::move(*x), n_out, taps, request->device(), request->request_id(),
-                *std::move(y_span), request->y_shm(), response,
+                resolver, request->has_y_shm(), request->y_shm(), response,
                 [p = std::move(*parsed)](const Device& device, const HostArray& in,
                                          StageTimes* times) {
                   return interp::Upfirdn(device, p.taps, in, p.options, times);
@@ -204,14 +203,8 @@ grpc::ServerUnaryReactor* InterpolationService::ResamplePoly(
   int64_t n_out = interp::ResamplePolyOutputLength(x->shape().back(), options->up, options->down);
   size_t taps = options->taps.empty() ? interp::ResamplePolyDefaultNumtaps(options->up, options->down)
                                       : options->taps.size();
-  absl::StatusOr<ShmSpan> y_span =
-      OutputSpan(request->has_y_shm(), request->y_shm(), resolver, *x, n_out);
-  if (!y_span.ok()) {
-    call->Reject(y_span.status());
-    return call;
-  }
   SubmitOneShot(ctx_, call, std::move(*x), n_out, taps, request->device(), request->request_id(),
-                *std::move(y_span), request->y_shm(), response,
+                resolver, request->has_y_shm(), request->y_shm(), response,
                 [o = std::move(*options)](const Device& device, const HostArray& in,
                                           StageTimes* times) {
                   return interp::ResamplePoly(device, in, o, times);

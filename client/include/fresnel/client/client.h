@@ -259,13 +259,13 @@ class Client {
   // Channel `index` of a chunked transfer: 0 is channel(), 1.. each its own connection (made on
   // first use, kept for the client's life).
   std::shared_ptr<grpc::Channel> TransferChannel(int index);
-  // The chunked path behind UpfirdnArray / ResamplePolyArray: `call_fn` runs the request with x
-  // and y in the staging region.
+  // The path choice behind UpfirdnArray / ResamplePolyArray: `call_fn` runs the request with x
+  // (inline, or naming the staging region) and y_shm (null: y inline).
   absl::StatusOr<HostArray> TransferThroughRegion(
       const HostArray& x, int64_t y_samples, const TransferOptions& transfer,
       const CallOptions& call, TransferReport* report,
-      const std::function<absl::StatusOr<v1::InterpolationResponse>(const v1::NdArray& x_ref,
-                                                                    const v1::ShmRef& y_ref)>&
+      const std::function<absl::StatusOr<v1::InterpolationResponse>(v1::NdArray x,
+                                                                    const v1::ShmRef* y_shm)>&
           call_fn);
   friend class VolumeClient;  // shares the channel (volume_client.h)
   ClientOptions options_;
