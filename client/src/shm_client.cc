@@ -277,8 +277,8 @@ absl::StatusOr<HostArray> Client::TransferThroughRegion(
   const int64_t total = x_bytes + y_bytes;
   const int streams =
       total >= transfer.parallel_min_bytes ? std::clamp(transfer.streams, 1, 16) : 1;
-  const int64_t chunk = std::clamp<int64_t>(transfer.chunk_bytes, 1 << 10,
-                                            MessageCap(call) - v1::kEnvelopeBytes);
+  const int64_t max_chunk = std::max<int64_t>(1 << 10, MessageCap(call) - v1::kEnvelopeBytes);
+  const int64_t chunk = std::clamp<int64_t>(transfer.chunk_bytes, 1 << 10, max_chunk);
   if (report != nullptr) {
     report->path = streams > 1 ? "parallel" : "stream";
     report->streams = streams;

@@ -384,6 +384,54 @@ TEST_CASE("shm requests: a region unregistered mid-request does not crash the se
   CHECK(info.ok());
 }
 
+TEST_CASE("ResampleStream chunks may lie in a shared region", "[server][shm]") {
+  TestServer ts;
+  auto client = Connect(ts);
+  HostArray x = RandomArray(DType::kFloat32, {1, 4000}, 13);
+  auto region = SharedRegion::Create(client.get(), "chunks", 1 << 16);
+  REQUIRE(region.ok());
+  REQUIRE((*region)->Write(x, 128).ok());
+  v1::UpfirdnRequest req = UpfirdnShape(x, 2, 1);
+  v1::UpfirdnRequest inline_req = req;
+  ToProto(x, inline_req.mutable_x());
+  auto want = client->Upfirdn(inline_req);
+  REQUIRE(want.ok());
+
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  auto stream = ts.interp->ResampleStream(&ctx);
+  v1::ResampleStreamRequest first;
+  *first.mutable_config()->mutable_upfirdn() = req;
+  first.mutable_config()->mutable_upfirdn()->mutable_x()->set_shape(1, 0);
+  REQUIRE(stream->Write(first));
+  v1::ResampleStreamRequest chunk;
+  // Two chunks out of the region: samples [0, 1500) and [1500, 4000).
+  *chunk.mutable_chunk() = (*region)->Ref(DType::kFloat32, {1, 1500}, 128);
+  REQUIRE(stream->Write(chunk));
+  *chunk.mutable_chunk() = (*region)->Ref(DType::kFloat32, {1, 2500}, 128 + 1500 * 4);
+  chunk.set_end(true);
+  REQUIRE(stream->Write(chunk));
+  stream->WritesDone();
+  std::string got;
+  v1::ResampleStreamResponse resp;
+  while (stream->Read(&resp)) got += resp.y().data();
+  REQUIRE(stream->Finish().ok());
+  CHECK(got == want->y().data());
+
+  // A chunk in an unknown region ends the stream with NOT_FOUND naming chunk.shm.region.
+  grpc::ClientContext ctx2;
+  auto bad = ts.interp->ResampleStream(&ctx2);
+  REQUIRE(bad->Write(first));
+  *chunk.mutable_chunk() = ShmArray(DType::kFloat32, {1, 10}, "gone", 0);
+  bad->Write(chunk);
+  bad->WritesDone();
+  while (bad->Read(&resp)) {
+  }
+  grpc::Status st = bad->Finish();
+  CHECK(st.error_code() == grpc::StatusCode::NOT_FOUND);
+  CHECK(st.error_message().find("chunk.shm.region") != std::string::npos);
+}
+
 TEST_CASE("shm lets arrays larger than the message cap through", "[server][shm]") {
   server::ServerConfig config = TestServer::CpuConfig();
   config.max_message_bytes = 1 << 20;
