@@ -7,7 +7,7 @@ packages=(
   build-essential cmake ninja-build pkg-config python3
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   prometheus-cpp-dev prometheus catch2 libcli11-dev libsndfile1-dev libpng-dev libtbb-dev
-  libkissfft-dev libtiff-dev libssl-dev yamllint python3-yaml
+  libkissfft-dev libtiff-dev libssl-dev openssl yamllint python3-yaml
 )
 # Node.js runs the offline checks of deploy/ and the Dockerfile (tests/deploy); any node >= 18
 # with npm will do (Debian's nodejs + npm, or one installed otherwise).

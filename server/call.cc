@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <random>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "server/auth.h"
 #include "server/status_util.h"
 
 namespace fresnel::server {
@@ -29,7 +31,19 @@ absl::StatusOr<DevicePreference> PreferenceOf(const v1::DeviceHint& hint,
   }
 }
 
-std::string ClientOf(const grpc::ServerContextBase* /*context*/) {
+std::string ClientOf(const grpc::ServerContextBase* context) {
+  if (context == nullptr) return "";
+  const std::shared_ptr<const grpc::AuthContext> auth = context->auth_context();
+  if (auth == nullptr) return "";
+  // A bearer token's name (server/auth.h), checked for this call by TokenAuthenticator.
+  for (const grpc::string_ref& name : auth->FindPropertyValues(kClientProperty)) {
+    return std::string(name.data(), name.size());
+  }
+  // Mutual TLS without tokens: the client certificate's common name (gRPC verified it against
+  // --tls-client-ca; without that flag no client certificate is asked for).
+  for (const grpc::string_ref& cn : auth->FindPropertyValues(GRPC_X509_CN_PROPERTY_NAME)) {
+    return absl::StrCat("x509:", absl::string_view(cn.data(), cn.size()));
+  }
   // Without authentication there is one client.
   return "";
 }

@@ -6,12 +6,15 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <new>
+#include <exception>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "fresnel/interp/interp.h"
 #include "fresnel/unwrap/unwrap.h"
@@ -19,6 +22,7 @@
 #include "grpcpp/grpcpp.h"
 #include "server/budget.h"
 #include "server/device_pool.h"
+#include "server/drain.h"
 #include "server/metrics.h"
 
 namespace fresnel::server {
@@ -41,12 +45,30 @@ struct ServiceContext {
   Budget* stream_state_bytes = nullptr;
   // Shared-memory regions of same-host clients (server/shm.h); null = none accepted.
   ShmRegistry* shm = nullptr;
+  DrainGate* drain = nullptr;  // open streams and sessions during SIGTERM's drain (server/drain.h)
   Clock::time_point started = Clock::now();
 };
 
+// Runs `f` (returning absl::Status) and turns an exception into a status: std::bad_alloc (an
+// address-space limit, a huge allocation) into RESOURCE_EXHAUSTED naming `what`, anything else into
+// INTERNAL. For work done on gRPC threads, where an escaping exception would take the server down
+// or leave the call unanswered.
+template <typename F>
+absl::Status Guarded(absl::string_view what, F&& f) {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("out of host memory while ", what, "; retry later or send less"));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat(what, " failed: ", e.what()));
+  }
+}
+
 // The client a call comes from, as jobs, sessions, meshes and shared-memory regions record their
-// owner: the name authentication gave it, or "" when the server runs without authentication
-// (then every client is the same one, as the docs say).
+// owner: the name authentication gave it (the bearer token's name from --token-file; with mutual
+// TLS and no token file, "x509:" + the client certificate's common name), or "" when the server
+// runs without authentication (then every client is the same one, as docs/security.md says).
 std::string ClientOf(const grpc::ServerContextBase* context);
 
 // The request's deadline on the steady clock, if the client set one.

@@ -105,6 +105,11 @@ absl::StatusOr<ServerConfig> ParseConfig(int argc, char** argv) {
                  "open sessions one client may hold")
       ->envname("FRESNEL_MAX_SESSIONS_PER_CLIENT")->check(CLI::Range(1, 1 << 16))
       ->capture_default_str();
+  app.add_option("--gpu-memory-bytes", c.gpu_memory_bytes,
+                 "device memory fresneld may use on each GPU (0: all of it); allocations past it "
+                 "are RESOURCE_EXHAUSTED, so several servers or other programs can share a GPU")
+      ->envname("FRESNEL_GPU_MEMORY_BYTES")->check(CLI::Range(int64_t{0}, int64_t{1} << 50))
+      ->capture_default_str();
   app.add_option("--session-gpu-memory-bytes", c.session_gpu_memory_bytes,
                  "device memory sessions may reserve on each GPU (0: 90% of its memory)")
       ->envname("FRESNEL_SESSION_GPU_MEMORY_BYTES")->check(CLI::Range(int64_t{0}, int64_t{1} << 50))
@@ -113,6 +118,22 @@ absl::StatusOr<ServerConfig> ParseConfig(int argc, char** argv) {
                  "host memory sessions on the CPU may reserve")
       ->envname("FRESNEL_SESSION_CPU_MEMORY_BYTES")
       ->check(CLI::Range(int64_t{1} << 20, int64_t{1} << 50))->capture_default_str();
+  app.add_option("--tls-cert", c.tls_cert, "PEM certificate (chain) of the gRPC port: serve TLS")
+      ->envname("FRESNEL_TLS_CERT");
+  app.add_option("--tls-key", c.tls_key, "PEM private key of --tls-cert")->envname("FRESNEL_TLS_KEY");
+  app.add_option("--tls-client-ca", c.tls_client_ca,
+                 "PEM CA bundle: mutual TLS, clients must present a certificate it signed")
+      ->envname("FRESNEL_TLS_CLIENT_CA");
+  app.add_option("--token-file", c.token_file,
+                 "bearer tokens, lines 'NAME TOKEN [admin]'; every RPC needs one; reloaded on "
+                 "SIGHUP (docs/security.md)")
+      ->envname("FRESNEL_TOKEN_FILE");
+  app.add_flag("--metrics-auth", c.metrics_auth,
+               "/metrics needs HTTP basic auth with an admin token (user NAME, password TOKEN)")
+      ->envname("FRESNEL_METRICS_AUTH")->capture_default_str();
+  app.add_flag("--reflection", c.reflection,
+               "serve grpc.reflection (grpcurl, grpc_cli); --reflection=false turns it off")
+      ->envname("FRESNEL_REFLECTION")->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success&) {
@@ -127,6 +148,9 @@ absl::StatusOr<ServerConfig> ParseConfig(int argc, char** argv) {
     return absl::CancelledError(app.help());
   } catch (const CLI::ParseError& e) {
     return absl::InvalidArgumentError(e.what());
+  }
+  if (c.metrics_auth && c.token_file.empty()) {
+    return absl::InvalidArgumentError("--metrics-auth needs --token-file (its admin tokens)");
   }
   if (!c.instance.empty()) {
     absl::StatusOr<std::string> instance = ResolveInstance(c);

@@ -11,8 +11,10 @@
 namespace fresnel::server {
 
 struct ServerConfig {
-  std::string listen = "0.0.0.0:50051";   // FRESNEL_LISTEN
-  std::string metrics = "0.0.0.0:9464";   // FRESNEL_METRICS; "off" disables
+  // Loopback by default (docs/security.md): serving the network is a decision, made by flag (the
+  // container image and deploy/ pass 0.0.0.0).
+  std::string listen = "127.0.0.1:50051";   // FRESNEL_LISTEN
+  std::string metrics = "127.0.0.1:9464";   // FRESNEL_METRICS; "off" disables
   std::string gpus = "all";               // FRESNEL_GPUS: "all", "none" or "0,2"
   // FRESNEL_INSTANCE: this server's name in job ids, ServerInfo and errors; "" = HOSTNAME:PORT
   // (gethostname() and --listen's port). Letters, digits and . _ : - only.
@@ -46,11 +48,23 @@ struct ServerConfig {
   double session_ttl_s = 300;                      // FRESNEL_SESSION_TTL: idle time before expiry
   int max_sessions_per_device = 64;                // FRESNEL_MAX_SESSIONS_PER_DEVICE
   int max_sessions_per_client = 32;                // FRESNEL_MAX_SESSIONS_PER_CLIENT
+  int64_t gpu_memory_bytes = 0;                    // FRESNEL_GPU_MEMORY_BYTES; 0 = the whole device
   int64_t session_gpu_memory_bytes = 0;            // FRESNEL_SESSION_GPU_MEMORY_BYTES; 0 = 90 %
   int64_t session_cpu_memory_bytes = int64_t{8} << 30;  // FRESNEL_SESSION_CPU_MEMORY_BYTES
   // Volume render meshes (server/services/volume_service.h); the mesh cache is the sessions' cap.
   int64_t volume_max_points = int64_t{1} << 27;  // FRESNEL_VOLUME_MAX_POINTS, per mesh
   int64_t volume_max_tets = int64_t{1} << 28;    // FRESNEL_VOLUME_MAX_TETS, per mesh
+  // Security (server/auth.h, docs/security.md). PEM files; TLS needs both cert and key, mutual
+  // TLS adds the CA that signs client certificates.
+  std::string tls_cert;       // FRESNEL_TLS_CERT
+  std::string tls_key;        // FRESNEL_TLS_KEY
+  std::string tls_client_ca;  // FRESNEL_TLS_CLIENT_CA
+  // Bearer tokens, one client per line (`NAME TOKEN [admin]`), reloaded on SIGHUP; "" = no
+  // authentication (every caller is the same client).
+  std::string token_file;     // FRESNEL_TOKEN_FILE
+  // /metrics asks for HTTP basic auth: user = an admin token's name, password = its token.
+  bool metrics_auth = false;  // FRESNEL_METRICS_AUTH; needs token_file
+  bool reflection = true;     // FRESNEL_REFLECTION: the grpc.reflection service
 };
 
 // Parses flags and environment. Returns the config, or a status whose message is the help text

@@ -25,14 +25,15 @@ class DeviceQueue {
 
   // Starts `workers` threads. For a GPU each creates its own stream on the device (which also
   // makes the device current on that thread).
-  absl::Status Start(int workers, int64_t release_threshold_bytes) {
+  absl::Status Start(int workers, int64_t release_threshold_bytes, int64_t max_bytes) {
     if (kind_ == DeviceKind::kCuda) {
-      auto pool = GpuMemPool::Create(ordinal_, release_threshold_bytes);
+      auto pool = GpuMemPool::Create(ordinal_, release_threshold_bytes, max_bytes);
       if (!pool.ok()) return pool.status();
       mem_pool_ = std::move(*pool);
       auto props = GetGpuProperties(ordinal_);
       if (!props.ok()) return props.status();
       props_ = *props;
+      if (max_bytes > 0) props_.total_memory_bytes = std::min(props_.total_memory_bytes, max_bytes);
       // Create the streams here so that a failure is reported before the server starts.
       for (int i = 0; i < workers; ++i) {
         auto s = GpuStream::Create(ordinal_);
@@ -314,7 +315,7 @@ absl::StatusOr<std::unique_ptr<DevicePool>> DevicePool::Create(const DevicePoolO
                                            DeviceKind::kCuda, ordinal, options.queue_capacity,
                                            metrics);
     absl::Status st = q->Start(std::max(1, options.streams_per_gpu),
-                               options.gpu_pool_release_threshold_bytes);
+                               options.gpu_pool_release_threshold_bytes, options.gpu_memory_bytes);
     if (!st.ok()) {
       std::cerr << "fresneld: skipping cuda:" << ordinal << ": " << st << "\n";
       continue;
@@ -323,7 +324,7 @@ absl::StatusOr<std::unique_ptr<DevicePool>> DevicePool::Create(const DevicePoolO
   }
   auto cpu = std::make_unique<DeviceQueue>(pool.get(), "cpu", "host CPU", DeviceKind::kCpu, 0,
                                            options.queue_capacity, metrics);
-  absl::Status st = cpu->Start(std::max(1, options.cpu_workers), 0);
+  absl::Status st = cpu->Start(std::max(1, options.cpu_workers), 0, 0);
   if (!st.ok()) return st;
   pool->devices_.push_back(std::move(cpu));
   return pool;
@@ -340,8 +341,9 @@ int DevicePool::gpu_count() const {
 }
 
 absl::Status DevicePool::Submit(std::shared_ptr<Job> job) {
-  if (draining_.load()) {
-    return absl::UnavailableError("server is shutting down and accepts no new work");
+  if (draining_.load() || (closing_.load() && !job->continues_call)) {
+    return absl::UnavailableError(
+        "server is shutting down and accepts no new work; send it to another instance");
   }
   if (!job->affinity.empty()) {
     for (auto& d : devices_) {

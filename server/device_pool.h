@@ -55,6 +55,9 @@ class Job {
   // because state it needs lives there (a session). Submit answers UNAVAILABLE when that device
   // is unhealthy and NOT_FOUND when the pool has no such device.
   std::string affinity;
+  // Work of a stream or session that was open when the drain began (a next chunk, frame or
+  // session step): the pool still accepts it while the drain waits for open calls to end.
+  bool continues_call = false;
   std::function<absl::Status(const Device&, StageTimes*)> run;
   std::function<void(const absl::Status&, const JobReport&)> done;
 
@@ -86,6 +89,9 @@ struct DevicePoolOptions {
   int cpu_workers = 2;
   int queue_capacity = 64;        // per device
   int64_t gpu_pool_release_threshold_bytes = int64_t{4} << 30;
+  // > 0: each GPU's memory pool may hold at most this much (--gpu-memory-bytes); placement,
+  // session reservations and `fresnel info` then see it as the device's memory.
+  int64_t gpu_memory_bytes = 0;
 };
 
 // Live numbers of one device.
@@ -120,6 +126,10 @@ class DevicePool {
   // `done` is not called.
   absl::Status Submit(std::shared_ptr<Job> job);
 
+  // The drain's first phase: new work is refused (UNAVAILABLE) but jobs that continue an open
+  // call (Job::continues_call) are still accepted, so streams open at SIGTERM can finish.
+  void BeginDrain() { closing_.store(true); }
+
   // Stops accepting work and waits until every accepted job has finished or `timeout` passed;
   // then jobs still queued complete with UNAVAILABLE and running ones are cancelled (they stop at
   // their next cancellation check), and the workers are joined. Returns true when everything
@@ -149,6 +159,7 @@ class DevicePool {
   std::mutex health_mu_;
   std::vector<std::function<void(const std::string&, bool, const std::string&)>> health_listeners_;
   std::atomic<bool> draining_{false};
+  std::atomic<bool> closing_{false};
 };
 
 }  // namespace fresnel::server

@@ -35,9 +35,19 @@ const char* JobStateName(JobState state) {
   return "unknown";
 }
 
+namespace {
+
+// The keys_ entry of an owner's idempotency key: owner names never hold a newline (server/auth.h).
+std::string OwnedKey(const std::string& owner, const std::string& key) {
+  return absl::StrCat(owner, "\n", key);
+}
+
+}  // namespace
+
 struct JobStore::Record {
   JobSnapshot snap;
-  std::string idempotency_key;
+  std::string owner;
+  std::string idempotency_key;  // OwnedKey(owner, key); empty without a key
   uint64_t fingerprint = 0;
   uint64_t seq = 0;
   int64_t held_bytes = 0;    // counted in JobStore::held_bytes_
@@ -82,12 +92,13 @@ std::string JobStore::NewIdLocked() {
   }
 }
 
-JobStore::Record* JobStore::FindLocked(const std::string& id, absl::Status* not_found) {
+JobStore::Record* JobStore::FindLocked(const std::string& id, const std::string& owner,
+                                       absl::Status* not_found) {
   auto it = jobs_.find(id);
-  if (it != jobs_.end()) return it->second.get();
+  if (it != jobs_.end() && it->second->owner == owner) return it->second.get();
   auto gone = dropped_.find(id);
-  if (gone != dropped_.end()) {
-    *not_found = absl::NotFoundError(gone->second);
+  if (gone != dropped_.end() && gone->second.owner == owner) {
+    *not_found = absl::NotFoundError(gone->second.reason);
     return nullptr;
   }
   const size_t at = id.rfind('@');
@@ -130,7 +141,7 @@ absl::StatusOr<JobStore::Submitted> JobStore::Submit(JobSpec spec) {
     std::lock_guard<std::mutex> lock(mu_);
     ExpireLocked(SteadyClock::now());
     if (!spec.idempotency_key.empty()) {
-      auto k = keys_.find(spec.idempotency_key);
+      auto k = keys_.find(OwnedKey(spec.owner, spec.idempotency_key));
       if (k != keys_.end()) {
         const Record& r = *jobs_.at(k->second);
         if (r.fingerprint != spec.fingerprint) {
@@ -165,7 +176,8 @@ absl::StatusOr<JobStore::Submitted> JobStore::Submit(JobSpec spec) {
     r.snap.request_id = spec.request_id;
     r.snap.created = std::chrono::system_clock::now();
     r.snap.version = 1;
-    r.idempotency_key = spec.idempotency_key;
+    r.owner = spec.owner;
+    if (!spec.idempotency_key.empty()) r.idempotency_key = OwnedKey(spec.owner, spec.idempotency_key);
     r.fingerprint = spec.fingerprint;
     r.seq = next_seq_++;
     r.held_bytes = need;
@@ -224,25 +236,27 @@ void JobStore::RemoveRejectedLocked(const std::string& id, const absl::Status& w
   }
   by_seq_.erase(r.seq);
   // Someone may have learnt the id through the idempotency key meanwhile.
-  RememberDroppedLocked(id, absl::StrCat("job ", id, " was not accepted: ", why.ToString()));
+  RememberDroppedLocked(id, r.owner,
+                        absl::StrCat("job ", id, " was not accepted: ", why.ToString()));
   jobs_.erase(it);
   PublishMetricsLocked();
 }
 
-absl::StatusOr<JobSnapshot> JobStore::Get(const std::string& id) {
+absl::StatusOr<JobSnapshot> JobStore::Get(const std::string& id, const std::string& owner) {
   std::lock_guard<std::mutex> lock(mu_);
   ExpireLocked(SteadyClock::now());
   absl::Status not_found;
-  Record* r = FindLocked(id, &not_found);
+  Record* r = FindLocked(id, owner, &not_found);
   if (r == nullptr) return not_found;
   return SnapshotLocked(*r);
 }
 
-absl::StatusOr<JobStore::Result> JobStore::GetResult(const std::string& id) {
+absl::StatusOr<JobStore::Result> JobStore::GetResult(const std::string& id,
+                                                     const std::string& owner) {
   std::lock_guard<std::mutex> lock(mu_);
   ExpireLocked(SteadyClock::now());
   absl::Status not_found;
-  Record* r = FindLocked(id, &not_found);
+  Record* r = FindLocked(id, owner, &not_found);
   if (r == nullptr) return not_found;
   switch (r->snap.state) {
     case JobState::kDone: return Result{SnapshotLocked(*r), r->output};
@@ -263,13 +277,13 @@ absl::StatusOr<JobStore::Result> JobStore::GetResult(const std::string& id) {
   return absl::InternalError("unknown job state");
 }
 
-absl::StatusOr<JobSnapshot> JobStore::Cancel(const std::string& id) {
+absl::StatusOr<JobSnapshot> JobStore::Cancel(const std::string& id, const std::string& owner) {
   std::shared_ptr<Job> job;
   {
     std::lock_guard<std::mutex> lock(mu_);
     ExpireLocked(SteadyClock::now());
     absl::Status not_found;
-    Record* r = FindLocked(id, &not_found);
+    Record* r = FindLocked(id, owner, &not_found);
     if (r == nullptr) return not_found;
     if (IsTerminal(r->snap.state)) return SnapshotLocked(*r);
     if (!r->snap.cancel_requested) {
@@ -284,12 +298,13 @@ absl::StatusOr<JobSnapshot> JobStore::Cancel(const std::string& id) {
   if (job) job->Cancel();
   std::lock_guard<std::mutex> lock(mu_);
   absl::Status not_found;
-  Record* r = FindLocked(id, &not_found);
+  Record* r = FindLocked(id, owner, &not_found);
   if (r == nullptr) return not_found;  // finished and dropped meanwhile (a TTL of zero)
   return SnapshotLocked(*r);
 }
 
-absl::StatusOr<JobStore::Page> JobStore::List(int page_size, const std::string& page_token) {
+absl::StatusOr<JobStore::Page> JobStore::List(int page_size, const std::string& page_token,
+                                              const std::string& owner) {
   if (page_size < 0) {
     return absl::InvalidArgumentError(absl::StrCat("page_size must be >= 0, got ", page_size));
   }
@@ -302,20 +317,30 @@ absl::StatusOr<JobStore::Page> JobStore::List(int page_size, const std::string& 
   std::lock_guard<std::mutex> lock(mu_);
   ExpireLocked(SteadyClock::now());
   Page page;
+  // Walks from newest to oldest, skipping other owners' jobs; the token is the sequence number of
+  // the last job returned, set only when an older job of `owner` remains.
   auto it = by_seq_.lower_bound(before);
-  while (it != by_seq_.begin() && page.jobs.size() < size) {
+  uint64_t last_seq = 0;
+  while (it != by_seq_.begin()) {
     --it;
-    page.jobs.push_back(SnapshotLocked(*jobs_.at(it->second)));
+    const Record& r = *jobs_.at(it->second);
+    if (r.owner != owner) continue;
+    if (page.jobs.size() == size) {
+      page.next_page_token = absl::StrCat(last_seq);
+      break;
+    }
+    page.jobs.push_back(SnapshotLocked(r));
+    last_seq = it->first;
   }
-  if (it != by_seq_.begin()) page.next_page_token = absl::StrCat(it->first);
   return page;
 }
 
-absl::StatusOr<uint64_t> JobStore::Subscribe(const std::string& id, Listener listener) {
+absl::StatusOr<uint64_t> JobStore::Subscribe(const std::string& id, const std::string& owner,
+                                             Listener listener) {
   std::lock_guard<std::mutex> lock(mu_);
   ExpireLocked(SteadyClock::now());
   absl::Status not_found;
-  Record* r = FindLocked(id, &not_found);
+  Record* r = FindLocked(id, owner, &not_found);
   if (r == nullptr) return not_found;
   const uint64_t token = next_token_++;
   listener(SnapshotLocked(*r));
@@ -490,13 +515,14 @@ void JobStore::DropLocked(const std::string& id, const std::string& reason,
     if (k != keys_.end() && k->second == id) keys_.erase(k);
   }
   by_seq_.erase(r.seq);
-  RememberDroppedLocked(id, reason);
+  RememberDroppedLocked(id, r.owner, reason);
   jobs_.erase(it);  // a Get stream still sending the output keeps its own reference
   if (metrics_) metrics_->AddJobsDropped(metric_reason);
 }
 
-void JobStore::RememberDroppedLocked(const std::string& id, const std::string& reason) {
-  dropped_[id] = reason;
+void JobStore::RememberDroppedLocked(const std::string& id, const std::string& owner,
+                                     const std::string& reason) {
+  dropped_[id] = Dropped{owner, reason};
   dropped_order_.push_back(id);
   while (dropped_order_.size() > options_.max_remembered) {
     dropped_.erase(dropped_order_.front());

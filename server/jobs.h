@@ -11,6 +11,10 @@
 // jobs (TTL or eviction) are remembered by id, so that asking for one answers NOT_FOUND saying
 // what happened to it rather than "unknown".
 //
+// Every job belongs to JobSpec::owner. The lookups take the caller's name and answer another
+// owner's job exactly as an unknown id (NOT_FOUND, "unknown job id"), so that a client learns
+// nothing of other clients' jobs; idempotency keys are per owner.
+//
 // Thread-safe. Listeners run under the store's lock, in order, one at a time.
 #pragma once
 
@@ -63,6 +67,9 @@ using JobProgressFn =
     std::function<bool(const std::string& stage, double stage_fraction, double progress)>;
 
 struct JobSpec {
+  // The client that submitted it (ClientOf): only that client finds it again (Get, GetResult,
+  // Cancel, Subscribe, List) and only within its own idempotency keys. "" without authentication.
+  std::string owner;
   // Shown to clients (List, Watch).
   std::string method;  // the service's name for what the job does, e.g. "goldstein"
   // The service's own code for the method (e.g. a proto enum value), carried back unchanged in
@@ -139,32 +146,35 @@ class JobStore {
   // cap (and the pool's own RESOURCE_EXHAUSTED / UNAVAILABLE / FAILED_PRECONDITION).
   absl::StatusOr<Submitted> Submit(JobSpec spec);
 
-  // NOT_FOUND for unknown ids, and for dropped ones with the reason.
-  absl::StatusOr<JobSnapshot> Get(const std::string& id);
+  // NOT_FOUND for unknown ids (and another owner's), and for dropped ones with the reason.
+  absl::StatusOr<JobSnapshot> Get(const std::string& id, const std::string& owner);
 
   struct Result {
     JobSnapshot job;
     std::shared_ptr<const JobOutput> output;  // stays valid even if the job is dropped meanwhile
   };
   // A DONE job's output; FAILED_PRECONDITION while the job is not DONE.
-  absl::StatusOr<Result> GetResult(const std::string& id);
+  absl::StatusOr<Result> GetResult(const std::string& id, const std::string& owner);
 
   // Cancels: a queued job ends CANCELLED before this returns; a running one gets
   // cancel_requested and stops at its next progress report. Finished jobs are left alone.
-  absl::StatusOr<JobSnapshot> Cancel(const std::string& id);
+  absl::StatusOr<JobSnapshot> Cancel(const std::string& id, const std::string& owner);
 
   struct Page {
     std::vector<JobSnapshot> jobs;  // newest first
     std::string next_page_token;    // empty on the last page
   };
-  // page_size 0 means 100 (at most 1000); INVALID_ARGUMENT for a malformed page_token.
-  absl::StatusOr<Page> List(int page_size, const std::string& page_token);
+  // `owner`'s jobs only. page_size 0 means 100 (at most 1000); INVALID_ARGUMENT for a malformed
+  // page_token.
+  absl::StatusOr<Page> List(int page_size, const std::string& page_token,
+                            const std::string& owner);
 
   // Calls `listener` with the job's current snapshot before returning, then after every change
   // until Unsubscribe (or until the job is dropped). Listeners run under the store's lock: they
   // must return quickly and must not call the store. Returns a token for Unsubscribe.
   using Listener = std::function<void(const JobSnapshot&)>;
-  absl::StatusOr<uint64_t> Subscribe(const std::string& id, Listener listener);
+  absl::StatusOr<uint64_t> Subscribe(const std::string& id, const std::string& owner,
+                                     Listener listener);
   // After it returns the listener is not running and will not run again.
   void Unsubscribe(const std::string& id, uint64_t token);
 
@@ -176,7 +186,7 @@ class JobStore {
   using SteadyClock = std::chrono::steady_clock;
 
   std::string NewIdLocked();
-  Record* FindLocked(const std::string& id, absl::Status* not_found);
+  Record* FindLocked(const std::string& id, const std::string& owner, absl::Status* not_found);
   JobSnapshot SnapshotLocked(const Record& r) const;
   void NotifyLocked(Record& r);
   void ExpireLocked(SteadyClock::time_point now);
@@ -184,7 +194,8 @@ class JobStore {
   bool MakeRoomLocked(int64_t more);
   void DropLocked(const std::string& id, const std::string& reason, const char* metric_reason);
   void RemoveRejectedLocked(const std::string& id, const absl::Status& why);
-  void RememberDroppedLocked(const std::string& id, const std::string& reason);
+  void RememberDroppedLocked(const std::string& id, const std::string& owner,
+                             const std::string& reason);
   void PublishMetricsLocked();
 
   bool MarkRunning(const std::string& id, const Device& device);
@@ -203,8 +214,12 @@ class JobStore {
   std::unordered_map<std::string, std::unique_ptr<Record>> jobs_;
   std::map<uint64_t, std::string> by_seq_;                // creation order, for List
   std::deque<std::string> finished_order_;                // terminal jobs in finish order
-  std::unordered_map<std::string, std::string> keys_;     // idempotency key -> id
-  std::unordered_map<std::string, std::string> dropped_;  // id -> NOT_FOUND message
+  std::unordered_map<std::string, std::string> keys_;     // OwnedKey(owner, key) -> id
+  struct Dropped {
+    std::string owner;
+    std::string reason;  // the NOT_FOUND message
+  };
+  std::unordered_map<std::string, Dropped> dropped_;      // id -> why it is gone
   std::deque<std::string> dropped_order_;
   std::random_device random_;
   uint64_t next_seq_ = 1;

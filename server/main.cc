@@ -1,4 +1,5 @@
-// fresneld: serves the Fresnel workloads over gRPC until SIGTERM/SIGINT, then drains.
+// fresneld: serves the Fresnel workloads over gRPC until SIGTERM/SIGINT, then drains. SIGHUP
+// reloads --token-file.
 #include <dlfcn.h>
 #include <pthread.h>
 
@@ -34,11 +35,13 @@ int main(int argc, char** argv) {
     return info ? 0 : 2;
   }
 
-  // Block the stop signals in every thread (they inherit the mask) and wait for them here.
+  // Block the stop signals and SIGHUP in every thread (they inherit the mask) and wait for them
+  // here.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
@@ -50,10 +53,22 @@ int main(int argc, char** argv) {
   std::cerr << "fresneld: listening on port " << (*server)->port() << " (instance "
             << (*server)->instance() << ", "
             << fresnel::GpuCount() << " visible GPU(s), gpus=" << config->gpus
-            << ", metrics " << config->metrics << ")" << std::endl;
+            << ", metrics " << config->metrics << ", "
+            << (config->tls_cert.empty() ? "plaintext"
+                                         : config->tls_client_ca.empty() ? "TLS" : "mutual TLS")
+            << ", " << (config->token_file.empty() ? "no tokens" : "bearer tokens")
+            << ")" << std::endl;
 
   int sig = 0;
-  sigwait(&stop_signals, &sig);
+  for (;;) {
+    sigwait(&stop_signals, &sig);
+    if (sig != SIGHUP) break;
+    absl::Status reloaded = (*server)->ReloadTokens();
+    std::cerr << "fresneld: SIGHUP: "
+              << (reloaded.ok() ? "reloaded " + config->token_file
+                                : "kept the previous tokens: " + reloaded.ToString())
+              << std::endl;
+  }
   std::cerr << "fresneld: signal " << sig << ", draining (up to " << config->drain_timeout_s
             << " s)" << std::endl;
   // The drain must end: work that neither finishes nor stops when cancelled (a kernel that does

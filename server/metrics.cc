@@ -100,9 +100,10 @@ Metrics::Metrics()
 
 Metrics::~Metrics() = default;
 
-absl::Status Metrics::StartExposer(const std::string& address) {
+absl::Status Metrics::StartExposer(const std::string& address, BasicAuth auth) {
   try {
     exposer_ = std::make_unique<prometheus::Exposer>(address);
+    if (auth) exposer_->RegisterAuth(std::move(auth), "fresneld");
     exposer_->RegisterCollectable(registry_);
   } catch (const std::exception& e) {
     return absl::UnavailableError(

@@ -5,6 +5,7 @@
 // code, device and direction, never a session or job id.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -26,8 +27,11 @@ class Metrics {
   Metrics();
   ~Metrics();
 
-  // Serves /metrics on HOST:PORT. Fails (without throwing) when the port cannot be bound.
-  absl::Status StartExposer(const std::string& address);
+  // HTTP basic auth check of /metrics: (user, password) -> allowed.
+  using BasicAuth = std::function<bool(const std::string& user, const std::string& password)>;
+  // Serves /metrics on HOST:PORT, behind `auth` when it is set (401 for other requests). Fails
+  // (without throwing) when the port cannot be bound.
+  absl::Status StartExposer(const std::string& address, BasicAuth auth = nullptr);
 
   // Accepted request -> response ready, by final gRPC status code name ("OK", "INVALID_ARGUMENT").
   void ObserveRequest(const std::string& service, const std::string& method,

@@ -1,5 +1,6 @@
 #include "server/server.h"
 
+#include <algorithm>
 #include <iostream>
 #include <mutex>
 
@@ -8,8 +9,10 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "server/auth.h"
 #include "server/call.h"
 #include "server/device_pool.h"
+#include "server/drain.h"
 #include "server/jobs.h"
 #include "server/metrics.h"
 #include "server/sessions.h"
@@ -24,8 +27,27 @@
 
 namespace fresnel::server {
 
+namespace {
+
+// Leaves out the reflection plugin that InitProtoReflectionServerBuilderPlugin registers for
+// every ServerBuilder of the process (--reflection=false).
+class WithoutReflection : public grpc::ServerBuilderOption {
+ public:
+  void UpdateArguments(grpc::ChannelArguments*) override {}
+  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>* plugins) override {
+    plugins->erase(std::remove_if(plugins->begin(), plugins->end(),
+                                  [](const std::unique_ptr<grpc::ServerBuilderPlugin>& p) {
+                                    return p->name() == "proto_server_reflection";
+                                  }),
+                   plugins->end());
+  }
+};
+
+}  // namespace
+
 struct FresnelServer::Impl {
   ServerConfig config;
+  std::shared_ptr<TokenAuthenticator> tokens;  // null without --token-file
   std::unique_ptr<Metrics> metrics;
   // Declared before the pool so that it is destroyed after it: the pool's last jobs complete
   // into the store.
@@ -34,6 +56,7 @@ struct FresnelServer::Impl {
   std::unique_ptr<Budget> streams;
   std::unique_ptr<Budget> stream_state_bytes;
   std::unique_ptr<ShmRegistry> shm;
+  DrainGate drain;  // outlives the gRPC server: reactors hold its tickets
   std::unique_ptr<DevicePool> pool;
   ServiceContext ctx;
   std::unique_ptr<InterpolationService> interpolation;
@@ -61,9 +84,28 @@ absl::StatusOr<std::unique_ptr<FresnelServer>> FresnelServer::Start(const Server
   absl::StatusOr<std::string> instance = ResolveInstance(config);
   if (!instance.ok()) return instance.status();
   impl->config.instance = *std::move(instance);
+  if (!config.token_file.empty()) {
+    absl::StatusOr<std::shared_ptr<TokenAuthenticator>> tokens =
+        TokenAuthenticator::Load(config.token_file);
+    if (!tokens.ok()) return tokens.status();
+    impl->tokens = *std::move(tokens);
+  }
+  if (config.metrics_auth && impl->tokens == nullptr) {
+    return absl::InvalidArgumentError("--metrics-auth needs --token-file (its admin tokens)");
+  }
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      ServerCredentialsFor(config, impl->tokens);
+  if (!credentials.ok()) return credentials.status();
   impl->metrics = std::make_unique<Metrics>();
   if (!config.metrics.empty() && config.metrics != "off") {
-    absl::Status st = impl->metrics->StartExposer(config.metrics);
+    Metrics::BasicAuth auth;
+    if (config.metrics_auth) {
+      auth = [tokens = impl->tokens](const std::string& user, const std::string& password) {
+        std::shared_ptr<const TokenEntry> entry = tokens->Find(password);
+        return entry != nullptr && entry->admin && entry->name == user;
+      };
+    }
+    absl::Status st = impl->metrics->StartExposer(config.metrics, std::move(auth));
     if (!st.ok()) return st;
   }
 
@@ -74,6 +116,7 @@ absl::StatusOr<std::unique_ptr<FresnelServer>> FresnelServer::Start(const Server
   pool_options.streams_per_gpu = config.streams_per_gpu;
   pool_options.cpu_workers = config.cpu_workers;
   pool_options.queue_capacity = config.queue_length;
+  pool_options.gpu_memory_bytes = config.gpu_memory_bytes;
   auto pool = DevicePool::Create(pool_options, impl->metrics.get());
   if (!pool.ok()) return pool.status();
   impl->pool = std::move(*pool);
@@ -120,6 +163,7 @@ absl::StatusOr<std::unique_ptr<FresnelServer>> FresnelServer::Start(const Server
   shm_options.ttl_s = config.shm_ttl_s;
   impl->shm = std::make_unique<ShmRegistry>(shm_options, observe("--shm-bytes", config.shm_bytes));
   impl->ctx.shm = impl->shm.get();
+  impl->ctx.drain = &impl->drain;
   impl->ctx.started = Clock::now();
 
   impl->service_names = {"fresnel.v1.InterpolationService", "fresnel.v1.UnwrapService",
@@ -130,7 +174,7 @@ absl::StatusOr<std::unique_ptr<FresnelServer>> FresnelServer::Start(const Server
   impl->service_names.push_back("fresnel.v1.SharedMemoryService");
   std::vector<std::string> listed = impl->service_names;
   listed.push_back("grpc.health.v1.Health");
-  listed.push_back("grpc.reflection.v1alpha.ServerReflection");
+  if (config.reflection) listed.push_back("grpc.reflection.v1alpha.ServerReflection");
   impl->interpolation = std::make_unique<InterpolationService>(&impl->ctx);
   impl->unwrap = std::make_unique<UnwrapService>(&impl->ctx);
   hologram::Limits hologram_limits;
@@ -148,7 +192,8 @@ absl::StatusOr<std::unique_ptr<FresnelServer>> FresnelServer::Start(const Server
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(), &impl->port);
+  if (!config.reflection) builder.SetOption(std::make_unique<WithoutReflection>());
+  builder.AddListeningPort(config.listen, *credentials, &impl->port);
   builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(config.max_message_bytes));
   builder.RegisterService(impl->interpolation.get());
@@ -185,6 +230,13 @@ const std::string& FresnelServer::instance() const { return impl_->config.instan
 
 std::string FresnelServer::MetricsText() const { return impl_->metrics->Serialize(); }
 
+absl::Status FresnelServer::ReloadTokens() {
+  if (impl_->tokens == nullptr) {
+    return absl::FailedPreconditionError("no --token-file to reload: authentication is off");
+  }
+  return impl_->tokens->Reload();
+}
+
 bool FresnelServer::Shutdown() {
   std::lock_guard<std::mutex> lock(impl_->shutdown_mu);
   if (impl_->shut_down) return impl_->drained;
@@ -193,7 +245,20 @@ bool FresnelServer::Shutdown() {
     health->Shutdown();  // every service NOT_SERVING from now on
   }
   auto timeout = std::chrono::milliseconds(static_cast<int64_t>(impl_->config.drain_timeout_s * 1000));
-  impl_->drained = impl_->pool->Drain(timeout);
+  const Clock::time_point until = Clock::now() + timeout;
+  // Streams and sessions open now go on (their next chunks and frames are accepted) until they
+  // end or the timeout passes; new calls and other new work are refused with UNAVAILABLE.
+  impl_->pool->BeginDrain();
+  const int stopped = impl_->drain.Drain(
+      until, absl::UnavailableError(absl::StrCat(
+                 "the server's drain timeout (", impl_->config.drain_timeout_s,
+                 " s) passed while this call was open; it was ended: resend the rest to another "
+                 "instance")));
+  if (stopped > 0) {
+    std::cerr << "fresneld: drain timeout: ended " << stopped << " open stream(s)\n";
+  }
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+  impl_->drained = impl_->pool->Drain(std::max(left, std::chrono::milliseconds(0))) && stopped == 0;
   impl_->grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   impl_->grpc_server->Wait();
   return impl_->drained;

@@ -23,6 +23,10 @@ class FresnelServer {
   // The Prometheus text of all metrics (what /metrics serves).
   std::string MetricsText() const;
 
+  // Reads --token-file again (SIGHUP): later calls are checked against the new tokens. On error
+  // the old tokens stay in force. FAILED_PRECONDITION when the server has no token file.
+  absl::Status ReloadTokens();
+
   // Graceful stop: health turns NOT_SERVING, new work is refused with UNAVAILABLE, accepted work
   // finishes (up to config.drain_timeout_s), then the gRPC server stops. Returns whether all
   // accepted work finished in time. Idempotent.

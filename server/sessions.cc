@@ -142,9 +142,13 @@ std::string SessionStore::NewIdLocked() {
   }
 }
 
-absl::Status SessionStore::NotFoundLocked(const std::string& id) const {
+absl::Status SessionStore::NotFoundLocked(const std::string& id,
+                                          const std::string& client) const {
+  // Why a session ended is told to its client only: to others it is an unknown id.
   auto it = ended_.find(id);
-  if (it != ended_.end()) return absl::NotFoundError(it->second);
+  if (it != ended_.end() && it->second.client == client) {
+    return absl::NotFoundError(it->second.message);
+  }
   const size_t at = id.rfind('@');
   if (id.rfind("s-", 0) == 0 && at != std::string::npos) {
     const std::string owner = id.substr(at + 1);
@@ -241,7 +245,9 @@ absl::StatusOr<std::shared_ptr<Session>> SessionStore::Find(const std::string& i
                                                             const std::string& client) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = open_.find(id);
-  if (it == open_.end() || it->second.session->client() != client) return NotFoundLocked(id);
+  if (it == open_.end() || it->second.session->client() != client) {
+    return NotFoundLocked(id, client);
+  }
   {
     std::lock_guard<std::mutex> slock(it->second.session->mu_);
     it->second.session->last_used_ = SteadyClock::now();
@@ -252,17 +258,25 @@ absl::StatusOr<std::shared_ptr<Session>> SessionStore::Find(const std::string& i
 absl::Status SessionStore::Close(const std::string& id, const std::string& client) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = open_.find(id);
-  if (it == open_.end() || it->second.session->client() != client) return NotFoundLocked(id);
+  if (it == open_.end() || it->second.session->client() != client) {
+    return NotFoundLocked(id, client);
+  }
   std::shared_ptr<Session> s = it->second.session;
   EndLocked(s, absl::StrCat("session ", Echo(id), " was closed"), nullptr);
   return absl::OkStatus();
+}
+
+// Content keys are per client: the same mesh uploaded by two clients is two sessions, each
+// found only by its owner. Client names never hold a newline (server/auth.h).
+std::string SessionStore::OwnedKey(const std::string& client, const std::string& key) {
+  return absl::StrCat(client, "\n", key);
 }
 
 std::shared_ptr<Session> SessionStore::FindByKey(const std::string& kind, const std::string& key,
                                                  const std::string& client) {
   if (key.empty()) return nullptr;
   std::lock_guard<std::mutex> lock(mu_);
-  auto k = by_key_.find({kind, key});
+  auto k = by_key_.find({kind, OwnedKey(client, key)});
   if (k == by_key_.end()) return nullptr;
   auto it = open_.find(k->second);
   if (it == open_.end() || it->second.session->client() != client) return nullptr;
@@ -275,15 +289,18 @@ void SessionStore::SetKey(const std::shared_ptr<Session>& session, const std::st
   std::lock_guard<std::mutex> lock(mu_);
   auto it = open_.find(session->id());
   if (it == open_.end()) return;
-  it->second.key = key;
-  by_key_[{session->kind(), key}] = session->id();
+  it->second.key = OwnedKey(session->client(), key);
+  by_key_[{session->kind(), it->second.key}] = session->id();
 }
 
 void SessionStore::EndLocked(const std::shared_ptr<Session>& s, const std::string& message,
                              const char* metric_reason) {
   auto it = open_.find(s->id());
   if (it == open_.end()) return;
-  if (!it->second.key.empty()) by_key_.erase({s->kind(), it->second.key});
+  if (!it->second.key.empty()) {
+    auto k = by_key_.find({s->kind(), it->second.key});
+    if (k != by_key_.end() && k->second == s->id()) by_key_.erase(k);
+  }
   open_.erase(it);
   for (DeviceSlot& d : devices_) {
     if (d.id != s->device()) continue;
@@ -291,7 +308,7 @@ void SessionStore::EndLocked(const std::shared_ptr<Session>& s, const std::strin
     d.sessions -= 1;
   }
   if (--per_client_[s->client()] <= 0) per_client_.erase(s->client());
-  RememberLocked(s->id(), message);
+  RememberLocked(s->id(), s->client(), message);
   if (metrics_ && metric_reason != nullptr) metrics_->AddSessionsDropped(s->kind(), metric_reason);
   PublishLocked(s->device(), s->kind());
   s->End(message);
@@ -320,8 +337,9 @@ bool SessionStore::EvictForLocked(DeviceSlot& slot, int64_t bytes, const std::st
   return slot.reserved_bytes + bytes <= slot.cap_bytes;
 }
 
-void SessionStore::RememberLocked(const std::string& id, const std::string& message) {
-  ended_[id] = message;
+void SessionStore::RememberLocked(const std::string& id, const std::string& client,
+                                  const std::string& message) {
+  ended_[id] = Ended{client, message};
   ended_order_.push_back(id);
   while (ended_order_.size() > options_.max_remembered) {
     ended_.erase(ended_order_.front());

@@ -159,11 +159,11 @@ class SessionStore {
   // and the state is released after the last of them. NOT_FOUND as Find.
   absl::Status Close(const std::string& id, const std::string& client);
 
-  // Looks up a session by content key among the open ones of `kind` (for caches: the same mesh
-  // uploaded twice is stored once). Empty key or no match: nullptr.
+  // Looks up a session by content key among `client`'s open ones of `kind` (for caches: the same
+  // mesh uploaded twice by one client is stored once). Empty key or no match: nullptr.
   std::shared_ptr<Session> FindByKey(const std::string& kind, const std::string& key,
                                      const std::string& client);
-  // Associates `key` with an open session (FindByKey).
+  // Associates `key` with an open session (FindByKey, for the session's client).
   void SetKey(const std::shared_ptr<Session>& session, const std::string& key);
 
   std::vector<SessionDeviceStats> DeviceStats() const;
@@ -186,12 +186,13 @@ class SessionStore {
   };
 
   std::string NewIdLocked();
-  absl::Status NotFoundLocked(const std::string& id) const;
+  absl::Status NotFoundLocked(const std::string& id, const std::string& client) const;
   // Ends the session (already removed from open_) and releases its reservation.
   void EndLocked(const std::shared_ptr<Session>& s, const std::string& reason,
                  const char* metric_reason);
   bool EvictForLocked(DeviceSlot& slot, int64_t bytes, const std::string& kind);
-  void RememberLocked(const std::string& id, const std::string& message);
+  void RememberLocked(const std::string& id, const std::string& client,
+                      const std::string& message);
   void PublishLocked(const std::string& device, const std::string& kind);
   void OnDeviceHealth(const std::string& device, bool healthy, const std::string& reason);
   void SweepLoop();
@@ -204,9 +205,15 @@ class SessionStore {
   std::condition_variable sweep_cv_;
   std::vector<DeviceSlot> devices_;
   std::unordered_map<std::string, Entry> open_;
-  std::map<std::pair<std::string, std::string>, std::string> by_key_;  // (kind, key) -> id
+  // (kind, OwnedKey(client, key)) -> id
+  std::map<std::pair<std::string, std::string>, std::string> by_key_;
+  static std::string OwnedKey(const std::string& client, const std::string& key);
   std::unordered_map<std::string, int> per_client_;
-  std::unordered_map<std::string, std::string> ended_;  // id -> NOT_FOUND message
+  struct Ended {
+    std::string client;
+    std::string message;  // the NOT_FOUND message its client gets
+  };
+  std::unordered_map<std::string, Ended> ended_;  // id -> why it ended
   std::deque<std::string> ended_order_;
   std::random_device random_;
   bool stop_ = false;

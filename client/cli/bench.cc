@@ -221,8 +221,16 @@ double Percentile(const std::vector<double>& sorted, double p) {
 }  // namespace
 
 absl::Status ValidateBenchOptions(const BenchOptions& o) {
-  if (o.op != "upfirdn" && o.op != "resample_poly" && o.op != "stream" && o.op != "fuse") {
-    return absl::InvalidArgumentError("--op must be upfirdn, resample_poly, stream or fuse");
+  if (o.op != "upfirdn" && o.op != "resample_poly" && o.op != "stream" && o.op != "fuse" &&
+      o.op != "mix") {
+    return absl::InvalidArgumentError("--op must be upfirdn, resample_poly, stream, fuse or mix");
+  }
+  if (o.server_pid < 0) return absl::InvalidArgumentError("--server-pid must be >= 1");
+  if (o.server_pid > 0 && o.op != "mix") {
+    return absl::InvalidArgumentError("--server-pid applies to --op mix only");
+  }
+  if (o.op == "mix" && o.count > 0) {
+    return absl::InvalidArgumentError("--op mix runs for --duration, not --count");
   }
   if (o.concurrency < 1) return absl::InvalidArgumentError("--concurrency must be >= 1");
   if (o.count < 0) return absl::InvalidArgumentError("--count must be >= 1");
@@ -263,6 +271,7 @@ int RunBench(const GlobalOptions& global, const BenchOptions& o, std::ostream& o
     f.json = o.json;
     return RunFuseBench(global, f, out, err);
   }
+  if (o.op == "mix") return RunMixBench(global, o, out, err);
   absl::StatusOr<std::unique_ptr<Client>> client = ConnectClient(global);
   if (!client.ok()) return ReportError(err, kExitRpc, client.status(), global.server);
   const BenchRequest request(o);

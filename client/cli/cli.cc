@@ -17,7 +17,6 @@
 namespace fresnel::cli {
 namespace {
 
-const std::vector<std::string> kWindows = {"hamming", "hann", "blackman", "kaiser", "boxcar"};
 const std::vector<std::string> kPadTypes = {
     "constant", "symmetric", "reflect", "edge",   "wrap",    "smooth",  "antisymmetric",
     "antireflect", "line",   "mean",    "median", "maximum", "minimum"};
@@ -66,7 +65,20 @@ int Main(int argc, const char* const* argv, std::ostream& out, std::ostream& err
                  "Deadline of each call in seconds (a whole stream is one call; 0 = none)")
       ->check(AtLeast(0))
       ->capture_default_str();
-
+  app.add_flag("--tls", global.tls, "Connect with TLS, verifying the server against the system's roots")
+      ->envname("FRESNEL_CLIENT_TLS");
+  app.add_option("--tls-ca", global.tls_ca, "PEM CA bundle that signed the server's certificate (implies --tls)")
+      ->envname("FRESNEL_CLIENT_TLS_CA");
+  app.add_option("--tls-cert", global.tls_cert, "PEM client certificate, for servers with mutual TLS")
+      ->envname("FRESNEL_CLIENT_TLS_CERT");
+  app.add_option("--tls-key", global.tls_key, "PEM private key of --tls-cert")
+      ->envname("FRESNEL_CLIENT_TLS_KEY");
+  app.add_option("--tls-server-name", global.tls_server_name,
+                 "Name the server's certificate must carry (default: the --server host)")
+      ->envname("FRESNEL_CLIENT_TLS_SERVER_NAME");
+  app.add_option("--token-file", global.token_file,
+                 "File whose first line is the bearer token (servers with --token-file)")
+      ->envname("FRESNEL_CLIENT_TOKEN_FILE");
   // fresnel info
   InfoOptions info;
   CLI::App* info_cmd =
@@ -101,8 +113,10 @@ int Main(int argc, const char* const* argv, std::ostream& out, std::ostream& err
       ->capture_default_str();
   interp_cmd->add_option("--mode", interp.mode,
                          "resample = scipy.signal.resample_poly (same duration), upfirdn = "
-                         "scipy.signal.upfirdn (full filter length)")
-      ->check(CLI::IsMember({"resample", "upfirdn"}))
+                         "scipy.signal.upfirdn (full filter length), fft = scipy.signal.resample "
+                         "(FFT method, ceil(n up / down) samples), decimate = "
+                         "scipy.signal.decimate (FIR, q = --down, --up 1)")
+      ->check(CLI::IsMember({"resample", "upfirdn", "fft", "decimate"}))
       ->capture_default_str();
   CLI::Option* taps_opt = interp_cmd->add_option(
       "--taps", interp.taps_file, "Filter taps from a 1-D .npy file (float32 or float64)");
@@ -111,9 +125,9 @@ int Main(int argc, const char* const* argv, std::ostream& out, std::ostream& err
       "Design the filter on the server: NUMTAPS,CUTOFF (cutoff relative to Nyquist; upfirdn)");
   taps_opt->excludes(design_opt);
   interp_cmd->add_option("--window", interp.window,
-                         "Window of the designed filter (default: kaiser for resample, hamming "
-                         "for --taps-design)")
-      ->check(CLI::IsMember(kWindows));
+                         "Window of the designed filter, scipy.signal.get_window's NAME[,PARAM...]"
+                         " (kaiser,8.0  gaussian,3.5  chebwin,60  tukey,0.3  flattop ...; "
+                         "default: kaiser for resample, hamming for --taps-design)");
   interp_cmd->add_option("--beta", interp.beta, "Kaiser window beta (default 5)")
       ->check(Positive());
   interp_cmd->add_option("--gain", interp.gain, "Gain of a designed upfirdn filter (default: up)")
@@ -123,6 +137,9 @@ int Main(int argc, const char* const* argv, std::ostream& out, std::ostream& err
       ->check(CLI::IsMember(kPadTypes))
       ->capture_default_str();
   interp_cmd->add_option("--cval", interp.cval, "Value beyond the edges for --padtype constant");
+  interp_cmd->add_flag("--scipy-dtypes", interp.scipy_dtypes,
+                       "Return SciPy's dtype (numpy.result_type(taps, x, float32), e.g. float64 "
+                       "for float32 input with float64 taps) instead of the input's precision");
   interp_cmd->add_option("--device", interp.device, "Where the server may run the request")
       ->check(CLI::IsMember({"any", "gpu", "cpu"}))
       ->capture_default_str();
@@ -163,8 +180,10 @@ int Main(int argc, const char* const* argv, std::ostream& out, std::ostream& err
   CLI::App* bench_cmd = app.add_subcommand(
       "bench", "Load generator: concurrent requests, throughput and latency percentiles");
   bench_cmd->add_option("--op", bench.op, "Which RPC to exercise")
-      ->check(CLI::IsMember({"upfirdn", "resample_poly", "stream", "fuse"}))
+      ->check(CLI::IsMember({"upfirdn", "resample_poly", "stream", "fuse", "mix"}))
       ->capture_default_str();
+  bench_cmd->add_option("--server-pid", bench.server_pid,
+                        "mix: the server's pid on this host, to report its resident memory");
   bench_cmd->add_option("--concurrency,-c", bench.concurrency, "Requests in flight at once")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
@@ -313,7 +332,8 @@ int Main(int argc, const char* const* argv, std::ostream& out, std::ostream& err
   // CLI11 reports a mistyped command only as "A subcommand is required"; name it instead.
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "--server" || arg == "--timeout") {
+    if (arg == "--server" || arg == "--timeout" || arg == "--tls-ca" || arg == "--tls-cert" ||
+        arg == "--tls-key" || arg == "--tls-server-name" || arg == "--token-file") {
       ++i;  // skip the value
       continue;
     }

@@ -7,6 +7,8 @@
 #include <chrono>
 #include <climits>
 #include <cmath>
+#include <cstdlib>
+#include <fstream>
 #include <numeric>
 #include <optional>
 
@@ -20,6 +22,7 @@
 #include "absl/strings/strip.h"
 #include "format.h"
 #include "fresnel/client/shm.h"
+#include "fresnel/core/status.h"
 #include "fresnel/interp/interp.h"
 #include "fresnel/core/npy.h"
 #include "fresnel/v1/array_convert.h"
@@ -67,6 +70,21 @@ absl::StatusOr<std::unique_ptr<Client>> ConnectClient(const GlobalOptions& globa
   options.max_message_bytes = INT_MAX;
   options.default_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(std::llround(global.timeout_s * 1e3)));
+  options.tls = global.tls;
+  options.tls_ca_file = global.tls_ca;
+  options.tls_cert_file = global.tls_cert;
+  options.tls_key_file = global.tls_key;
+  options.tls_server_name = global.tls_server_name;
+  if (const char* token = std::getenv("FRESNEL_TOKEN")) options.token = token;
+  if (!global.token_file.empty()) {
+    std::ifstream in(global.token_file);
+    std::string line;
+    if (!in || !std::getline(in, line)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--token-file: cannot read a token from '", global.token_file, "'"));
+    }
+    options.token = std::string(absl::StripAsciiWhitespace(line));
+  }
   return Client::Connect(options);
 }
 
@@ -286,8 +304,28 @@ constexpr int64_t kMessageOverheadBytes = 64 << 10;  // headers, taps, framing
 absl::Status ValidateInterpOptions(InterpOptions* o) {
   if (o->up < 1) return absl::InvalidArgumentError("--up must be >= 1");
   if (o->down < 1) return absl::InvalidArgumentError("--down must be >= 1");
-  if (o->mode != "resample" && o->mode != "upfirdn") {
-    return absl::InvalidArgumentError("--mode must be resample or upfirdn");
+  if (o->mode != "resample" && o->mode != "upfirdn" && o->mode != "fft" &&
+      o->mode != "decimate") {
+    return absl::InvalidArgumentError("--mode must be resample, upfirdn, fft or decimate");
+  }
+  if (o->mode == "fft" || o->mode == "decimate") {
+    // Neither takes a filter, an extension mode or a stream.
+    if (!o->taps_file.empty() || !o->taps_design.empty() || !o->window.empty() || o->beta != 0 ||
+        o->gain != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--mode ", o->mode, " designs no filter from flags (no --taps, --taps-design, --window, "
+          "--beta, --gain)"));
+    }
+    if (o->padtype != "constant" || o->cval != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--mode ", o->mode, " takes no --padtype or --cval"));
+    }
+    if (o->chunk != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("--mode ", o->mode, " cannot --chunk"));
+    }
+    if (o->mode == "decimate" && (o->up != 1 || o->down < 2)) {
+      return absl::InvalidArgumentError("--mode decimate needs --up 1 and --down q >= 2");
+    }
   }
   const std::optional<v1::PadMode> pad = PadModeFromName(o->padtype);
   if (!pad) return absl::InvalidArgumentError(absl::StrCat("--padtype ", o->padtype, " is unknown"));
@@ -320,14 +358,30 @@ absl::Status ValidateInterpOptions(InterpOptions* o) {
     o->design_numtaps = numtaps;
     o->design_cutoff = cutoff;
   }
+  if (!o->window.empty()) {
+    std::vector<std::string> parts = absl::StrSplit(o->window, ',');
+    o->window_name = std::string(absl::StripAsciiWhitespace(parts[0]));
+    o->window_params.clear();
+    for (size_t i = 1; i < parts.size(); ++i) {
+      double v = 0;
+      if (!absl::SimpleAtod(absl::StripAsciiWhitespace(parts[i]), &v)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--window '", o->window, "': parameter '", parts[i], "' is not a number"));
+      }
+      o->window_params.push_back(v);
+    }
+    FRESNEL_RETURN_IF_ERROR(
+        interp::WindowFromName(o->window_name, o->window_params, "--window").status());
+  }
   if (o->beta < 0) return absl::InvalidArgumentError("--beta must be positive");
   if (o->beta != 0 && !o->taps_file.empty()) {
     return absl::InvalidArgumentError("--beta applies to designed filters, not to --taps");
   }
-  if (o->beta != 0 && !o->window.empty() && o->window != "kaiser") {
+  if (o->beta != 0 && !o->window.empty() && (o->window_name != "kaiser" ||
+                                               !o->window_params.empty())) {
     return absl::InvalidArgumentError("--beta applies to --window kaiser only");
   }
-  if (o->beta != 0) o->window = "kaiser";
+  if (o->beta != 0) o->window = o->window_name = "kaiser";
   if (o->gain != 0 && o->mode != "upfirdn") {
     return absl::InvalidArgumentError("--gain applies to designed upfirdn filters only");
   }
@@ -472,6 +526,7 @@ int RunInterp(const GlobalOptions& global, InterpOptions o, std::ostream& out,
     upfirdn.set_mode(pad);
     upfirdn.set_cval(o.cval);
     upfirdn.mutable_device()->set_kind(DeviceKindFromFlag(o.device));
+    if (o.scipy_dtypes) upfirdn.set_dtype_rule(v1::DTYPE_SCIPY);
     if (taps) {
       ToProto(*taps, upfirdn.mutable_taps());
     } else {
@@ -482,18 +537,29 @@ int RunInterp(const GlobalOptions& global, InterpOptions o, std::ostream& out,
       d->set_cutoff(o.design_numtaps > 0 ? o.design_cutoff
                                          : 1.0 / std::max(o.up / g, o.down / g));
       d->set_window(o.window.empty() && o.design_numtaps == 0 ? v1::KAISER
-                                                              : WindowFromName(o.window));
+                                                              : WindowFromName(o.window_name));
+      if (!o.window_name.empty() &&
+          (WindowFromName(o.window_name) == v1::WINDOW_UNSPECIFIED || !o.window_params.empty())) {
+        d->set_window_name(o.window_name);  // a get_window name beyond the enum, or parameters
+        for (double p : o.window_params) d->add_window_params(p);
+      }
       d->set_kaiser_beta(o.beta);
       d->set_gain(o.gain != 0 ? o.gain : o.up);
     }
-  } else {
+  } else if (o.mode == "resample") {
     resample.set_up(o.up);
     resample.set_down(o.down);
-    resample.set_window(WindowFromName(o.window));
+    resample.set_window(WindowFromName(o.window_name));
+    if (!o.window_name.empty() &&
+        (WindowFromName(o.window_name) == v1::WINDOW_UNSPECIFIED || !o.window_params.empty())) {
+      resample.set_window_name(o.window_name);  // a get_window name beyond the enum, or parameters
+      for (double p : o.window_params) resample.add_window_params(p);
+    }
     resample.set_kaiser_beta(o.beta);
     resample.set_padtype(pad);
     resample.set_cval(o.cval);
     resample.mutable_device()->set_kind(DeviceKindFromFlag(o.device));
+    if (o.scipy_dtypes) resample.set_dtype_rule(v1::DTYPE_SCIPY);
     if (taps) ToProto(*taps, resample.mutable_taps());
   }
 
@@ -518,12 +584,13 @@ int RunInterp(const GlobalOptions& global, InterpOptions o, std::ostream& out,
   const int64_t response_bytes = channels * OutputLength(o, n, numtaps) * item;
   int64_t chunk = o.chunk;
   if (chunk == 0 && !o.shm && std::max(request_bytes, response_bytes) + kMessageOverheadBytes > cap) {
-    if (pad != v1::PAD_CONSTANT) {
+    if (pad != v1::PAD_CONSTANT || o.mode == "fft" || o.mode == "decimate") {
       return ReportUsageError(
           err,
           absl::StrCat("the request (", FormatBytes(std::max(request_bytes, response_bytes)),
                        ") exceeds the server's message cap of ", FormatBytes(cap),
-                       ", and only --padtype constant can be streamed"),
+                       ", and only --padtype constant can be streamed (with --mode resample "
+                       "or upfirdn)"),
           "interp");
     }
     chunk = StreamChunkSamples(cap, channels, x.dtype(), o.up, o.down);
@@ -580,6 +647,18 @@ int RunInterp(const GlobalOptions& global, InterpOptions o, std::ostream& out,
     if (o.mode == "upfirdn") {
       ToProto(x, upfirdn.mutable_x());
       r = (*client)->Upfirdn(upfirdn);
+    } else if (o.mode == "fft") {
+      v1::ResampleRequest fft;
+      fft.set_num(OutputLength(o, n, numtaps));
+      fft.mutable_device()->set_kind(DeviceKindFromFlag(o.device));
+      ToProto(x, fft.mutable_x());
+      r = (*client)->Resample(fft);
+    } else if (o.mode == "decimate") {
+      v1::DecimateRequest dec;
+      dec.set_q(o.down);
+      dec.mutable_device()->set_kind(DeviceKindFromFlag(o.device));
+      ToProto(x, dec.mutable_x());
+      r = (*client)->Decimate(dec);
     } else {
       ToProto(x, resample.mutable_x());
       r = (*client)->ResamplePoly(resample);
@@ -605,7 +684,10 @@ int RunInterp(const GlobalOptions& global, InterpOptions o, std::ostream& out,
   }
 
   const int64_t m = y.ndim() >= 1 ? y.dim(y.ndim() - 1) : 0;
-  const std::string op = o.mode == "upfirdn" ? "upfirdn" : "resample_poly";
+  const std::string op = o.mode == "upfirdn"    ? "upfirdn"
+                         : o.mode == "fft"      ? "resample"
+                         : o.mode == "decimate" ? "decimate"
+                                                : "resample_poly";
   if (o.json) {
     JsonObject json;
     json.Add("input", o.input)

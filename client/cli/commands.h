@@ -38,6 +38,12 @@ int ReportUsageError(std::ostream& err, const std::string& message, const std::s
 struct GlobalOptions {
   std::string server = "localhost:50051";
   double timeout_s = 60;  // per call (a whole stream counts as one call); 0 = none
+  // Security (docs/security.md): TLS files (PEM), the name the server's certificate must carry,
+  // and the bearer token: the first line of token_file, else $FRESNEL_TOKEN (never a flag: a
+  // command line is visible to every user of the machine).
+  bool tls = false;
+  std::string tls_ca, tls_cert, tls_key, tls_server_name;
+  std::string token_file;
 };
 
 absl::StatusOr<std::unique_ptr<Client>> ConnectClient(const GlobalOptions& global);
@@ -80,6 +86,7 @@ struct InterpOptions {
   std::string device = "any";  // any | gpu | cpu
   int64_t chunk = 0;           // > 0: ResampleStream with this many samples per chunk
   bool shm = false;            // x and y through a shared-memory region (same host only)
+  bool scipy_dtypes = false;   // the result dtype SciPy gives (DTYPE_SCIPY), not x's precision
   int raw_channels = 1;
   double rate_hz = 48000;  // input sample rate when the file has none (.npy, raw)
   std::string png;
@@ -88,6 +95,9 @@ struct InterpOptions {
   int plot_height = 500;
   bool json = false;
 
+  // Filled in by ValidateInterpOptions from window: the name and get_window's parameters.
+  std::string window_name;
+  std::vector<double> window_params;
   // Filled in by ValidateInterpOptions from taps_design.
   int design_numtaps = 0;
   double design_cutoff = 0;
@@ -116,6 +126,8 @@ struct BenchOptions {
   double fps = 90;
   std::string frame_size = "848x480";
   int64_t budget_mib = 0;
+  // mix op (bench_mix.cc): the server's pid on this host, for its resident memory (0 = not read).
+  int server_pid = 0;
 };
 
 absl::Status ValidateBenchOptions(const BenchOptions& options);
@@ -160,6 +172,9 @@ int RunInfo(const GlobalOptions& global, const InfoOptions& options, std::ostrea
             std::ostream& err);
 int RunInterp(const GlobalOptions& global, InterpOptions options, std::ostream& out,
               std::ostream& err);
+// `bench --op mix` (bench_mix.cc).
+int RunMixBench(const GlobalOptions& global, const BenchOptions& options, std::ostream& out,
+                std::ostream& err);
 int RunBench(const GlobalOptions& global, const BenchOptions& options, std::ostream& out,
              std::ostream& err);
 int RunUnwrap(const GlobalOptions& global, UnwrapOptions options, std::ostream& out,

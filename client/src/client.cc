@@ -40,6 +40,7 @@ struct Client::Impl {
   // Chunked transfers (shm_client.cc): one channel, so one TCP connection, per parallel stream.
   std::string target;
   grpc::ChannelArguments args;
+  std::shared_ptr<grpc::ChannelCredentials> credentials;  // the main channel's (TLS, tokens)
   std::mutex transfer_mu;
   std::vector<std::shared_ptr<grpc::Channel>> transfer_channels;
 };
@@ -178,23 +179,26 @@ absl::StatusOr<std::string> ChannelTarget(const std::string& address) {
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
   FRESNEL_ASSIGN_OR_RETURN(const std::string target, ChannelTarget(options.address));
+  FRESNEL_ASSIGN_OR_RETURN(const std::shared_ptr<grpc::ChannelCredentials> credentials,
+                           ChannelCredentialsFor(options));
   grpc::ChannelArguments args;
+  AddSecurityChannelArgs(options, &args);
   args.SetMaxSendMessageSize(ChannelMessageCap(options.max_message_bytes));
   args.SetMaxReceiveMessageSize(ChannelMessageCap(options.max_message_bytes));
   auto impl = std::make_unique<Impl>();
   impl->target = target;
   impl->args = args;
+  impl->credentials = credentials;
   if (ManyServers(target)) {
     grpc::ChannelArguments spread = args;
     // round_robin over the servers whose grpc.health.v1 answers SERVING (client-side health
     // checking): a draining server leaves the rotation before it stops.
     spread.SetServiceConfigJSON(R"({"loadBalancingConfig": [{"round_robin": {}}],
                                      "healthCheckConfig": {"serviceName": ""}})");
-    impl->channel = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), spread);
-    impl->job_channel =
-        grpc::CreateCustomChannel(Shuffled(target), grpc::InsecureChannelCredentials(), args);
+    impl->channel = grpc::CreateCustomChannel(target, credentials, spread);
+    impl->job_channel = grpc::CreateCustomChannel(Shuffled(target), credentials, args);
   } else {
-    impl->channel = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+    impl->channel = grpc::CreateCustomChannel(target, credentials, args);
     impl->job_channel = impl->channel;
   }
   if (options.connect_timeout_s > 0) {
@@ -244,6 +248,22 @@ absl::StatusOr<v1::InterpolationResponse> Client::ResamplePoly(
   return Unary<v1::ResamplePolyRequest, v1::InterpolationResponse>(
       options_, call, request, [this](grpc::ClientContext* c, const auto& req, auto* resp) {
         return impl_->interpolation->ResamplePoly(c, req, resp);
+      });
+}
+
+absl::StatusOr<v1::InterpolationResponse> Client::Resample(const v1::ResampleRequest& request,
+                                                           const CallOptions& call) {
+  return Unary<v1::ResampleRequest, v1::InterpolationResponse>(
+      options_, call, request, [this](grpc::ClientContext* c, const auto& req, auto* resp) {
+        return impl_->interpolation->Resample(c, req, resp);
+      });
+}
+
+absl::StatusOr<v1::InterpolationResponse> Client::Decimate(const v1::DecimateRequest& request,
+                                                           const CallOptions& call) {
+  return Unary<v1::DecimateRequest, v1::InterpolationResponse>(
+      options_, call, request, [this](grpc::ClientContext* c, const auto& req, auto* resp) {
+        return impl_->interpolation->Decimate(c, req, resp);
       });
 }
 
@@ -468,7 +488,7 @@ std::shared_ptr<grpc::Channel> Client::TransferChannel(int index) {
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
     args.SetInt("fresnel.transfer_channel", static_cast<int>(impl_->transfer_channels.size()) + 1);
     impl_->transfer_channels.push_back(
-        grpc::CreateCustomChannel(impl_->target, grpc::InsecureChannelCredentials(), args));
+        grpc::CreateCustomChannel(impl_->target, impl_->credentials, args));
   }
   return impl_->transfer_channels[index - 1];
 }

@@ -231,6 +231,9 @@ absl::Status Client::RenderStream(
       first = false;
       if (!stream->Write(frame)) return;  // the call is over; Finish() says why
     }
+    v1::HologramFrameRequest end;
+    end.set_end(true);  // the server then knows the stream was not cut short
+    if (!stream->Write(end)) return;
     stream->WritesDone();
   });
 

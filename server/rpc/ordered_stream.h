@@ -67,7 +67,17 @@ class OrderedStream : public grpc::ServerBidiReactor<Request, Response> {
         ++outstanding_;
       }
     }
-    if (seq >= 0) OnRequest(seq, &request_);
+    if (seq >= 0) {
+      // An exception (out of memory) ends the stream with a status; the request is answered.
+      absl::Status st = Guarded("reading the request", [&] {
+        OnRequest(seq, &request_);
+        return absl::OkStatus();
+      });
+      if (!st.ok()) {
+        End(st);
+        Skip(seq);
+      }
+    }
     bool read;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -133,8 +143,14 @@ class OrderedStream : public grpc::ServerBidiReactor<Request, Response> {
 
   // Request `seq`, on a gRPC thread; `request` may be moved from.
   virtual void OnRequest(int64_t seq, Request* request) = 0;
-  // The client half-closed (and the stream was not ending already). Default: End(OK).
-  virtual void OnHalfClose() { End(absl::OkStatus()); }
+  // The client half-closed (and the stream was not ending already). gRPC reports a message it
+  // could not parse the same way, so a session stream that ends without its closing request is
+  // not taken as finished: default End(INVALID_ARGUMENT) once every request read is answered.
+  virtual void OnHalfClose() {
+    End(absl::InvalidArgumentError(
+        "close: the stream ended without a close request: it was cut short or a message could "
+        "not be parsed (every request read before was answered)"));
+  }
   // The stream is finished and no answer is outstanding; the object is deleted next.
   virtual void OnStreamDone() {}
 
@@ -159,6 +175,8 @@ class OrderedStream : public grpc::ServerBidiReactor<Request, Response> {
   void Put(int64_t seq, Reply reply, bool skip) {
     {
       std::lock_guard<std::mutex> lock(mu_);
+      // A second answer (after an exception in OnRequest was answered by Skip) is dropped.
+      if (seq < next_write_ || ready_.count(seq) > 0) return;
       --outstanding_;
       if (!aborted_) ready_.emplace(seq, Slot{std::move(reply), skip});
     }

@@ -29,7 +29,7 @@ class UploadReader : public grpc::ServerReadReactor<Req> {
         FinishWith(absl::CancelledError("the client cancelled the upload"));
         return;
       }
-      absl::Status st = Complete();
+      absl::Status st = Guarded("completing the upload", [&] { return Complete(); });
       if (!st.ok()) FinishWith(st);  // on OK, `this` may already be gone
       return;
     }
@@ -42,7 +42,7 @@ class UploadReader : public grpc::ServerReadReactor<Req> {
                      : ReserveIn(budget_, bytes, "this upload", &held_);
       reserved_ = reserved_ || st.ok();
     }
-    if (st.ok()) st = Take(request_);
+    if (st.ok()) st = Guarded("taking the upload's message", [&] { return Take(request_); });
     if (!st.ok()) {
       FinishWith(st);
       return;

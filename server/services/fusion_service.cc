@@ -56,10 +56,20 @@ bool SameVolume(const fusion::FusionConfig& a, const fusion::FusionConfig& b) {
 
 class SessionCall : public OrderedStream<v1::FusionRequest, v1::FusionResponse> {
  public:
-  SessionCall(ServiceContext* ctx, const FusionServiceLimits& limits)
+  SessionCall(ServiceContext* ctx, const FusionServiceLimits& limits, std::string client)
       : OrderedStream(ctx->metrics, kService, "Session", limits.max_pending),
         ctx_(ctx),
+        client_(std::move(client)),
         limits_(limits) {
+    absl::Status open = absl::OkStatus();
+    if (ctx->drain != nullptr) {
+      open = ctx->drain->Register("fusion session", [this](const absl::Status& st) { End(st); },
+                                  &ticket_);
+    }
+    if (!open.ok()) {
+      End(open);  // nothing read: finishes at once
+      return;
+    }
     StartReading();
   }
 
@@ -94,6 +104,7 @@ class SessionCall : public OrderedStream<v1::FusionRequest, v1::FusionResponse> 
   }
 
   void OnStreamDone() override {
+    ticket_.Close();
     // Jobs already queued still run; the volume is freed after the last of them.
     if (session_) ctx_->sessions->Close(session_->id(), session_->client()).IgnoreError();
   }
@@ -204,6 +215,7 @@ class SessionCall : public OrderedStream<v1::FusionRequest, v1::FusionResponse> 
                    std::shared_ptr<std::string> snapshot) {
     SessionSpec spec;
     spec.kind = "fusion";
+    spec.client = client_;
     spec.preference = preference;
     spec.device_bytes = fusion::DeviceBytes(config);
     spec.max_pending = limits_.max_pending;
@@ -252,6 +264,7 @@ class SessionCall : public OrderedStream<v1::FusionRequest, v1::FusionResponse> 
       FusionConfigToProto(st->volume->config(), o->mutable_config());
       Answer(seq, std::move(r));
     };
+    job->continues_call = true;  // the session was open when a drain began: it may go on
     absl::Status submitted = session_->Submit(job);
     if (!submitted.ok()) FailOpen(seq, submitted);
   }
@@ -288,6 +301,7 @@ class SessionCall : public OrderedStream<v1::FusionRequest, v1::FusionResponse> 
         respond(report);
       }
     };
+    job->continues_call = true;  // the session was open when a drain began: it may go on
     absl::Status submitted = session_->Submit(job);
     if (submitted.ok()) return true;
     if (absl::IsResourceExhausted(submitted)) {
@@ -552,6 +566,7 @@ class SessionCall : public OrderedStream<v1::FusionRequest, v1::FusionResponse> 
   }
 
   ServiceContext* const ctx_;
+  const std::string client_;  // ClientOf the call: the session's owner
   const FusionServiceLimits limits_;
   // Set by the first message (gRPC thread), read by later ones and by job completions.
   std::shared_ptr<Session> session_;
@@ -565,13 +580,14 @@ class SessionCall : public OrderedStream<v1::FusionRequest, v1::FusionResponse> 
   std::optional<std::string> restore_;
   fusion::FusionConfig restore_config_;
   DevicePreference restore_preference_ = DevicePreference::kAny;
+  DrainGate::Ticket ticket_;  // while open: SIGTERM's drain may end it (server/drain.h)
 };
 
 }  // namespace
 
 grpc::ServerBidiReactor<v1::FusionRequest, v1::FusionResponse>* FusionService::Session(
-    grpc::CallbackServerContext*) {
-  return new SessionCall(ctx_, limits_);
+    grpc::CallbackServerContext* context) {
+  return new SessionCall(ctx_, limits_, ClientOf(context));
 }
 
 }  // namespace fresnel::server

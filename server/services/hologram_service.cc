@@ -256,6 +256,10 @@ class StreamCall
         record_(ctx->metrics, kService, "Stream"),
         depth_(PipelineDepth(*ctx->pool)) {
     absl::Status slot = ReserveIn(ctx->streams, 1, "a hologram Stream", &stream_slot_);
+    if (slot.ok() && ctx->drain != nullptr) {
+      slot = ctx->drain->Register("hologram Stream", [this](const absl::Status& st) { Fail(st); },
+                                  &ticket_);
+    }
     if (!slot.ok()) {
       FinishWith(slot);
       return;
@@ -264,27 +268,50 @@ class StreamCall
   }
 
   void OnReadDone(bool ok) override {
+    absl::Status st = Guarded("reading the stream's frame", [&] {
+      HandleRead(ok);
+      return absl::OkStatus();
+    });
+    if (!st.ok()) Fail(st);
+  }
+
+  void HandleRead(bool ok) {
     if (!ok) {  // the client half-closed: finish once every frame it sent is answered
-      bool answered = false;
-      if (partial_.has_value()) {  // it stopped inside a frame sent in parts
-        const int64_t index = next_frame_++;
-        partial_.reset();
-        std::lock_guard<std::mutex> lock(mu_);
-        ++in_flight_;
-        ready_.emplace(index, FrameError(index, absl::InvalidArgumentError(
-                                                    "points_continue: the stream ended before "
-                                                    "the frame's last part")));
-        answered = true;
-      }
+      const bool answered = AnswerUnfinishedFrame();
       {
         std::lock_guard<std::mutex> lock(mu_);
         reads_done_ = true;
+        if (!saw_end_) {
+          end_status_ = absl::InvalidArgumentError(absl::StrCat(
+              "end: the stream closed without a message that sets end, after ", next_frame_,
+              " frame(s): it was cut short or a message could not be parsed; the frames "
+              "before were answered"));
+        }
       }
       if (answered) TryWrite();
       MaybeFinish();
       return;
     }
     record_.Payload("in", static_cast<double>(request_.ByteSizeLong()));
+    if (saw_end_) {
+      Fail(absl::InvalidArgumentError("end: a message came after the one that set end"));
+      return;
+    }
+    saw_end_ = request_.end();
+    if (saw_end_ && !request_.points_continue() &&
+        request_.source_case() == v1::HologramFrameRequest::SOURCE_NOT_SET &&
+        !request_.has_config()) {
+      // Only ends the stream: a frame still in parts is answered as cut short, then the
+      // half-close is awaited.
+      if (AnswerUnfinishedFrame()) TryWrite();
+      StartRead(&request_);
+      return;
+    }
+    if (saw_end_ && request_.points_continue()) {
+      Fail(absl::InvalidArgumentError(
+          "end: the last message cannot set points_continue (the frame has no last part)"));
+      return;
+    }
     if (!configured_) {
       absl::Status st = request_.has_config()
                             ? Configure(request_.config())
@@ -325,6 +352,7 @@ class StreamCall
       const int64_t points = static_cast<int64_t>(work->points.size());
       job = MakeRenderJob(work, limits_, "Stream", preference_, DeadlineOf(context_),
                           /*kernel_errors_as_data=*/true);
+      job->continues_call = true;  // a stream open when a drain began may go on
       const Job* raw = job.get();
       job->done = [this, raw, work, points, index, received](const absl::Status& status,
                                                              const JobReport& report) {
@@ -405,7 +433,10 @@ class StreamCall
 
   void OnCancel() override { Fail(absl::CancelledError("the client cancelled the stream")); }
 
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    ticket_.Close();
+    delete this;
+  }
 
  private:
   // A frame's answer, ready to go: the header message and the chunks still to come.
@@ -441,6 +472,7 @@ class StreamCall
     std::optional<v1::HologramFrameOverrides> overrides;
     std::optional<hologram::PointCloud> points;
     absl::Status error;  // a bad part: the frame is answered with it after its last part
+    int64_t columns = -1;  // of the first part's points; every part must match
   };
 
   // Adds request_ as the next part of partial_ (its first part when partial_ is empty).
@@ -464,6 +496,15 @@ class StreamCall
     absl::StatusOr<hologram::PointCloud> part = PointsFromProto(request_.points(), limits_);
     if (!part.ok()) {
       partial_->error = part.status();
+      return;
+    }
+    const int64_t columns = request_.points().shape_size() == 2 ? request_.points().shape(1) : -1;
+    if (partial_->columns < 0) {
+      partial_->columns = columns;
+    } else if (columns != partial_->columns) {
+      partial_->error = absl::InvalidArgumentError(absl::StrCat(
+          "points: every part of a frame has the first part's ", partial_->columns,
+          " columns; this part has ", columns));
       return;
     }
     hologram::PointCloud& all = *partial_->points;
@@ -573,8 +614,24 @@ class StreamCall
       *status = *fatal_;
     } else if (!reads_done_ || in_flight_ > 0) {
       return false;
+    } else {
+      *status = end_status_;
     }
     finishing_ = true;
+    return true;
+  }
+
+  // From OnReadDone: when the client stopped inside a frame sent in parts, that frame is
+  // answered with INVALID_ARGUMENT. Whether there was one.
+  bool AnswerUnfinishedFrame() {
+    if (!partial_.has_value()) return false;
+    const int64_t index = next_frame_++;
+    partial_.reset();
+    std::lock_guard<std::mutex> lock(mu_);
+    ++in_flight_;
+    ready_.emplace(index, FrameError(index, absl::InvalidArgumentError(
+                                                "points_continue: the stream ended before the "
+                                                "frame's last part")));
     return true;
   }
 
@@ -618,6 +675,7 @@ class StreamCall
   grpc::CallbackServerContext* context_;
   RpcRecord record_;
   Budget::Reservation stream_slot_;
+  DrainGate::Ticket ticket_;  // while open: SIGTERM's drain may end it (server/drain.h)
   const int depth_;
   // Reader side (OnReadDone runs one at a time).
   v1::HologramFrameRequest request_;
@@ -641,6 +699,8 @@ class StreamCall
   bool writing_ = false;
   bool read_paused_ = false;
   bool reads_done_ = false;
+  bool saw_end_ = false;          // a message set `end` (reader side only)
+  absl::Status end_status_;       // how a clean finish ends: INVALID_ARGUMENT without `end`
   bool finishing_ = false;
   std::optional<absl::Status> fatal_;
   JobSlot jobs_;  // the jobs in flight, for OnCancel

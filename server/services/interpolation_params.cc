@@ -1,5 +1,7 @@
 #include "server/services/interpolation_params.h"
 
+#include <complex>
+
 #include "absl/strings/str_cat.h"
 #include "fresnel/core/status.h"
 #include "fresnel/v1/array_convert.h"
@@ -50,22 +52,53 @@ absl::StatusOr<interp::WindowSpec> WindowFromProto(v1::Window window, double kai
   return spec;
 }
 
-absl::StatusOr<std::vector<double>> TapsFromProto(const v1::NdArray& taps, absl::string_view field) {
+absl::StatusOr<ProtoTaps> TapsFromProto(const v1::NdArray& taps, absl::string_view field) {
   FRESNEL_ASSIGN_OR_RETURN(HostArray a, FromProto(taps, field));
   if (a.ndim() != 1) {
     return absl::InvalidArgumentError(
         absl::StrCat(field, ".shape must be 1-D, got ", ShapeString(a.shape())));
   }
-  std::vector<double> out(static_cast<size_t>(a.size()));
-  if (a.dtype() == DType::kFloat32) {
-    for (int64_t i = 0; i < a.size(); ++i) out[i] = a.data<float>()[i];
-  } else if (a.dtype() == DType::kFloat64) {
-    for (int64_t i = 0; i < a.size(); ++i) out[i] = a.data<double>()[i];
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat(field, ".dtype must be float32 or float64, got ",
-                                                   DTypeName(a.dtype())));
+  ProtoTaps out;
+  out.dtype = a.dtype();
+  const size_t n = static_cast<size_t>(a.size());
+  out.real.resize(n);
+  switch (a.dtype()) {
+    case DType::kFloat32:
+      for (size_t i = 0; i < n; ++i) out.real[i] = a.data<float>()[i];
+      break;
+    case DType::kFloat64:
+      for (size_t i = 0; i < n; ++i) out.real[i] = a.data<double>()[i];
+      break;
+    case DType::kComplex64:
+      out.imag.resize(n);
+      for (size_t i = 0; i < n; ++i) {
+        out.real[i] = a.data<std::complex<float>>()[i].real();
+        out.imag[i] = a.data<std::complex<float>>()[i].imag();
+      }
+      break;
+    case DType::kComplex128:
+      out.imag.resize(n);
+      for (size_t i = 0; i < n; ++i) {
+        out.real[i] = a.data<std::complex<double>>()[i].real();
+        out.imag[i] = a.data<std::complex<double>>()[i].imag();
+      }
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".dtype must be float32, float64, complex64 or complex128, got ",
+                       DTypeName(a.dtype())));
   }
   return out;
+}
+
+absl::StatusOr<interp::DTypeRule> DTypeRuleFromProto(v1::DTypeRule rule) {
+  switch (rule) {
+    case v1::DTYPE_KEEP_PRECISION: return interp::DTypeRule::kKeepPrecision;
+    case v1::DTYPE_SCIPY: return interp::DTypeRule::kSciPy;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("dtype_rule: unknown rule ", static_cast<int>(rule)));
+  }
 }
 
 absl::StatusOr<std::vector<double>> TapsFromDesign(const v1::FirwinDesign& design,
@@ -74,9 +107,17 @@ absl::StatusOr<std::vector<double>> TapsFromDesign(const v1::FirwinDesign& desig
     return absl::InvalidArgumentError(absl::StrCat("design.numtaps must be in [1, ",
                                                    limits.max_taps, "], got ", design.numtaps()));
   }
-  FRESNEL_ASSIGN_OR_RETURN(interp::WindowSpec window,
-                           WindowFromProto(design.window(), design.kaiser_beta(),
-                                           interp::Window::kHamming, "design.window"));
+  interp::WindowSpec window;
+  if (!design.window_name().empty()) {
+    FRESNEL_ASSIGN_OR_RETURN(
+        window, interp::WindowFromName(design.window_name(),
+                                       {design.window_params().begin(),
+                                        design.window_params().end()},
+                                       "design.window_name"));
+  } else {
+    FRESNEL_ASSIGN_OR_RETURN(window, WindowFromProto(design.window(), design.kaiser_beta(),
+                                                     interp::Window::kHamming, "design.window"));
+  }
   FRESNEL_ASSIGN_OR_RETURN(std::vector<double> taps,
                            interp::Firwin(design.numtaps(), design.cutoff(), window));
   double gain = design.gain() == 0 ? 1.0 : design.gain();
@@ -89,7 +130,10 @@ absl::StatusOr<UpfirdnCall> ParseUpfirdn(const v1::UpfirdnRequest& request,
   UpfirdnCall call;
   switch (request.filter_case()) {
     case v1::UpfirdnRequest::kTaps: {
-      FRESNEL_ASSIGN_OR_RETURN(call.taps, TapsFromProto(request.taps(), "taps"));
+      FRESNEL_ASSIGN_OR_RETURN(ProtoTaps taps, TapsFromProto(request.taps(), "taps"));
+      call.taps = std::move(taps.real);
+      call.options.taps_imag = std::move(taps.imag);
+      call.options.taps_dtype = taps.dtype;
       break;
     }
     case v1::UpfirdnRequest::kDesign: {
@@ -103,6 +147,8 @@ absl::StatusOr<UpfirdnCall> ParseUpfirdn(const v1::UpfirdnRequest& request,
   call.options.down = request.down() == 0 ? 1 : request.down();
   FRESNEL_ASSIGN_OR_RETURN(call.options.mode, PadModeFromProto(request.mode(), "mode"));
   call.options.cval = request.cval();
+  FRESNEL_ASSIGN_OR_RETURN(call.options.dtype_rule, DTypeRuleFromProto(request.dtype_rule()));
+  call.options.axis = request.has_axis() ? request.axis() : -1;
   return call;
 }
 
@@ -112,12 +158,25 @@ absl::StatusOr<interp::ResamplePolyOptions> ParseResamplePoly(
   o.up = request.up();
   o.down = request.down();
   if (request.has_taps() && request.taps().shape_size() > 0) {
-    FRESNEL_ASSIGN_OR_RETURN(o.taps, TapsFromProto(request.taps(), "taps"));
+    FRESNEL_ASSIGN_OR_RETURN(ProtoTaps taps, TapsFromProto(request.taps(), "taps"));
+    o.taps = std::move(taps.real);
+    o.taps_imag = std::move(taps.imag);
+    o.taps_dtype = taps.dtype;
   }
-  FRESNEL_ASSIGN_OR_RETURN(o.window, WindowFromProto(request.window(), request.kaiser_beta(),
-                                                     interp::Window::kKaiser, "window"));
+  if (!request.window_name().empty()) {
+    FRESNEL_ASSIGN_OR_RETURN(
+        o.window, interp::WindowFromName(request.window_name(),
+                                         {request.window_params().begin(),
+                                          request.window_params().end()},
+                                         "window_name"));
+  } else {
+    FRESNEL_ASSIGN_OR_RETURN(o.window, WindowFromProto(request.window(), request.kaiser_beta(),
+                                                       interp::Window::kKaiser, "window"));
+  }
   FRESNEL_ASSIGN_OR_RETURN(o.padtype, PadModeFromProto(request.padtype(), "padtype"));
   o.cval = request.cval();
+  FRESNEL_ASSIGN_OR_RETURN(o.dtype_rule, DTypeRuleFromProto(request.dtype_rule()));
+  o.axis = request.has_axis() ? request.axis() : -1;
   return o;
 }
 

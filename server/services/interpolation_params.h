@@ -14,8 +14,14 @@ absl::StatusOr<interp::PadMode> PadModeFromProto(v1::PadMode mode, absl::string_
 absl::StatusOr<interp::WindowSpec> WindowFromProto(v1::Window window, double kaiser_beta,
                                                    interp::Window unspecified,
                                                    absl::string_view field);
-// A 1-D float32/float64 NdArray as double taps.
-absl::StatusOr<std::vector<double>> TapsFromProto(const v1::NdArray& taps, absl::string_view field);
+// A 1-D float32/float64/complex64/complex128 NdArray as double taps.
+struct ProtoTaps {
+  std::vector<double> real;
+  std::vector<double> imag;  // empty for real dtypes
+  DType dtype = DType::kFloat64;
+};
+absl::StatusOr<ProtoTaps> TapsFromProto(const v1::NdArray& taps, absl::string_view field);
+absl::StatusOr<interp::DTypeRule> DTypeRuleFromProto(v1::DTypeRule rule);
 // gain * firwin(numtaps, cutoff, window).
 absl::StatusOr<std::vector<double>> TapsFromDesign(const v1::FirwinDesign& design,
                                                    const interp::Limits& limits);

@@ -19,8 +19,6 @@ namespace {
 constexpr char kService[] = "fresnel.v1.InterpolationService";
 using v1::kEnvelopeBytes;
 
-int64_t Channels(const HostArray& x) { return x.ndim() == 2 ? x.dim(0) : 1; }
-
 absl::Status CheckResponseFits(int64_t channels, int64_t samples, DType dtype,
                                int64_t max_message_bytes, absl::string_view hint) {
   double bytes = static_cast<double>(channels) * static_cast<double>(samples) *
@@ -46,23 +44,6 @@ absl::StatusOr<HostArray> TakeX(const v1::NdArray& x, const ShmResolver& resolve
   return FromProto(std::move(*const_cast<v1::NdArray*>(&x)), "x", resolver);
 }
 
-// Where y goes when the request names an output region: the span the result is copied into,
-// holding the region's mapping until the response is sent. Empty span = y travels inline.
-absl::StatusOr<ShmSpan> OutputSpan(bool has_y_shm, const v1::ShmRef& y_shm,
-                                   const ShmResolver& resolver, const HostArray& x,
-                                   int64_t n_out) {
-  if (!has_y_shm) return ShmSpan();
-  if (!resolver) {
-    return absl::InvalidArgumentError("y_shm: this server accepts no shared-memory regions");
-  }
-  const int64_t itemsize = static_cast<int64_t>(DTypeSize(x.dtype()));
-  const int64_t channels = Channels(x);
-  if (n_out < 0 || (n_out > 0 && channels > INT64_MAX / n_out / itemsize)) {
-    return absl::InvalidArgumentError("y_shm: the output's byte count overflows int64");
-  }
-  return resolver(y_shm, channels * n_out * itemsize, "y_shm");
-}
-
 // Joins two arrays of equal leading dims along the last axis.
 HostArray ConcatLastAxis(const HostArray& a, const HostArray& b) {
   if (b.size() == 0) return a;
@@ -83,10 +64,53 @@ HostArray ConcatLastAxis(const HostArray& a, const HostArray& b) {
   return out;
 }
 
+// A validated signal split at the filtered axis: its length there and the product of the other
+// dimensions (the channels the kernels see).
+struct AxisSplit {
+  int64_t len = 0;
+  int64_t channels = 1;
+};
+AxisSplit SplitAt(const HostArray& x, int axis) {
+  const int nd = static_cast<int>(x.ndim());
+  const int a = axis < 0 ? axis + nd : axis;
+  AxisSplit s;
+  for (int d = 0; d < nd; ++d) {
+    if (d == a) {
+      s.len = x.dim(d);
+    } else {
+      s.channels *= x.dim(d);
+    }
+  }
+  return s;
+}
+
+// The shape and dtype of a one-shot answer.
+struct OutputSize {
+  int64_t channels = 1;
+  int64_t samples = 0;  // per channel
+  DType dtype = DType::kFloat32;
+};
+
+// Where y goes when the request names an output region: the span the result is copied into,
+// holding the region's mapping until the response is sent. Empty span = y travels inline.
+absl::StatusOr<ShmSpan> OutputSpan(bool has_y_shm, const v1::ShmRef& y_shm,
+                                   const ShmResolver& resolver, const OutputSize& out) {
+  if (!has_y_shm) return ShmSpan();
+  if (!resolver) {
+    return absl::InvalidArgumentError("y_shm: this server accepts no shared-memory regions");
+  }
+  const int64_t itemsize = static_cast<int64_t>(DTypeSize(out.dtype));
+  if (out.samples < 0 || out.channels < 0 ||
+      (out.samples > 0 && out.channels > INT64_MAX / out.samples / itemsize)) {
+    return absl::InvalidArgumentError("y_shm: the output's byte count overflows int64");
+  }
+  return resolver(y_shm, out.channels * out.samples * itemsize, "y_shm");
+}
+
 // Memory a one-shot call needs on the device: input, output and taps.
-int64_t DeviceBytes(const HostArray& x, int64_t out_samples, size_t taps) {
+int64_t DeviceBytes(const HostArray& x, const OutputSize& out, size_t taps) {
   return static_cast<int64_t>(x.nbytes()) +
-         Channels(x) * out_samples * static_cast<int64_t>(DTypeSize(x.dtype())) +
+         out.channels * out.samples * static_cast<int64_t>(DTypeSize(out.dtype)) +
          static_cast<int64_t>(taps * sizeof(double));
 }
 
@@ -95,18 +119,18 @@ using Compute =
 
 // The common tail of the unary calls once the request is parsed and validated: checks that the
 // answer fits in one message, submits `compute` as a pool job and fills the response from it.
-void SubmitOneShot(ServiceContext* ctx, UnaryJobCall* call, HostArray x, int64_t n_out,
+void SubmitOneShot(ServiceContext* ctx, UnaryJobCall* call, HostArray x, const OutputSize& out,
                    size_t taps, const v1::DeviceHint& hint, const std::string& request_id,
                    const ShmResolver& resolver, bool has_y_shm, const v1::ShmRef& y_shm,
                    v1::InterpolationResponse* response, Compute compute) {
-  absl::StatusOr<ShmSpan> y_span = OutputSpan(has_y_shm, y_shm, resolver, x, n_out);
+  absl::StatusOr<ShmSpan> y_span = OutputSpan(has_y_shm, y_shm, resolver, out);
   if (!y_span.ok()) {
     call->Reject(y_span.status());
     return;
   }
   const bool y_in_shm = y_span->keepalive != nullptr;
   absl::Status fits = y_in_shm ? absl::OkStatus()
-                               : CheckResponseFits(Channels(x), n_out, x.dtype(),
+                               : CheckResponseFits(out.channels, out.samples, out.dtype,
                                                    ctx->max_message_bytes,
                                                    "use ResampleStream or y_shm for long signals");
   absl::StatusOr<DevicePreference> preference = PreferenceOf(hint);
@@ -125,7 +149,7 @@ void SubmitOneShot(ServiceContext* ctx, UnaryJobCall* call, HostArray x, int64_t
   state->y_span = *std::move(y_span);
   auto job = std::make_shared<Job>();
   job->preference = *preference;
-  job->device_bytes = DeviceBytes(x, n_out, taps);
+  job->device_bytes = DeviceBytes(x, out, taps);
   state->x = std::move(x);
   job->run = [state, compute = std::move(compute)](const Device& device,
                                                    StageTimes* times) -> absl::Status {
@@ -174,11 +198,14 @@ grpc::ServerUnaryReactor* InterpolationService::Upfirdn(grpc::CallbackServerCont
     call->Reject(valid);
     return call;
   }
-  int64_t n_out = interp::UpfirdnOutputLength(x->shape().back(),
-                                              static_cast<int64_t>(parsed->taps.size()),
-                                              parsed->options.up, parsed->options.down);
-  size_t taps = parsed->taps.size();
-  SubmitOneShot(ctx_, call, std::move(*x), n_out, taps, request->device(), request->request_id(),
+  const AxisSplit split = SplitAt(*x, parsed->options.axis);
+  OutputSize out;
+  out.channels = split.channels;
+  out.samples = interp::UpfirdnOutputLength(split.len, static_cast<int64_t>(parsed->taps.size()),
+                                            parsed->options.up, parsed->options.down);
+  out.dtype = interp::UpfirdnResultDType(x->dtype(), parsed->options);
+  size_t taps = parsed->taps.size() + parsed->options.taps_imag.size();
+  SubmitOneShot(ctx_, call, std::move(*x), out, taps, request->device(), request->request_id(),
                 resolver, request->has_y_shm(), request->y_shm(), response,
                 [p = std::move(*parsed)](const Device& device, const HostArray& in,
                                          StageTimes* times) {
@@ -200,14 +227,76 @@ grpc::ServerUnaryReactor* InterpolationService::ResamplePoly(
     call->Reject(valid);
     return call;
   }
-  int64_t n_out = interp::ResamplePolyOutputLength(x->shape().back(), options->up, options->down);
+  const AxisSplit split = SplitAt(*x, options->axis);
+  OutputSize out;
+  out.channels = split.channels;
+  out.samples = interp::ResamplePolyOutputLength(split.len, options->up, options->down);
+  out.dtype = interp::ResamplePolyResultDType(x->dtype(), *options);
   size_t taps = options->taps.empty() ? interp::ResamplePolyDefaultNumtaps(options->up, options->down)
-                                      : options->taps.size();
-  SubmitOneShot(ctx_, call, std::move(*x), n_out, taps, request->device(), request->request_id(),
+                                      : options->taps.size() + options->taps_imag.size();
+  SubmitOneShot(ctx_, call, std::move(*x), out, taps, request->device(), request->request_id(),
                 resolver, request->has_y_shm(), request->y_shm(), response,
                 [o = std::move(*options)](const Device& device, const HostArray& in,
                                           StageTimes* times) {
                   return interp::ResamplePoly(device, in, o, times);
+                });
+  return call;
+}
+
+grpc::ServerUnaryReactor* InterpolationService::Resample(grpc::CallbackServerContext* context,
+                                                         const v1::ResampleRequest* request,
+                                                         v1::InterpolationResponse* response) {
+  auto* call = new UnaryJobCall(ctx_, context, kService, "Resample");
+  interp::ResampleOptions options;
+  options.num = request->num();
+  options.axis = request->has_axis() ? request->axis() : -1;
+  const ShmResolver resolver = ResolverOf(ctx_, context);
+  absl::StatusOr<HostArray> x = TakeX(request->x(), resolver);
+  absl::Status valid = x.status();
+  if (valid.ok()) valid = interp::ValidateResample(*x, options, ctx_->interp_limits);
+  if (!valid.ok()) {
+    call->Reject(valid);
+    return call;
+  }
+  OutputSize out;
+  out.channels = SplitAt(*x, options.axis).channels;
+  out.samples = options.num;
+  out.dtype = interp::ResampleResultDType(x->dtype());
+  SubmitOneShot(ctx_, call, std::move(*x), out, 0, request->device(), request->request_id(),
+                resolver, false, v1::ShmRef(), response,
+                [options](const Device& device, const HostArray& in, StageTimes* times) {
+                  return interp::Resample(device, in, options, times);
+                });
+  return call;
+}
+
+grpc::ServerUnaryReactor* InterpolationService::Decimate(grpc::CallbackServerContext* context,
+                                                         const v1::DecimateRequest* request,
+                                                         v1::InterpolationResponse* response) {
+  auto* call = new UnaryJobCall(ctx_, context, kService, "Decimate");
+  interp::DecimateOptions options;
+  options.q = request->q();
+  options.n = request->n();
+  options.zero_phase = request->has_zero_phase() ? request->zero_phase() : true;
+  options.axis = request->has_axis() ? request->axis() : -1;
+  const ShmResolver resolver = ResolverOf(ctx_, context);
+  absl::StatusOr<HostArray> x = TakeX(request->x(), resolver);
+  absl::Status valid = x.status();
+  if (valid.ok()) valid = interp::ValidateDecimate(*x, options, ctx_->interp_limits);
+  if (!valid.ok()) {
+    call->Reject(valid);
+    return call;
+  }
+  const AxisSplit split = SplitAt(*x, options.axis);
+  OutputSize out;
+  out.channels = split.channels;
+  out.samples = (split.len + options.q - 1) / options.q;
+  out.dtype = interp::DecimateResultDType(x->dtype());
+  const size_t taps = static_cast<size_t>(options.n == 0 ? 20 * options.q : options.n) + 1;
+  SubmitOneShot(ctx_, call, std::move(*x), out, taps, request->device(), request->request_id(),
+                resolver, false, v1::ShmRef(), response,
+                [options](const Device& device, const HostArray& in, StageTimes* times) {
+                  return interp::Decimate(device, in, options, times);
                 });
   return call;
 }
@@ -226,21 +315,63 @@ class ResampleStreamCall
         record_(ctx->metrics, kService, "ResampleStream"),
         resolver_(ResolverOf(ctx, context)) {
     absl::Status slot = ReserveIn(ctx->streams, 1, "a ResampleStream", &stream_slot_);
+    if (slot.ok() && ctx->drain != nullptr) {
+      // SIGTERM's drain timeout: a stream waiting for its client's next message ends at once; one
+      // with a chunk in flight has the chunk cancelled and ends when its job completes.
+      slot = ctx->drain->Register(
+          "ResampleStream",
+          [this](const absl::Status& st) {
+            bool finish_now;
+            {
+              std::lock_guard<std::mutex> lock(stop_mu_);
+              stop_ = st;
+              finish_now = waiting_for_client_ && !finished_;
+            }
+            if (finish_now) {
+              FinishWith(st);  // the pending read completes after it (gRPC holds the call)
+            } else {
+              slot_.Cancel();
+            }
+          },
+          &ticket_);
+    }
     if (!slot.ok()) {
       FinishWith(slot);
       return;
     }
-    StartRead(&request_);
+    ReadNext();
   }
 
   void OnReadDone(bool ok) override {
+    {
+      std::lock_guard<std::mutex> lock(stop_mu_);
+      if (finished_) return;  // the drain ended the call while this read was pending
+      waiting_for_client_ = false;
+    }
+    if (std::optional<absl::Status> stop = Stopped()) {
+      FinishWith(*stop);
+      return;
+    }
+    absl::Status st = Guarded("reading the stream's message", [&] {
+      HandleRead(ok);
+      return absl::OkStatus();
+    });
+    if (!st.ok()) FinishWith(st);
+  }
+
+  void HandleRead(bool ok) {
     if (!ok) {
-      // The client half-closed without `end`: treat it as the end of the signal.
+      // No `end` came. gRPC reports a message it could not parse the same way as a half-close,
+      // so this is never taken for the end of the signal: the outputs sent may be incomplete.
       if (!resampler_) {
-        FinishWith(absl::InvalidArgumentError("config: the stream ended before a config message"));
+        FinishWith(absl::InvalidArgumentError(
+            "config: the stream ended before a config message (or it could not be parsed)"));
         return;
       }
-      RunChunk(std::nullopt, /*end=*/true);
+      FinishWith(absl::InvalidArgumentError(absl::StrCat(
+          "end: the stream closed after ", chunk_index_,
+          " chunk(s) without a message that sets end: it was cut short or a message could not "
+          "be parsed, so the outputs sent may be incomplete")));
       return;
     }
     if (!resampler_) {
@@ -256,7 +387,7 @@ class ResampleStreamCall
       if (request_.end()) {
         RunChunk(std::nullopt, true);
       } else {
-        StartRead(&request_);
+        ReadNext();
       }
       return;
     }
@@ -298,14 +429,35 @@ class ResampleStreamCall
       FinishWith(absl::OkStatus());
       return;
     }
-    StartRead(&request_);
+    if (std::optional<absl::Status> stop = Stopped()) {
+      FinishWith(*stop);
+      return;
+    }
+    ReadNext();
   }
 
   void OnCancel() override { slot_.Cancel(); }
 
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    ticket_.Close();
+    delete this;
+  }
 
  private:
+  std::optional<absl::Status> Stopped() {
+    std::lock_guard<std::mutex> lock(stop_mu_);
+    return stop_;
+  }
+
+  // Every read of the client's next message goes through here (the drain may then end the call).
+  void ReadNext() {
+    {
+      std::lock_guard<std::mutex> lock(stop_mu_);
+      waiting_for_client_ = true;
+    }
+    StartRead(&request_);
+  }
+
   absl::Status Configure(const v1::ResampleStreamConfig& config) {
     request_id_ = RequestIdOr(config.request_id());
     const v1::NdArray* x = nullptr;
@@ -381,6 +533,10 @@ class ResampleStreamCall
     job->done = [this, output, end, index, received](const absl::Status& status,
                                                      const JobReport& report) {
       slot_.Clear();
+      if (std::optional<absl::Status> stop = Stopped()) {
+        FinishWith(*stop);
+        return;
+      }
       if (!status.ok()) {
         FinishWith(status);
         return;
@@ -397,11 +553,18 @@ class ResampleStreamCall
       ended_ = end;
       StartWrite(&response_);
     };
+    job->continues_call = true;  // a stream open when a drain began may go on
     absl::Status submitted = slot_.Submit(ctx_->pool, job);
     if (!submitted.ok()) FinishWith(submitted);
   }
 
+  // Once per call, from any thread.
   void FinishWith(const absl::Status& status) {
+    {
+      std::lock_guard<std::mutex> lock(stop_mu_);
+      if (finished_) return;
+      finished_ = true;
+    }
     record_.Done(status);
     Finish(ToGrpcStatus(status));
   }
@@ -421,6 +584,11 @@ class ResampleStreamCall
   int64_t chunk_index_ = 0;
   bool ended_ = false;
   JobSlot slot_;  // the job in flight, for OnCancel
+  std::mutex stop_mu_;
+  std::optional<absl::Status> stop_;  // set by SIGTERM's drain timeout
+  bool waiting_for_client_ = false;   // a read of the client's next message is pending
+  bool finished_ = false;
+  DrainGate::Ticket ticket_;          // while open (server/drain.h)
 };
 
 }  // namespace

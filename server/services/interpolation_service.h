@@ -19,6 +19,12 @@ class InterpolationService final : public v1::InterpolationService::CallbackServ
                                          v1::InterpolationResponse* response) override;
   grpc::ServerBidiReactor<v1::ResampleStreamRequest, v1::ResampleStreamResponse>* ResampleStream(
       grpc::CallbackServerContext* context) override;
+  grpc::ServerUnaryReactor* Resample(grpc::CallbackServerContext* context,
+                                     const v1::ResampleRequest* request,
+                                     v1::InterpolationResponse* response) override;
+  grpc::ServerUnaryReactor* Decimate(grpc::CallbackServerContext* context,
+                                     const v1::DecimateRequest* request,
+                                     v1::InterpolationResponse* response) override;
 
  private:
   ServiceContext* ctx_;

@@ -83,6 +83,7 @@ class SubmitCall : public UploadReader<v1::SubmitRequest> {
              v1::SubmitResponse* response)
       : UploadReader(ctx->metrics, kService, "Submit", context, ctx->stream_state_bytes),
         ctx_(ctx),
+        owner_(ClientOf(context)),
         response_(response) {
     const int64_t pixels = ctx_->unwrap_limits.max_pixels;
     const int64_t cap = ctx_->jobs->options().memory_bytes;
@@ -173,6 +174,7 @@ class SubmitCall : public UploadReader<v1::SubmitRequest> {
         UnwrapInput input, ParseUnwrap(req, *std::move(phase), std::move(mask), std::move(quality),
                                        ctx_->unwrap_limits));
     JobSpec spec;
+    spec.owner = owner_;
     spec.method = UnwrapMethodName(input.method);
     spec.method_code = input.method;
     spec.dtype = input.phase.dtype();
@@ -200,6 +202,7 @@ class SubmitCall : public UploadReader<v1::SubmitRequest> {
   }
 
   ServiceContext* ctx_;
+  const std::string owner_;  // ClientOf the call: the job's owner
   v1::SubmitResponse* response_;
   v1::SubmitHeader header_;
   bool have_header_ = false;
@@ -217,14 +220,14 @@ class SubmitCall : public UploadReader<v1::SubmitRequest> {
 
 class WatchCall : public grpc::ServerWriteReactor<v1::UnwrapJob> {
  public:
-  WatchCall(ServiceContext* ctx, const v1::WatchRequest* request)
+  WatchCall(ServiceContext* ctx, const std::string& owner, const v1::WatchRequest* request)
       : ctx_(ctx), record_(ctx->metrics, kService, "Watch"), job_id_(request->job_id()) {
     if (absl::Status st = RequireJobId(job_id_); !st.ok()) {
       FinishOnce(st);
       return;
     }
     if (request->once()) {
-      absl::StatusOr<JobSnapshot> snap = ctx_->jobs->Get(job_id_);
+      absl::StatusOr<JobSnapshot> snap = ctx_->jobs->Get(job_id_, owner);
       if (!snap.ok()) {
         FinishOnce(snap.status());
         return;
@@ -241,7 +244,7 @@ class WatchCall : public grpc::ServerWriteReactor<v1::UnwrapJob> {
     // Push queues the first state during Subscribe; writing starts once `ready_` is set, so that
     // OnDone cannot run before the subscription token is stored.
     absl::StatusOr<uint64_t> token =
-        ctx_->jobs->Subscribe(job_id_, [this](const JobSnapshot& s) { Push(s); });
+        ctx_->jobs->Subscribe(job_id_, owner, [this](const JobSnapshot& s) { Push(s); });
     if (!token.ok()) {
       FinishOnce(token.status());
       return;
@@ -346,9 +349,9 @@ class WatchCall : public grpc::ServerWriteReactor<v1::UnwrapJob> {
 
 class GetCall : public grpc::ServerWriteReactor<v1::GetUnwrapResultResponse> {
  public:
-  GetCall(ServiceContext* ctx, const v1::GetUnwrapResultRequest* request)
+  GetCall(ServiceContext* ctx, const std::string& owner, const v1::GetUnwrapResultRequest* request)
       : ctx_(ctx), record_(ctx->metrics, kService, "Get") {
-    absl::Status st = Start(*request);
+    absl::Status st = Start(*request, owner);
     if (!st.ok()) {
       record_.Done(st);
       Finish(ToGrpcStatus(st));
@@ -370,13 +373,13 @@ class GetCall : public grpc::ServerWriteReactor<v1::GetUnwrapResultResponse> {
   void OnDone() override { delete this; }
 
  private:
-  absl::Status Start(const v1::GetUnwrapResultRequest& request) {
+  absl::Status Start(const v1::GetUnwrapResultRequest& request, const std::string& owner) {
     FRESNEL_RETURN_IF_ERROR(RequireJobId(request.job_id()));
     if (request.max_chunk_bytes() < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("max_chunk_bytes must be >= 0, got ", request.max_chunk_bytes()));
     }
-    FRESNEL_ASSIGN_OR_RETURN(JobStore::Result result, ctx_->jobs->GetResult(request.job_id()));
+    FRESNEL_ASSIGN_OR_RETURN(JobStore::Result result, ctx_->jobs->GetResult(request.job_id(), owner));
     output_ = std::dynamic_pointer_cast<const UnwrapOutput>(result.output);
     if (!output_) return absl::InternalError("job output is not an unwrap result");
     chunk_bytes_ = v1::ChunkPayloadBytes(ctx_->max_message_bytes, request.max_chunk_bytes());
@@ -490,14 +493,14 @@ grpc::ServerReadReactor<v1::SubmitRequest>* UnwrapService::Submit(
   return new SubmitCall(ctx_, context, response);
 }
 
-grpc::ServerWriteReactor<v1::UnwrapJob>* UnwrapService::Watch(grpc::CallbackServerContext*,
+grpc::ServerWriteReactor<v1::UnwrapJob>* UnwrapService::Watch(grpc::CallbackServerContext* context,
                                                               const v1::WatchRequest* request) {
-  return new WatchCall(ctx_, request);
+  return new WatchCall(ctx_, ClientOf(context), request);
 }
 
 grpc::ServerWriteReactor<v1::GetUnwrapResultResponse>* UnwrapService::Get(
-    grpc::CallbackServerContext*, const v1::GetUnwrapResultRequest* request) {
-  return new GetCall(ctx_, request);
+    grpc::CallbackServerContext* context, const v1::GetUnwrapResultRequest* request) {
+  return new GetCall(ctx_, ClientOf(context), request);
 }
 
 grpc::ServerUnaryReactor* UnwrapService::Cancel(grpc::CallbackServerContext* context,
@@ -506,7 +509,7 @@ grpc::ServerUnaryReactor* UnwrapService::Cancel(grpc::CallbackServerContext* con
   RpcRecord record(ctx_->metrics, kService, "Cancel");
   absl::Status status = RequireJobId(request->job_id());
   if (status.ok()) {
-    absl::StatusOr<JobSnapshot> snap = ctx_->jobs->Cancel(request->job_id());
+    absl::StatusOr<JobSnapshot> snap = ctx_->jobs->Cancel(request->job_id(), ClientOf(context));
     status = snap.status();
     if (snap.ok()) JobToProto(*snap, response);
   }
@@ -521,7 +524,7 @@ grpc::ServerUnaryReactor* UnwrapService::List(grpc::CallbackServerContext* conte
                                               v1::ListUnwrapJobsResponse* response) {
   RpcRecord record(ctx_->metrics, kService, "List");
   absl::StatusOr<JobStore::Page> page =
-      ctx_->jobs->List(request->page_size(), request->page_token());
+      ctx_->jobs->List(request->page_size(), request->page_token(), ClientOf(context));
   if (page.ok()) {
     for (const JobSnapshot& s : page->jobs) JobToProto(s, response->add_jobs());
     response->set_next_page_token(page->next_page_token);

@@ -43,6 +43,7 @@ class UploadCall : public UploadReader<v1::UploadMeshRequest> {
              grpc::CallbackServerContext* context, v1::UploadMeshResponse* response)
       : UploadReader(ctx->metrics, kService, "UploadMesh", context, ctx->stream_state_bytes),
         ctx_(ctx),
+        client_(ClientOf(context)),
         limits_(limits),
         response_(response) {
     StartReading();
@@ -129,7 +130,7 @@ class UploadCall : public UploadReader<v1::UploadMeshRequest> {
       return;
     }
     SessionStore* store = ctx_->sessions;
-    if (std::shared_ptr<Session> existing = store->FindByKey(kKind, upload_->hash, "")) {
+    if (std::shared_ptr<Session> existing = store->FindByKey(kKind, upload_->hash, client_)) {
       const auto* state = dynamic_cast<const MeshState*>(existing->state());
       if (state != nullptr) {
         response_->set_existing(true);
@@ -139,6 +140,7 @@ class UploadCall : public UploadReader<v1::UploadMeshRequest> {
     }
     SessionSpec spec;
     spec.kind = kKind;
+    spec.client = client_;
     spec.preference = preference_;
     spec.device_bytes = volume::DeviceBytes(upload_->mesh);
     spec.evictable = true;
@@ -169,7 +171,7 @@ class UploadCall : public UploadReader<v1::UploadMeshRequest> {
     };
     job->done = [this, session](const absl::Status& st, const JobReport& report) {
       if (!st.ok()) {
-        ctx_->sessions->Close(session->id(), "").IgnoreError();
+        ctx_->sessions->Close(session->id(), client_).IgnoreError();
         FinishWith(st);
         return;
       }
@@ -178,7 +180,7 @@ class UploadCall : public UploadReader<v1::UploadMeshRequest> {
     };
     absl::Status submitted = session->Submit(std::move(job));
     if (!submitted.ok()) {
-      store->Close(session->id(), "").IgnoreError();
+      store->Close(session->id(), client_).IgnoreError();
       FinishWith(submitted);
     }
   }
@@ -202,6 +204,7 @@ class UploadCall : public UploadReader<v1::UploadMeshRequest> {
   };
 
   ServiceContext* ctx_;
+  const std::string client_;  // ClientOf the call: the mesh's owner
   const VolumeLimits limits_;
   v1::UploadMeshResponse* response_;
   v1::MeshHeader header_;
@@ -232,7 +235,7 @@ absl::Status StartRender(ServiceContext* ctx, grpc::CallbackServerContext* conte
                          const v1::VolumeRenderRequest& request, RenderWriter* writer) {
   if (request.mesh_id().empty()) return absl::InvalidArgumentError("mesh_id: required");
   FRESNEL_ASSIGN_OR_RETURN(std::shared_ptr<Session> session,
-                           ctx->sessions->Find(request.mesh_id(), ""));
+                           ctx->sessions->Find(request.mesh_id(), ClientOf(context)));
   auto* state = dynamic_cast<MeshState*>(session->state());
   if (session->kind() != kKind || state == nullptr) {
     return absl::NotFoundError(absl::StrCat("mesh_id ", request.mesh_id(), " is not a mesh"));
@@ -322,7 +325,7 @@ grpc::ServerUnaryReactor* VolumeService::DeleteMesh(grpc::CallbackServerContext*
   RpcRecord record(ctx_->metrics, kService, "DeleteMesh");
   absl::Status status = request->mesh_id().empty()
                             ? absl::InvalidArgumentError("mesh_id: required")
-                            : ctx_->sessions->Close(request->mesh_id(), "");
+                            : ctx_->sessions->Close(request->mesh_id(), ClientOf(context));
   record.Done(status);
   auto* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(status));

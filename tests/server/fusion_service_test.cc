@@ -374,6 +374,27 @@ TEST_CASE("fusion service: cancelled and dropped streams free their sessions",
   CHECK(SessionsReleased(ts));
 }
 
+// gRPC reports an unparsable message like a half-close: without `close` the stream is not taken
+// as finished (issue 13 item 8). The session still ends and frees its memory.
+TEST_CASE("fusion service: garbage or a half-close without close ends INVALID_ARGUMENT",
+          "[fusion_service]") {
+  TestServer ts;
+  v1::FusionRequest open;
+  *open.mutable_config() = ProtoConfig(v1::DEVICE_KIND_CPU);
+  for (const bool garbage : {true, false}) {
+    RawBidiCall call(ts.channel, "/fresnel.v1.FusionService/Session");
+    REQUIRE(call.Write(open));
+    if (garbage) call.Write(std::string("\x0a\xff\xff\xff\xff\x0f", 6));
+    call.WritesDone();
+    int responses = 0;
+    grpc::Status st = call.ReadAllAndFinish(&responses);
+    CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(st.error_message(), Catch::Contains("close"));
+    CHECK(responses == 1);  // `opened`
+  }
+  CHECK(SessionsReleased(ts));
+}
+
 TEST_CASE("fusion service: an idle session expires and its stream ends NOT_FOUND",
           "[fusion_service]") {
   server::ServerConfig config = TestServer::CpuConfig();

@@ -437,6 +437,31 @@ TEST_CASE("Stream frames in parts: assembled in order, bad parts answered per fr
   CHECK(Mentions(statuses[2], "last part"));
 }
 
+TEST_CASE("Stream: the parts of a frame must have the same columns", "[server][hologram]") {
+  TestServer ts;
+  auto client = Connect(ts);
+  std::vector<v1::HologramFrameRequest> messages(2);
+  *messages[0].mutable_config() = Config(16, 16, v1::HOLOGRAM_ALGORITHM_REFERENCE);
+  ToProto(CloudArray(RandomCloud(4, 1)), messages[0].mutable_points());  // x y z a phase
+  messages[0].set_points_continue(true);
+  HostArray four(DType::kFloat64, {3, 4});  // x y z a
+  for (int64_t i = 0; i < four.size(); ++i) four.data<double>()[i] = i % 4 == 2 ? 0.1 : 1e-4;
+  ToProto(four, messages[1].mutable_points());
+  size_t next = 0;
+  std::vector<absl::Status> statuses;
+  absl::Status st = client->RenderStream(
+      [&](v1::HologramFrameRequest* f) {
+        if (next == messages.size()) return false;
+        *f = messages[next++];
+        return true;
+      },
+      [&](int64_t, const absl::Status& status, HologramRender*) { statuses.push_back(status); });
+  REQUIRE(st.ok());
+  REQUIRE(statuses.size() == 1);
+  CHECK(statuses[0].code() == absl::StatusCode::kInvalidArgument);
+  CHECK(Mentions(statuses[0], "5 columns; this part has 4"));
+}
+
 TEST_CASE("Stream without a config on the first frame is INVALID_ARGUMENT", "[server][hologram]") {
   TestServer ts;
   auto client = Connect(ts);
@@ -451,6 +476,78 @@ TEST_CASE("Stream without a config on the first frame is INVALID_ARGUMENT", "[se
       [](int64_t, const absl::Status&, HologramRender*) {});
   CHECK(st.code() == absl::StatusCode::kInvalidArgument);
   CHECK(Mentions(st, "config"));
+}
+
+// gRPC reports a message it cannot parse like the client's half-close, so without the `end`
+// marker a stream with garbage in it used to end OK, with frames silently missing.
+TEST_CASE("Stream: an unparsable message or a missing end is an error, not the end",
+          "[server][hologram]") {
+  TestServer ts;
+  const std::string method = "/fresnel.v1.HologramService/Stream";
+  const std::string garbage("\x0a\xff\xff\xff\xff\x0f", 6);  // a length past the end
+  v1::HologramFrameRequest frame;
+  *frame.mutable_config() = Config(16, 16, v1::HOLOGRAM_ALGORITHM_REFERENCE);
+  ToProto(CloudArray(RandomCloud(5, 3)), frame.mutable_points());
+  v1::HologramFrameRequest next;
+  ToProto(CloudArray(RandomCloud(5, 4)), next.mutable_points());
+  v1::HologramFrameRequest end;
+  end.set_end(true);
+  int responses = 0;
+  SECTION("garbage first") {
+    RawBidiCall call(ts.channel, method);
+    call.Write(garbage);
+    call.WritesDone();
+    grpc::Status st = call.ReadAllAndFinish(&responses);
+    CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(st.error_message(), Catch::Contains("end"));
+    CHECK(responses == 0);
+  }
+  SECTION("garbage between frames: the frames before are answered, then INVALID_ARGUMENT") {
+    RawBidiCall call(ts.channel, method);
+    REQUIRE(call.Write(frame));
+    call.Write(garbage);
+    call.Write(next);
+    call.Write(end);
+    grpc::Status st = call.ReadAllAndFinish(&responses);
+    CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(st.error_message(), Catch::Contains("after 1 frame(s)"));
+    CHECK(responses >= 1);  // frame 0's header (and chunks)
+  }
+  SECTION("frames then a half-close without end") {
+    RawBidiCall call(ts.channel, method);
+    REQUIRE(call.Write(frame));
+    REQUIRE(call.Write(next));
+    call.WritesDone();
+    grpc::Status st = call.ReadAllAndFinish(&responses);
+    CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(st.error_message(), Catch::Contains("after 2 frame(s)"));
+    CHECK(responses >= 2);
+  }
+  SECTION("a message after end") {
+    RawBidiCall call(ts.channel, method);
+    REQUIRE(call.Write(frame));
+    call.Write(end);
+    call.Write(next);
+    call.WritesDone();
+    grpc::Status st = call.ReadAllAndFinish(&responses);
+    CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(st.error_message(), Catch::Contains("after the one that set end"));
+  }
+  SECTION("end alone is an empty stream, OK; a frame with end set is answered, OK") {
+    {
+      RawBidiCall call(ts.channel, method);
+      REQUIRE(call.Write(end));
+      call.WritesDone();
+      CHECK(call.ReadAllAndFinish(&responses).ok());
+      CHECK(responses == 0);
+    }
+    RawBidiCall call(ts.channel, method);
+    frame.set_end(true);
+    REQUIRE(call.Write(frame));
+    call.WritesDone();
+    CHECK(call.ReadAllAndFinish(&responses).ok());
+    CHECK(responses >= 1);
+  }
 }
 
 TEST_CASE("Reconstruct equals ReconstructAsm, inline and chunked", "[server][hologram]") {

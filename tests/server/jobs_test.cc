@@ -70,9 +70,10 @@ JobSpec Spec(Gate* gate, int64_t output_bytes, absl::Status error = absl::OkStat
 }
 
 JobSnapshot WaitFor(JobStore& store, const std::string& id,
-                    const std::function<bool(const JobSnapshot&)>& cond) {
+                    const std::function<bool(const JobSnapshot&)>& cond,
+                    const std::string& owner = "") {
   for (int i = 0; i < 5000; ++i) {
-    absl::StatusOr<JobSnapshot> s = store.Get(id);
+    absl::StatusOr<JobSnapshot> s = store.Get(id, owner);
     REQUIRE(s.ok());
     if (cond(*s)) return *s;
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
@@ -102,7 +103,7 @@ TEST_CASE("a job goes queued, running with progress, done; listeners see it in o
 
   std::mutex mu;
   std::vector<JobSnapshot> seen;
-  auto token = env.store->Subscribe(job->job.id, [&](const JobSnapshot& s) {
+  auto token = env.store->Subscribe(job->job.id, "", [&](const JobSnapshot& s) {
     std::lock_guard<std::mutex> lock(mu);
     seen.push_back(s);
   });
@@ -138,7 +139,7 @@ TEST_CASE("a job goes queued, running with progress, done; listeners see it in o
   }
   CHECK(saw_first);
 
-  auto result = env.store->GetResult(job->job.id);
+  auto result = env.store->GetResult(job->job.id, "");
   REQUIRE(result.ok());
   CHECK(result->output->bytes() == 100);
 }
@@ -154,15 +155,15 @@ TEST_CASE("cancel: a queued job ends at once, a running one at its next progress
   WaitFor(*env.store, running->job.id,
           [](const JobSnapshot& s) { return s.state == JobState::kRunning; });
 
-  auto c = env.store->Cancel(queued->job.id);
+  auto c = env.store->Cancel(queued->job.id, "");
   REQUIRE(c.ok());
   CHECK(c->state == JobState::kCancelled);
   CHECK(c->status.code() == absl::StatusCode::kCancelled);
-  auto r = env.store->GetResult(queued->job.id);
+  auto r = env.store->GetResult(queued->job.id, "");
   CHECK(r.status().code() == absl::StatusCode::kFailedPrecondition);
   CHECK(Contains(r.status().message(), "cancelled"));
 
-  auto c2 = env.store->Cancel(running->job.id);
+  auto c2 = env.store->Cancel(running->job.id, "");
   REQUIRE(c2.ok());
   CHECK(c2->state == JobState::kRunning);
   CHECK(c2->cancel_requested);
@@ -171,7 +172,7 @@ TEST_CASE("cancel: a queued job ends at once, a running one at its next progress
   CHECK(end.state == JobState::kCancelled);
   CHECK(Contains(end.status.message(), "stopped at second"));
   // Cancelling a finished job changes nothing.
-  auto c3 = env.store->Cancel(running->job.id);
+  auto c3 = env.store->Cancel(running->job.id, "");
   REQUIRE(c3.ok());
   CHECK(c3->state == JobState::kCancelled);
   CHECK(env.store->held_bytes() == 0);
@@ -184,7 +185,7 @@ TEST_CASE("a failing job ends FAILED with its status", "[server][jobs]") {
   JobSnapshot end = WaitFor(*env.store, job->job.id, Finished);
   CHECK(end.state == JobState::kFailed);
   CHECK(end.status.code() == absl::StatusCode::kInvalidArgument);
-  auto r = env.store->GetResult(job->job.id);
+  auto r = env.store->GetResult(job->job.id, "");
   CHECK(r.status().code() == absl::StatusCode::kFailedPrecondition);
   CHECK(Contains(r.status().message(), "phase[1,2] bad"));
 }
@@ -201,17 +202,17 @@ TEST_CASE("finished jobs expire after the TTL and are remembered as expired", "[
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   CHECK(env.store->held_bytes() == 0);
-  auto get = env.store->Get(job->job.id);
+  auto get = env.store->Get(job->job.id, "");
   CHECK(get.status().code() == absl::StatusCode::kNotFound);
   CHECK(Contains(get.status().message(), "expired after its TTL"));
   CHECK(Contains(get.status().message(), job->job.id));
-  auto result = env.store->GetResult(job->job.id);
+  auto result = env.store->GetResult(job->job.id, "");
   CHECK(result.status().code() == absl::StatusCode::kNotFound);
   CHECK(Contains(result.status().message(), "expired"));
-  auto unknown = env.store->Get("0123456789abcdef0123456789abcdef");
+  auto unknown = env.store->Get("0123456789abcdef0123456789abcdef", "");
   CHECK(unknown.status().code() == absl::StatusCode::kNotFound);
   CHECK(Contains(unknown.status().message(), "unknown job id"));
-  auto page = env.store->List(0, "");
+  auto page = env.store->List(0, "", "");
   REQUIRE(page.ok());
   CHECK(page->jobs.empty());
 }
@@ -232,18 +233,18 @@ TEST_CASE("the memory cap evicts the oldest results first and refuses what canno
   auto c = env.store->Submit(Spec(nullptr, 390));  // 780 + 400 > 1000: a goes
   REQUIRE(c.ok());
   WaitFor(*env.store, c->job.id, Finished);
-  auto get_a = env.store->GetResult(a->job.id);
+  auto get_a = env.store->GetResult(a->job.id, "");
   CHECK(get_a.status().code() == absl::StatusCode::kNotFound);
   CHECK(Contains(get_a.status().message(), "evicted"));
   CHECK(Contains(get_a.status().message(), "--job-memory-bytes"));
-  CHECK(env.store->GetResult(b->job.id).ok());
-  CHECK(env.store->GetResult(c->job.id).ok());
+  CHECK(env.store->GetResult(b->job.id, "").ok());
+  CHECK(env.store->GetResult(c->job.id, "").ok());
 
   // More than the cap even with every result evicted: refused, and nothing is evicted for it.
   auto huge = env.store->Submit(Spec(nullptr, 991));
   CHECK(huge.status().code() == absl::StatusCode::kResourceExhausted);
   CHECK(Contains(huge.status().message(), "--job-memory-bytes"));
-  CHECK(env.store->GetResult(b->job.id).ok());
+  CHECK(env.store->GetResult(b->job.id, "").ok());
 
   // Unfinished jobs cannot be evicted: two 600-byte jobs do not fit together.
   Gate gate;
@@ -305,6 +306,79 @@ TEST_CASE("an idempotency key returns the same job; a different request with it 
   CHECK(d->job.id != a->job.id);
 }
 
+TEST_CASE("jobs belong to their owner: another owner's job is an unknown id, keys are per owner",
+          "[server][jobs][auth]") {
+  JobStoreOptions options;
+  options.ttl_s = 0.2;
+  Env env(options);
+  Gate gate;
+  JobSpec alice_spec = Spec(&gate, 4);
+  alice_spec.owner = "alice";
+  alice_spec.idempotency_key = "shared-key";
+  alice_spec.fingerprint = 1;
+  auto alice_job = env.store->Submit(alice_spec);
+  REQUIRE(alice_job.ok());
+  const std::string id = alice_job->job.id;
+  std::vector<std::string> bob_ids;
+  for (int i = 0; i < 3; ++i) {
+    JobSpec bob_spec = Spec(nullptr, 4);
+    bob_spec.owner = "bob";
+    auto bob_job = env.store->Submit(bob_spec);
+    REQUIRE(bob_job.ok());
+    bob_ids.push_back(bob_job->job.id);
+  }
+
+  // Bob sees none of it, and the answer is the one an id that never existed gets.
+  for (const absl::Status& st :
+       {env.store->Get(id, "bob").status(), env.store->GetResult(id, "bob").status(),
+        env.store->Cancel(id, "bob").status(),
+        env.store->Subscribe(id, "bob", [](const JobSnapshot&) {}).status(),
+        env.store->Get(id, "").status()}) {
+    CHECK(st.code() == absl::StatusCode::kNotFound);
+    CHECK(Contains(st.message(), "unknown job id"));
+  }
+  // Bob's cancel did nothing.
+  CHECK_FALSE(env.store->Get(id, "alice")->cancel_requested);
+
+  // The same idempotency key names a different job for each owner.
+  JobSpec bob_keyed = Spec(nullptr, 4);
+  bob_keyed.owner = "bob";
+  bob_keyed.idempotency_key = "shared-key";
+  bob_keyed.fingerprint = 2;  // alice's fingerprint differs: would be INVALID_ARGUMENT if shared
+  auto bob_job = env.store->Submit(bob_keyed);
+  REQUIRE(bob_job.ok());
+  CHECK_FALSE(bob_job->existing);
+  CHECK(bob_job->job.id != id);
+  bob_ids.push_back(bob_job->job.id);
+
+  // List shows each owner's own jobs, pages included.
+  auto alice_page = env.store->List(0, "", "alice");
+  REQUIRE(alice_page.ok());
+  REQUIRE(alice_page->jobs.size() == 1);
+  CHECK(alice_page->jobs[0].id == id);
+  std::vector<std::string> listed;
+  std::string token;
+  do {
+    auto page = env.store->List(3, token, "bob");
+    REQUIRE(page.ok());
+    for (const JobSnapshot& s : page->jobs) listed.push_back(s.id);
+    token = page->next_page_token;
+  } while (!token.empty());
+  std::reverse(bob_ids.begin(), bob_ids.end());
+  CHECK(listed == bob_ids);
+  CHECK(env.store->List(0, "", "carol")->jobs.empty());
+
+  gate.Open();
+  WaitFor(*env.store, id, Finished, "alice");
+  CHECK(env.store->GetResult(id, "alice").ok());
+  // Once dropped, the reason is told to the owner only.
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  auto gone = env.store->Get(id, "alice");
+  REQUIRE(gone.status().code() == absl::StatusCode::kNotFound);
+  CHECK_FALSE(Contains(gone.status().message(), "unknown job id"));
+  CHECK(Contains(env.store->Get(id, "bob").status().message(), "unknown job id"));
+}
+
 TEST_CASE("strings a job keeps are bounded; ids in errors are not echoed whole",
           "[server][jobs]") {
   Env env(JobStoreOptions{});
@@ -318,7 +392,7 @@ TEST_CASE("strings a job keeps are bounded; ids in errors are not echoed whole",
   auto b = env.store->Submit(long_key);
   REQUIRE(b.status().code() == absl::StatusCode::kInvalidArgument);
   CHECK(std::string(b.status().message()).rfind("idempotency_key:", 0) == 0);
-  auto unknown = env.store->Get(std::string(64 << 10, 'x'));
+  auto unknown = env.store->Get(std::string(64 << 10, 'x'), "");
   REQUIRE(unknown.status().code() == absl::StatusCode::kNotFound);
   CHECK(unknown.status().message().size() < 300);
 }
@@ -335,7 +409,7 @@ TEST_CASE("List pages through the jobs newest first", "[server][jobs]") {
   std::string token;
   int pages = 0;
   do {
-    auto page = env.store->List(2, token);
+    auto page = env.store->List(2, token, "");
     REQUIRE(page.ok());
     CHECK(page->jobs.size() <= 2);
     for (const JobSnapshot& s : page->jobs) listed.push_back(s.id);
@@ -345,8 +419,8 @@ TEST_CASE("List pages through the jobs newest first", "[server][jobs]") {
   CHECK(pages == 3);
   std::reverse(ids.begin(), ids.end());
   CHECK(listed == ids);
-  CHECK(env.store->List(0, "x").status().code() == absl::StatusCode::kInvalidArgument);
-  CHECK(env.store->List(-1, "").status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(env.store->List(0, "x", "").status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(env.store->List(-1, "", "").status().code() == absl::StatusCode::kInvalidArgument);
   std::set<std::string> distinct(ids.begin(), ids.end());
   CHECK(distinct.size() == ids.size());
 }
@@ -364,20 +438,20 @@ TEST_CASE("with an instance name, ids name their instance and other instances' i
   CHECK(id.compare(32, std::string::npos, suffix) == 0);
   CHECK(id.substr(0, 32).find_first_not_of("0123456789abcdef") == std::string::npos);
   WaitFor(*env.store, id, Finished);
-  CHECK(env.store->GetResult(id).ok());
+  CHECK(env.store->GetResult(id, "").ok());
 
   // The same random part minted by another instance: NOT_FOUND naming both, for every lookup.
   const std::string foreign = id.substr(0, 32) + "@node-b:50051";
   for (const absl::Status& status :
-       {env.store->Get(foreign).status(), env.store->GetResult(foreign).status(),
-        env.store->Cancel(foreign).status(),
-        env.store->Subscribe(foreign, [](const JobSnapshot&) {}).status()}) {
+       {env.store->Get(foreign, "").status(), env.store->GetResult(foreign, "").status(),
+        env.store->Cancel(foreign, "").status(),
+        env.store->Subscribe(foreign, "", [](const JobSnapshot&) {}).status()}) {
     CHECK(status.code() == absl::StatusCode::kNotFound);
     CHECK(Contains(status.message(), "belongs to instance node-b:50051"));
     CHECK(Contains(status.message(), "this is instance node-a:50051"));
   }
   // An id without an instance is simply unknown.
-  absl::Status plain = env.store->Get(id.substr(0, 32)).status();
+  absl::Status plain = env.store->Get(id.substr(0, 32), "").status();
   CHECK(plain.code() == absl::StatusCode::kNotFound);
   CHECK(Contains(plain.message(), "unknown job id"));
 }

@@ -1,6 +1,7 @@
 #include "server_fixture.h"
 
 #include <catch2/catch.hpp>
+#include <chrono>
 
 #include "absl/strings/str_cat.h"
 
@@ -18,7 +19,7 @@ server::ServerConfig TestServer::CpuConfig() {
 }
 
 TestServer::TestServer(server::ServerConfig config) {
-  if (config.listen == "0.0.0.0:50051") config = CpuConfig();
+  if (config.listen == server::ServerConfig{}.listen) config = CpuConfig();
   auto s = server::FresnelServer::Start(config);
   REQUIRE(s.ok());
   server = std::move(*s);
@@ -34,6 +35,57 @@ TestServer::TestServer(server::ServerConfig config) {
 
 TestServer::~TestServer() {
   if (server) server->Shutdown();
+}
+
+RawBidiCall::RawBidiCall(const std::shared_ptr<grpc::Channel>& channel, const std::string& method)
+    : stub_(channel) {
+  ctx_.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  call_ = stub_.PrepareCall(&ctx_, method, &cq_);
+  call_->StartCall(reinterpret_cast<void*>(1));
+  Wait(1);
+}
+
+RawBidiCall::~RawBidiCall() {
+  cq_.Shutdown();
+  void* tag;
+  bool ok;
+  while (cq_.Next(&tag, &ok)) {
+  }
+}
+
+bool RawBidiCall::Wait(intptr_t tag) {
+  void* got = nullptr;
+  bool ok = false;
+  if (!cq_.Next(&got, &ok)) return false;
+  if (got != reinterpret_cast<void*>(tag)) return false;
+  return ok;
+}
+
+bool RawBidiCall::Write(const std::string& bytes) {
+  grpc::Slice slice(bytes);
+  grpc::ByteBuffer buffer(&slice, 1);
+  call_->Write(buffer, reinterpret_cast<void*>(2));
+  return Wait(2);
+}
+
+void RawBidiCall::WritesDone() {
+  call_->WritesDone(reinterpret_cast<void*>(3));
+  Wait(3);
+}
+
+grpc::Status RawBidiCall::ReadAllAndFinish(int* responses) {
+  int n = 0;
+  for (;;) {
+    grpc::ByteBuffer buffer;
+    call_->Read(&buffer, reinterpret_cast<void*>(4));
+    if (!Wait(4)) break;
+    ++n;
+  }
+  if (responses != nullptr) *responses = n;
+  grpc::Status status;
+  call_->Finish(&status, reinterpret_cast<void*>(5));
+  Wait(5);
+  return status;
 }
 
 }  // namespace fresnel::testing

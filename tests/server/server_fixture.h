@@ -4,6 +4,8 @@
 #include <memory>
 #include <string>
 
+#include "google/protobuf/message.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "fresnel/v1/admin.grpc.pb.h"
 #include "fresnel/v1/interpolation.grpc.pb.h"
 #include "fresnel/v1/unwrap.grpc.pb.h"
@@ -26,6 +28,28 @@ struct TestServer {
   std::unique_ptr<v1::UnwrapService::Stub> unwrap;
   std::unique_ptr<v1::AdminService::Stub> admin;
   std::string address;
+};
+
+// A bidi call that sends raw bytes per message, as a hostile or broken client does: for messages
+// that do not parse. One operation at a time; every wait is bounded by a 30 s deadline.
+class RawBidiCall {
+ public:
+  RawBidiCall(const std::shared_ptr<grpc::Channel>& channel, const std::string& method);
+  ~RawBidiCall();
+  bool Write(const std::string& bytes);
+  bool Write(const google::protobuf::Message& message) {
+    return Write(message.SerializeAsString());
+  }
+  void WritesDone();
+  // Reads every response until the server ends the call, then its status.
+  grpc::Status ReadAllAndFinish(int* responses = nullptr);
+
+ private:
+  bool Wait(intptr_t tag);
+  grpc::ClientContext ctx_;
+  grpc::CompletionQueue cq_;
+  grpc::GenericStub stub_;
+  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call_;
 };
 
 }  // namespace fresnel::testing

@@ -2,11 +2,14 @@
 // right status naming the field, streams equal one-shot calls, health, metrics and draining.
 #include <catch2/catch.hpp>
 
+#include <complex>
 #include <cstdio>
 #include <cstring>
 #include <set>
 #include <future>
 #include <thread>
+
+#include <unistd.h>
 
 #include "fresnel/core/gpu.h"
 #include "fresnel/interp/interp.h"
@@ -14,6 +17,7 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "server_fixture.h"
+#include "support/cli_runner.h"
 #include "support/test_support.h"
 
 namespace fresnel::testing {
@@ -165,6 +169,145 @@ TEST_CASE("ResamplePoly over gRPC equals the CPU kernel", "[server][interp]") {
   CHECK(MaxAbsError(got, *want) == 0.0);
 }
 
+TEST_CASE("Upfirdn over gRPC: complex taps, integer x, an axis and SciPy's dtype rule",
+          "[server][interp]") {
+  TestServer ts;
+  HostArray x = RandomArray(DType::kInt16, {40, 3});
+  HostArray taps = RandomArray(DType::kComplex128, {9});
+  v1::UpfirdnRequest req;
+  *req.mutable_x() = Wire(x);
+  *req.mutable_taps() = Wire(taps);
+  req.set_up(3);
+  req.set_down(2);
+  req.set_axis(0);
+  req.set_dtype_rule(v1::DTYPE_SCIPY);
+  v1::InterpolationResponse resp;
+  auto ctx = Ctx();
+  grpc::Status st = ts.interp->Upfirdn(ctx.get(), req, &resp);
+  INFO(st.error_message());
+  REQUIRE(st.ok());
+  interp::UpfirdnOptions o;
+  o.up = 3;
+  o.down = 2;
+  o.axis = 0;
+  o.dtype_rule = interp::DTypeRule::kSciPy;
+  o.taps_dtype = DType::kComplex128;
+  std::vector<double> re, im;
+  for (int i = 0; i < 9; ++i) {
+    re.push_back(taps.data<std::complex<double>>()[i].real());
+    im.push_back(taps.data<std::complex<double>>()[i].imag());
+  }
+  o.taps_imag = im;
+  auto want = interp::Upfirdn(Device::Cpu(), re, x, o);
+  REQUIRE(want.ok());
+  HostArray got = FromWire(resp.y());
+  CHECK(got.dtype() == DType::kComplex128);
+  CHECK(got.shape() == std::vector<int64_t>{63, 3});  // ((40 - 1) * 3 + 9 - 1) // 2 + 1
+  CHECK(got.shape() == want->shape());
+  CHECK(MaxAbsError(got, *want) == 0.0);
+}
+
+TEST_CASE("ResamplePoly over gRPC: float32 x with float64 taps, by rule", "[server][interp]") {
+  TestServer ts;
+  HostArray x = RandomArray(DType::kFloat32, {2, 300});
+  HostArray taps = RandomArray(DType::kFloat64, {21});
+  for (v1::DTypeRule rule : {v1::DTYPE_KEEP_PRECISION, v1::DTYPE_SCIPY}) {
+    v1::ResamplePolyRequest req;
+    *req.mutable_x() = Wire(x);
+    *req.mutable_taps() = Wire(taps);
+    req.set_up(3);
+    req.set_down(2);
+    req.set_dtype_rule(rule);
+    v1::InterpolationResponse resp;
+    auto ctx = Ctx();
+    REQUIRE(ts.interp->ResamplePoly(ctx.get(), req, &resp).ok());
+    HostArray got = FromWire(resp.y());
+    CHECK(got.dtype() == (rule == v1::DTYPE_SCIPY ? DType::kFloat64 : DType::kFloat32));
+    CHECK(got.shape() == std::vector<int64_t>{2, 450});
+  }
+}
+
+TEST_CASE("ResamplePoly over gRPC with a named window and parameters", "[server][interp]") {
+  TestServer ts;
+  HostArray x = RandomArray(DType::kFloat64, {100});
+  v1::ResamplePolyRequest req;
+  *req.mutable_x() = Wire(x);
+  req.set_up(3);
+  req.set_down(2);
+  req.set_window_name("chebwin");
+  req.add_window_params(60.0);
+  v1::InterpolationResponse resp;
+  auto ctx = Ctx();
+  REQUIRE(ts.interp->ResamplePoly(ctx.get(), req, &resp).ok());
+  interp::ResamplePolyOptions o;
+  o.up = 3;
+  o.down = 2;
+  o.window.type = interp::Window::kChebwin;
+  o.window.params = {60.0};
+  auto want = interp::ResamplePoly(Device::Cpu(), x, o);
+  REQUIRE(want.ok());
+  CHECK(MaxAbsError(FromWire(resp.y()), *want) == 0.0);
+  req.set_window_name("gaussian");  // needs its std
+  req.clear_window_params();
+  auto ctx2 = Ctx();
+  grpc::Status st = ts.interp->ResamplePoly(ctx2.get(), req, &resp);
+  CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK_THAT(st.error_message(), Catch::Contains("window_name"));
+}
+
+TEST_CASE("Resample (FFT) and Decimate over gRPC equal the CPU kernels", "[server][interp]") {
+  TestServer ts;
+  HostArray x = RandomArray(DType::kFloat64, {3, 250});
+  {
+    v1::ResampleRequest req;
+    *req.mutable_x() = Wire(x);
+    req.set_num(101);
+    v1::InterpolationResponse resp;
+    auto ctx = Ctx();
+    REQUIRE(ts.interp->Resample(ctx.get(), req, &resp).ok());
+    interp::ResampleOptions o;
+    o.num = 101;
+    auto want = interp::Resample(Device::Cpu(), x, o);
+    REQUIRE(want.ok());
+    HostArray got = FromWire(resp.y());
+    CHECK(got.shape() == std::vector<int64_t>{3, 101});
+    CHECK(MaxAbsError(got, *want) == 0.0);
+    req.set_num(0);
+    auto ctx2 = Ctx();
+    grpc::Status st = ts.interp->Resample(ctx2.get(), req, &resp);
+    CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(st.error_message(), Catch::Contains("num"));
+  }
+  {
+    v1::DecimateRequest req;
+    *req.mutable_x() = Wire(x);
+    req.set_q(4);
+    req.set_axis(1);
+    v1::InterpolationResponse resp;
+    auto ctx = Ctx();
+    REQUIRE(ts.interp->Decimate(ctx.get(), req, &resp).ok());
+    interp::DecimateOptions o;
+    o.q = 4;
+    auto want = interp::Decimate(Device::Cpu(), x, o);
+    REQUIRE(want.ok());
+    HostArray got = FromWire(resp.y());
+    CHECK(got.shape() == std::vector<int64_t>{3, 63});
+    CHECK(MaxAbsError(got, *want) == 0.0);
+    req.set_zero_phase(false);
+    auto ctx2 = Ctx();
+    REQUIRE(ts.interp->Decimate(ctx2.get(), req, &resp).ok());
+    o.zero_phase = false;
+    auto want2 = interp::Decimate(Device::Cpu(), x, o);
+    REQUIRE(want2.ok());
+    CHECK(MaxAbsError(FromWire(resp.y()), *want2) == 0.0);
+    req.set_q(1);
+    auto ctx3 = Ctx();
+    grpc::Status st = ts.interp->Decimate(ctx3.get(), req, &resp);
+    CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(st.error_message(), Catch::Contains("q"));
+  }
+}
+
 struct StreamResult {
   grpc::Status status;
   HostArray y;
@@ -286,6 +429,62 @@ TEST_CASE("ResampleStream rejects a stream without config", "[server][interp]") 
   CHECK_THAT(st.error_message(), Catch::Contains("config"));
 }
 
+// gRPC reports a message it cannot parse like the client's half-close: the stream used to end OK
+// with half the samples.
+TEST_CASE("ResampleStream: an unparsable message or a missing end is an error", "[server][interp]") {
+  TestServer ts;
+  const std::string method = "/fresnel.v1.InterpolationService/ResampleStream";
+  v1::ResampleStreamRequest config;
+  auto* rp = config.mutable_config()->mutable_resample_poly();
+  rp->set_up(3);
+  rp->set_down(2);
+  rp->mutable_x()->set_dtype(v1::FLOAT32);
+  rp->mutable_x()->add_shape(0);
+  v1::ResampleStreamRequest chunk;
+  *chunk.mutable_chunk() = Wire(RandomArray(DType::kFloat32, {1000}));
+  v1::ResampleStreamRequest end;
+  end.set_end(true);
+  int responses = 0;
+  SECTION("config, chunk, garbage, chunk, end") {
+    RawBidiCall call(ts.channel, method);
+    REQUIRE(call.Write(config));
+    REQUIRE(call.Write(chunk));
+    call.Write(std::string("\x12\xff\xff\xff\xff\x0f", 6));
+    call.Write(chunk);
+    call.Write(end);
+    grpc::Status st = call.ReadAllAndFinish(&responses);
+    CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(st.error_message(), Catch::Contains("end: the stream closed after 1 chunk(s)"));
+  }
+  SECTION("chunks and a half-close without end") {
+    RawBidiCall call(ts.channel, method);
+    REQUIRE(call.Write(config));
+    REQUIRE(call.Write(chunk));
+    call.WritesDone();
+    grpc::Status st = call.ReadAllAndFinish(&responses);
+    CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(st.error_message(), Catch::Contains("without a message that sets end"));
+    CHECK(responses == 1);
+  }
+  SECTION("garbage instead of the config") {
+    RawBidiCall call(ts.channel, method);
+    call.Write(std::string("\xff\xff\xff", 3));
+    call.WritesDone();
+    grpc::Status st = call.ReadAllAndFinish(&responses);
+    CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(st.error_message(), Catch::Contains("config"));
+  }
+  SECTION("the same stream with end is OK") {
+    RawBidiCall call(ts.channel, method);
+    REQUIRE(call.Write(config));
+    REQUIRE(call.Write(chunk));
+    REQUIRE(call.Write(end));
+    call.WritesDone();
+    CHECK(call.ReadAllAndFinish(&responses).ok());
+    CHECK(responses == 2);
+  }
+}
+
 TEST_CASE("bad interpolation input gets INVALID_ARGUMENT naming the field", "[server][interp]") {
   TestServer ts;
   HostArray x = RandomArray(DType::kFloat32, {100});
@@ -333,12 +532,27 @@ TEST_CASE("bad interpolation input gets INVALID_ARGUMENT naming the field", "[se
     CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
     CHECK_THAT(st.error_message(), Catch::Contains("x.dtype"));
   }
-  SECTION("unsupported dtype") {
+  SECTION("integer taps") {
     auto req = UpfirdnReq(x, {1, 2}, 2, 1);
-    *req.mutable_x() = Wire(RandomArray(DType::kInt32, {100}));
+    *req.mutable_taps() = Wire(RandomArray(DType::kInt32, {4}));
     grpc::Status st = call(req);
     CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
-    CHECK_THAT(st.error_message(), Catch::Contains("x.dtype"));
+    CHECK_THAT(st.error_message(), Catch::Contains("taps.dtype"));
+  }
+  SECTION("unknown dtype rule") {
+    auto req = UpfirdnReq(x, {1, 2}, 2, 1);
+    req.set_dtype_rule(static_cast<v1::DTypeRule>(9));
+    grpc::Status st = call(req);
+    CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(st.error_message(), Catch::Contains("dtype_rule"));
+  }
+  SECTION("empty x with a mode that needs samples") {
+    auto req = UpfirdnReq(x, {1, 2}, 2, 1);
+    *req.mutable_x() = Wire(HostArray(DType::kFloat64, {2, 0}));
+    req.set_mode(v1::PAD_REFLECT);
+    grpc::Status st = call(req);
+    CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(st.error_message(), Catch::Contains("mode"));
   }
   SECTION("unknown device kind") {
     auto req = UpfirdnReq(x, {1, 2}, 2, 1);
@@ -347,9 +561,17 @@ TEST_CASE("bad interpolation input gets INVALID_ARGUMENT naming the field", "[se
     CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
     CHECK_THAT(st.error_message(), Catch::Contains("device.kind"));
   }
-  SECTION("three-dimensional x") {
+  SECTION("axis out of range") {
     auto req = UpfirdnReq(x, {1, 2}, 2, 1);
     *req.mutable_x() = Wire(RandomArray(DType::kFloat32, {2, 2, 25}));
+    req.set_axis(3);
+    grpc::Status st = call(req);
+    CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(st.error_message(), Catch::Contains("axis"));
+  }
+  SECTION("zero-dimensional x") {
+    auto req = UpfirdnReq(x, {1, 2}, 2, 1);
+    *req.mutable_x() = Wire(HostArray(DType::kFloat32, {}));
     grpc::Status st = call(req);
     CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
     CHECK_THAT(st.error_message(), Catch::Contains("x.shape"));
@@ -432,6 +654,24 @@ TEST_CASE("metrics record requests and pass promtool", "[server][metrics]") {
   CHECK(rc == 0);
 }
 
+// `fresnel bench --op mix` (issue 13, Load): every workload of the mix is answered, none fails,
+// and the server's memory is read when its pid is given (here: this process).
+TEST_CASE("fresnel bench --op mix runs every workload without errors", "[server][cli]") {
+  TestServer ts;
+  CliResult r = RunCli({"--server", ts.address, "bench", "--op", "mix", "--concurrency", "4",
+                        "--duration", "1", "--device", "cpu", "--server-pid",
+                        std::to_string(getpid()), "--json"});
+  INFO(r.out << r.err);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("\"requests_failed\": 0"));
+  CHECK_THAT(r.out, Catch::Contains("hologram render"));
+  CHECK_THAT(r.out, Catch::Contains("unwrap"));
+  CHECK_THAT(r.out, Catch::Contains("server_rss_end_bytes"));
+  r = RunCli({"--server", ts.address, "bench", "--op", "mix", "--count", "5"});
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--duration"));
+}
+
 TEST_CASE("shutdown drains accepted work and refuses new work", "[server]") {
   TestServer ts;
   // A request heavy enough to still be running when the shutdown starts.
@@ -478,6 +718,78 @@ OpenStream(TestServer& ts, grpc::ClientContext* ctx, int up) {
   return stream;
 }
 
+void EndStream(grpc::ClientReaderWriter<v1::ResampleStreamRequest, v1::ResampleStreamResponse>* s) {
+  v1::ResampleStreamRequest end;
+  end.set_end(true);
+  s->Write(end);
+  s->WritesDone();
+}
+
+v1::ResampleStreamRequest ChunkMessage(int64_t samples) {
+  v1::ResampleStreamRequest m;
+  *m.mutable_chunk() = Wire(RandomArray(DType::kFloat32, {1, samples}));
+  return m;
+}
+
+// Issue 13 item 9: streams open at SIGTERM used to be cut off with UNAVAILABLE at their next
+// chunk, and calls still open at the end of the drain got a bare CANCELLED.
+TEST_CASE("a drain serves open streams to their end and refuses new calls", "[server][interp]") {
+  server::ServerConfig config = TestServer::CpuConfig();
+  SECTION("the open stream finishes within the drain timeout") {
+    TestServer ts(config);
+    grpc::ClientContext c;
+    auto s = OpenStream(ts, &c, 3);
+    v1::ResampleStreamResponse resp;
+    REQUIRE(s->Write(ChunkMessage(1000)));
+    REQUIRE(s->Read(&resp));
+    auto stopping = std::async(std::launch::async, [&] { return ts.server->Shutdown(); });
+    // Wait for the drain: a new stream is then refused.
+    grpc::Status probe;
+    for (int i = 0; i < 500; ++i) {
+      grpc::ClientContext pc;
+      auto p = OpenStream(ts, &pc, 3);
+      EndStream(p.get());
+      while (p->Read(&resp)) {
+      }
+      probe = p->Finish();
+      if (!probe.ok()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    CHECK(probe.error_code() == grpc::StatusCode::UNAVAILABLE);
+    CHECK_THAT(probe.error_message(), Catch::Contains("draining"));
+    // New unary work is refused too.
+    v1::InterpolationResponse late;
+    auto ctx = Ctx(5);
+    HostArray x = RandomArray(DType::kFloat32, {100});
+    CHECK(ts.interp->Upfirdn(ctx.get(), UpfirdnReq(x, {1.0}, 2, 1), &late).error_code() ==
+          grpc::StatusCode::UNAVAILABLE);
+    // The stream open before the drain goes on to its end.
+    REQUIRE(s->Write(ChunkMessage(1000)));
+    REQUIRE(s->Read(&resp));
+    CHECK(resp.status().code() == 0);
+    EndStream(s.get());
+    while (s->Read(&resp)) {
+    }
+    CHECK(s->Finish().ok());
+    CHECK(stopping.get());  // drained: nothing had to be stopped
+  }
+  SECTION("a stream still open at the drain timeout ends UNAVAILABLE saying so") {
+    config.drain_timeout_s = 0.3;
+    TestServer ts(config);
+    grpc::ClientContext c;
+    auto s = OpenStream(ts, &c, 3);
+    v1::ResampleStreamResponse resp;
+    REQUIRE(s->Write(ChunkMessage(1000)));
+    REQUIRE(s->Read(&resp));
+    CHECK_FALSE(ts.server->Shutdown());  // one stream had to be ended
+    while (s->Read(&resp)) {
+    }
+    grpc::Status st = s->Finish();
+    CHECK(st.error_code() == grpc::StatusCode::UNAVAILABLE);
+    CHECK_THAT(st.error_message(), Catch::Contains("drain timeout"));
+  }
+}
+
 TEST_CASE("open streams and the state they derive are capped server-wide", "[server][interp]") {
   server::ServerConfig config = TestServer::CpuConfig();
   config.max_streams = 2;
@@ -504,7 +816,7 @@ TEST_CASE("open streams and the state they derive are capped server-wide", "[ser
     grpc::Status st = s3->Finish();
     CHECK(st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
     CHECK_THAT(st.error_message(), Catch::Contains("--max-streams"));
-    s1->WritesDone();
+    EndStream(s1.get());
     while (s1->Read(&resp)) {
     }
     CHECK(s1->Finish().ok());
@@ -513,7 +825,7 @@ TEST_CASE("open streams and the state they derive are capped server-wide", "[ser
     for (int i = 0; i < 200; ++i) {
       grpc::ClientContext c;
       auto s = OpenStream(ts, &c, 3);
-      s->WritesDone();
+      EndStream(s.get());
       while (s->Read(&resp)) {
       }
       fourth = s->Finish();
@@ -521,7 +833,7 @@ TEST_CASE("open streams and the state they derive are capped server-wide", "[ser
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     CHECK(fourth.ok());
-    s2->WritesDone();
+    EndStream(s2.get());
     while (s2->Read(&resp)) {
     }
     CHECK(s2->Finish().ok());
@@ -535,6 +847,53 @@ TEST_CASE("open streams and the state they derive are capped server-wide", "[ser
     grpc::Status st = s->Finish();
     CHECK(st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
     CHECK_THAT(st.error_message(), Catch::Contains("--stream-state-bytes"));
+  }
+}
+
+// Issue 13, Faults: device out-of-memory is RESOURCE_EXHAUSTED, not a sticky error, and the device
+// goes on serving. A pool capped by cudaMemPoolProps::maxSize (--gpu-memory-bytes) makes the
+// failure real and repeatable.
+TEST_CASE("GPU out of memory is RESOURCE_EXHAUSTED and the device serves on", "[server][gpu]") {
+  if (SkipWithoutGpu()) return;
+  HostArray big = RandomArray(DType::kFloat32, {1, int64_t{16} << 20});  // 64 MiB
+  HostArray small = RandomArray(DType::kFloat32, {1, 1000});
+  std::vector<double> taps = {0.5, 0.25, 0.125};
+  interp::UpfirdnOptions o;
+  o.up = 2;
+  SECTION("the kernel, on a pool capped at 32 MiB") {
+    auto pool = GpuMemPool::Create(0, 0, int64_t{32} << 20);
+    REQUIRE(pool.ok());
+    auto stream = GpuStream::Create(0);
+    REQUIRE(stream.ok());
+    const Device gpu = Device::Cuda(0, (*stream)->handle(), (*pool)->handle());
+    auto failed = interp::Upfirdn(gpu, taps, big, o);
+    REQUIRE(failed.status().code() == absl::StatusCode::kResourceExhausted);
+    CHECK_THAT(std::string(failed.status().message()), Catch::Contains("cudaErrorMemoryAllocation"));
+    CHECK(GpuContextStatus(0, (*stream)->handle()).ok());  // not sticky
+    auto fine = interp::Upfirdn(gpu, taps, small, o);
+    REQUIRE(fine.ok());
+    auto want = interp::Upfirdn(Device::Cpu(), taps, small, o);
+    REQUIRE(want.ok());
+    CHECK(RelativeError(*fine, *want) < 1e-6);
+  }
+  SECTION("the server with --gpu-memory-bytes 64 MiB") {
+    server::ServerConfig config = TestServer::CpuConfig();
+    config.gpus = "all";
+    config.gpu_memory_bytes = int64_t{64} << 20;
+    config.max_message_bytes = int64_t{512} << 20;
+    TestServer ts(config);
+    v1::InterpolationResponse resp;
+    auto ctx = Ctx();
+    v1::UpfirdnRequest req = UpfirdnReq(big, taps, 2, 1);
+    req.mutable_device()->set_kind(v1::DEVICE_KIND_GPU);
+    grpc::Status st = ts.interp->Upfirdn(ctx.get(), req, &resp);
+    CHECK(st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+    v1::UpfirdnRequest ok_req = UpfirdnReq(small, taps, 2, 1);
+    ok_req.mutable_device()->set_kind(v1::DEVICE_KIND_GPU);
+    auto ctx2 = Ctx();
+    REQUIRE(ts.interp->Upfirdn(ctx2.get(), ok_req, &resp).ok());
+    CHECK(resp.info().device() == "cuda:0");
+    CHECK_THAT(ts.server->MetricsText(), Catch::Contains("fresnel_device_healthy{device=\"cuda:0\"} 1"));
   }
 }
 

@@ -166,6 +166,40 @@ TEST_CASE("session ids: other clients, other instances and unknown ids are NOT_F
   CHECK(long_id.status().message().size() < 400);  // ids are not echoed whole
 }
 
+TEST_CASE("what a client learns of another's sessions: nothing (ended ones, content keys)",
+          "[server][sessions][auth]") {
+  auto pool = CpuPool(1);
+  SessionStore store(Options(), pool.get(), nullptr);
+  auto a = store.Open(Spec(10, "alice"));
+  REQUIRE(a.ok());
+  const std::string id = (*a)->id();
+  const std::string never = "s-0123456789abcdef0123456789abcdef@test-a:1";
+  REQUIRE(store.Close(id, "alice").ok());
+  auto own = store.Find(id, "alice");
+  REQUIRE(own.status().code() == absl::StatusCode::kNotFound);
+  CHECK(std::string(own.status().message()).find("was closed") != std::string::npos);
+  // To mallory it reads as an id that never existed.
+  auto theirs = store.Find(id, "mallory");
+  REQUIRE(theirs.status().code() == absl::StatusCode::kNotFound);
+  CHECK(std::string(theirs.status().message()).find("no session") == 0);
+  CHECK(std::string(store.Find(never, "mallory").status().message()).find("no session") == 0);
+
+  // Content keys are per client: the same key finds each client's own session only.
+  auto alice_mesh = store.Open(Spec(10, "alice"));
+  auto bob_mesh = store.Open(Spec(10, "bob"));
+  REQUIRE(alice_mesh.ok());
+  REQUIRE(bob_mesh.ok());
+  store.SetKey(*alice_mesh, "hash-1");
+  CHECK(store.FindByKey("test", "hash-1", "bob") == nullptr);
+  store.SetKey(*bob_mesh, "hash-1");
+  CHECK(store.FindByKey("test", "hash-1", "alice") == *alice_mesh);
+  CHECK(store.FindByKey("test", "hash-1", "bob") == *bob_mesh);
+  // Closing bob's leaves alice's key in place.
+  REQUIRE(store.Close((*bob_mesh)->id(), "bob").ok());
+  CHECK(store.FindByKey("test", "hash-1", "bob") == nullptr);
+  CHECK(store.FindByKey("test", "hash-1", "alice") == *alice_mesh);
+}
+
 TEST_CASE("memory caps, per-client limits and LRU eviction of evictable sessions",
           "[server][sessions]") {
   auto pool = CpuPool(1);

@@ -7,10 +7,13 @@
 #include <cmath>
 #include <condition_variable>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <random>
 #include <sstream>
 #include <thread>
+
+#include <sys/resource.h>
 
 #include "commands.h"
 #include "fresnel/client/client.h"
@@ -638,6 +641,84 @@ TEST_CASE("uploads in progress count against --stream-state-bytes as they arrive
   auto done = client->WatchUnwrap(id);
   REQUIRE(done.ok());
   CHECK(done->state() == v1::JOB_STATE_DONE);
+}
+
+// Bytes of address space this process has mapped (VmSize), or -1.
+int64_t MappedBytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmSize:", 0) == 0) return std::stoll(line.substr(7)) * 1024;
+  }
+  return -1;
+}
+
+// Issue 13 item 4: under an address-space limit a Submit used to hang (never answered, one more
+// in-flight request per call). The upload's growth fails and the call ends RESOURCE_EXHAUSTED; the
+// server goes on serving once memory is back.
+TEST_CASE("an upload that runs out of address space is RESOURCE_EXHAUSTED, and the server serves on",
+          "[server][unwrap]") {
+#if defined(__SANITIZE_ADDRESS__)
+  WARN("AddressSanitizer reserves terabytes of address space: RLIMIT_AS cannot be tested");
+  return;
+#endif
+  server::ServerConfig config = TestServer::CpuConfig();
+  config.max_message_bytes = 8 << 20;
+  config.stream_state_bytes = int64_t{64} << 30;  // the budgets would allow it: the OS does not
+  config.job_memory_bytes = int64_t{64} << 30;
+  TestServer ts(config);
+  const int64_t mapped = MappedBytes();
+  REQUIRE(mapped > 0);
+  rlimit old{};
+  REQUIRE(getrlimit(RLIMIT_AS, &old) == 0);
+  // 768 MiB above what is mapped now: the upload of 2 GiB cannot fit, a chunk still can.
+  rlimit tight = old;
+  tight.rlim_cur = static_cast<rlim_t>(mapped + (int64_t{768} << 20));
+  REQUIRE(setrlimit(RLIMIT_AS, &tight) == 0);
+  const int64_t rows = 16384, cols = 32768;  // float32: 2 GiB
+  const int64_t total = rows * cols * 4;
+  grpc::Status st;
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    v1::SubmitResponse response;
+    auto writer = ts.unwrap->Submit(&ctx, &response);
+    v1::SubmitRequest header;
+    header.mutable_header()->mutable_request()->mutable_device()->set_kind(v1::DEVICE_KIND_CPU);
+    bool ok = writer->Write(header);
+    const int64_t chunk_bytes = 4 << 20;
+    v1::SubmitRequest m;
+    m.mutable_chunk()->set_array(v1::UNWRAP_ARRAY_PHASE);
+    v1::ArrayChunk* c = m.mutable_chunk()->mutable_chunk();
+    c->set_dtype(v1::FLOAT32);
+    c->add_shape(rows);
+    c->add_shape(cols);
+    c->set_total_bytes(total);
+    c->mutable_data()->assign(static_cast<size_t>(chunk_bytes), '\0');
+    for (int64_t offset = 0; ok && offset < total; offset += chunk_bytes) {
+      c->set_offset_bytes(offset);
+      c->set_last(offset + chunk_bytes >= total);
+      ok = writer->Write(m);
+      if (offset == 0) {  // later chunks need only the data
+        c->clear_shape();
+        c->set_dtype(v1::DTYPE_UNSPECIFIED);
+        c->set_total_bytes(0);
+      }
+    }
+    if (ok) writer->WritesDone();
+    st = writer->Finish();
+  }
+  REQUIRE(setrlimit(RLIMIT_AS, &old) == 0);
+  CHECK(st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  CHECK(Contains(st.error_message(), "out of host memory"));
+  // Nothing is left in flight, and the server still answers.
+  auto client = Connect(ts);
+  TestPhase small = MakePhase(64, 64, DType::kFloat32, 0.3, 2, false);
+  auto done = client->WatchUnwrap(Id(client->SubmitUnwrap(Request(small))));
+  REQUIRE(done.ok());
+  CHECK(done->state() == v1::JOB_STATE_DONE);
+  CHECK(Contains(ts.server->MetricsText(),
+                 "fresnel_in_flight_requests{method=\"Submit\",service=\"fresnel.v1.UnwrapService\"} 0"));
 }
 
 TEST_CASE("a Submit upload that breaks the chunk protocol is refused", "[server][unwrap]") {

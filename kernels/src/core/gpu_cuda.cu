@@ -66,9 +66,14 @@ absl::Status GpuStream::Synchronize() {
 }
 
 absl::StatusOr<std::unique_ptr<GpuMemPool>> GpuMemPool::Create(int ordinal,
-                                                               int64_t release_threshold_bytes) {
+                                                               int64_t release_threshold_bytes,
+                                                               int64_t max_bytes) {
+  if (max_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("max_bytes must be >= 0, got ", max_bytes));
+  }
   FRESNEL_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal));
   cudaMemPoolProps props{};
+  props.maxSize = static_cast<size_t>(max_bytes);
   props.allocType = cudaMemAllocationTypePinned;
   props.handleTypes = cudaMemHandleTypeNone;
   props.location.type = cudaMemLocationTypeDevice;

@@ -16,7 +16,9 @@ GpuStream::~GpuStream() = default;
 absl::Status GpuStream::Synchronize() { return NoCuda(); }
 absl::Status GpuContextStatus(int, void*) { return absl::OkStatus(); }
 
-absl::StatusOr<std::unique_ptr<GpuMemPool>> GpuMemPool::Create(int, int64_t) { return NoCuda(); }
+absl::StatusOr<std::unique_ptr<GpuMemPool>> GpuMemPool::Create(int, int64_t, int64_t) {
+  return NoCuda();
+}
 GpuMemPool::~GpuMemPool() = default;
 int64_t GpuMemPool::UsedBytes() const { return 0; }
 int64_t GpuMemPool::ReservedBytes() const { return 0; }

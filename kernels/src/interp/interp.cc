@@ -27,10 +27,16 @@ cdouble LoadAsComplex(DType dtype, const void* row, int64_t i) {
     case DType::kFloat64: return static_cast<const double*>(row)[i];
     case DType::kComplex64:
       return cdouble(static_cast<const std::complex<float>*>(row)[i]);
-    default: return 0;
+    case DType::kComplex128: return static_cast<const cdouble*>(row)[i];
+    case DType::kUint8: return static_cast<const uint8_t*>(row)[i];
+    case DType::kUint16: return static_cast<const uint16_t*>(row)[i];
+    case DType::kInt16: return static_cast<const int16_t*>(row)[i];
+    case DType::kInt32: return static_cast<const int32_t*>(row)[i];
   }
+  return 0;
 }
 
+// Only the float and complex dtypes are ever stored (results and working copies).
 void StoreFromComplex(DType dtype, void* row, int64_t i, cdouble v) {
   switch (dtype) {
     case DType::kFloat32: static_cast<float*>(row)[i] = static_cast<float>(v.real()); break;
@@ -38,6 +44,7 @@ void StoreFromComplex(DType dtype, void* row, int64_t i, cdouble v) {
     case DType::kComplex64:
       static_cast<std::complex<float>*>(row)[i] = std::complex<float>(v);
       break;
+    case DType::kComplex128: static_cast<cdouble*>(row)[i] = v; break;
     default: break;
   }
 }
@@ -165,12 +172,146 @@ bool IsKnownPadMode(PadMode m) {
          static_cast<int>(m) <= static_cast<int>(PadMode::kMinimum);
 }
 
-absl::Status ValidateSignal(const HostArray& x) {
-  if (x.ndim() != 1 && x.ndim() != 2) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "x.shape ", ShapeString(x.shape()), " must be [n] or [channels, n]"));
+}  // namespace
+
+bool IsComplex(DType d) { return d == DType::kComplex64 || d == DType::kComplex128; }
+bool IsInexact(DType d) {
+  return d == DType::kFloat32 || d == DType::kFloat64 || IsComplex(d);
+}
+// float64-level precision (int32 does not fit in float32, as NumPy decides).
+bool IsDoubleLevel(DType d) {
+  return d == DType::kFloat64 || d == DType::kComplex128 || d == DType::kInt32;
+}
+DType RealOf(DType d) {
+  if (d == DType::kComplex64) return DType::kFloat32;
+  if (d == DType::kComplex128) return DType::kFloat64;
+  return d;
+}
+DType ComplexOf(DType d) {
+  if (d == DType::kFloat32) return DType::kComplex64;
+  if (d == DType::kFloat64) return DType::kComplex128;
+  return d;
+}
+
+bool IsKnownDType(DType d) {
+  return static_cast<int>(d) >= static_cast<int>(DType::kFloat32) &&
+         static_cast<int>(d) <= static_cast<int>(DType::kInt32);
+}
+
+// axis in [-ndim, ndim) -> [0, ndim). The array must have ndim >= 1.
+int NormalizeAxis(const HostArray& x, int axis) {
+  return axis < 0 ? axis + static_cast<int>(x.ndim()) : axis;
+}
+
+absl::Status ValidateSignal(const HostArray& x, int axis) {
+  if (x.ndim() == 0) {
+    return absl::InvalidArgumentError(
+        "x.shape [] is 0-D: x needs at least one dimension (the filtered axis)");
   }
-  return ValidateDType(x.dtype());
+  const int nd = static_cast<int>(x.ndim());
+  if (axis < -nd || axis >= nd) {
+    return absl::InvalidArgumentError(absl::StrCat("axis ", axis, " is out of range for x.shape ",
+                                                   ShapeString(x.shape()), " (ndim ", nd, ")"));
+  }
+  if (!IsKnownDType(x.dtype())) return absl::InvalidArgumentError("x.dtype is not a known dtype");
+  return absl::OkStatus();
+}
+
+absl::Status ValidateTapsDType(DType d, const char* field) {
+  if (!IsInexact(d)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " ", DTypeName(d),
+                     " is not a taps dtype (float32, float64, complex64, complex128)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateRule(DTypeRule rule) {
+  if (rule != DTypeRule::kKeepPrecision && rule != DTypeRule::kSciPy) {
+    return absl::InvalidArgumentError("dtype_rule is not a known rule");
+  }
+  return absl::OkStatus();
+}
+
+AxisGeometry GeometryOf(const HostArray& x, int axis) {
+  AxisGeometry g;
+  g.axis = NormalizeAxis(x, axis);
+  for (int d = 0; d < static_cast<int>(x.ndim()); ++d) {
+    if (d < g.axis) g.outer *= x.dim(d);
+    if (d > g.axis) g.inner *= x.dim(d);
+  }
+  g.len = x.dim(g.axis);
+  return g;
+}
+
+WorkSignal ToWork(const HostArray& x, const AxisGeometry& g, DType dtype) {
+  WorkSignal w;
+  w.view.dtype = dtype;
+  w.view.channels = g.channels();
+  w.view.len = g.len;
+  w.view.stride = g.len;
+  if (x.dtype() == dtype && g.inner == 1) {
+    w.view.data = x.raw();
+    return w;
+  }
+  w.owned = HostArray(dtype, {g.channels(), g.len});
+  const size_t es = DTypeSize(dtype);
+  for (int64_t o = 0; o < g.outer; ++o) {
+    for (int64_t in = 0; in < g.inner; ++in) {
+      char* row = static_cast<char*>(w.owned.raw()) +
+                  (o * g.inner + in) * g.len * static_cast<int64_t>(es);
+      for (int64_t i = 0; i < g.len; ++i) {
+        StoreFromComplex(dtype, row, i, LoadAsComplex(x.dtype(), x.raw(), (o * g.len + i) * g.inner + in));
+      }
+    }
+  }
+  w.view.data = w.owned.raw();
+  return w;
+}
+
+// The [channels, m] result back in x's shape with m samples along the axis.
+absl::StatusOr<HostArray> FromWork(HostArray y, const HostArray& x, const AxisGeometry& g) {
+  std::vector<int64_t> shape = x.shape();
+  const int64_t m = y.dim(1);
+  shape[g.axis] = m;
+  if (g.inner == 1) {
+    FRESNEL_RETURN_IF_ERROR(y.Reshape(shape));
+    return y;
+  }
+  HostArray out(y.dtype(), shape);
+  const size_t es = DTypeSize(y.dtype());
+  const char* src = static_cast<const char*>(y.raw());
+  char* dst = static_cast<char*>(out.raw());
+  for (int64_t o = 0; o < g.outer; ++o) {
+    for (int64_t in = 0; in < g.inner; ++in) {
+      const char* row = src + (o * g.inner + in) * m * static_cast<int64_t>(es);
+      for (int64_t k = 0; k < m; ++k) {
+        std::memcpy(dst + ((o * m + k) * g.inner + in) * static_cast<int64_t>(es),
+                    row + k * static_cast<int64_t>(es), es);
+      }
+    }
+  }
+  return out;
+}
+
+// y = yr + i * yi (yi may be null: y = yr) in dtype `out`; returns yr itself when nothing changes.
+HostArray Combine(HostArray yr, const HostArray* yi, DType out) {
+  if (yi == nullptr && yr.dtype() == out) return yr;
+  HostArray y(out, yr.shape());
+  const int64_t n = static_cast<int64_t>(yr.size());
+  for (int64_t i = 0; i < n; ++i) {
+    cdouble v = LoadAsComplex(yr.dtype(), yr.raw(), i);
+    if (yi != nullptr) v += cdouble(0, 1) * LoadAsComplex(yi->dtype(), yi->raw(), i);
+    StoreFromComplex(out, y.raw(), i, v);
+  }
+  return y;
+}
+
+void AddTimes(StageTimes* total, const StageTimes& t) {
+  if (total == nullptr) return;
+  total->h2d_s += t.h2d_s;
+  total->compute_s += t.compute_s;
+  total->d2h_s += t.d2h_s;
 }
 
 absl::Status CheckOutputSize(int64_t channels, int64_t per_channel, const HostArray& x,
@@ -185,13 +326,6 @@ absl::Status CheckOutputSize(int64_t channels, int64_t per_channel, const HostAr
   return absl::OkStatus();
 }
 
-// Reshapes a [channels, m] result to the rank of the input.
-absl::StatusOr<HostArray> ToRankOf(HostArray y, const HostArray& x) {
-  if (x.ndim() == 1) FRESNEL_RETURN_IF_ERROR(y.Reshape({y.dim(1)}));
-  return y;
-}
-
-}  // namespace
 
 std::vector<double> Polyphase::PhaseMajorTaps() const {
   const int64_t p = TapsPerPhase();
@@ -268,10 +402,12 @@ absl::Status ValidateDType(DType dtype) {
     case DType::kFloat32:
     case DType::kFloat64:
     case DType::kComplex64:
+    case DType::kComplex128:
       return absl::OkStatus();
     default:
-      return absl::InvalidArgumentError(absl::StrCat(
-          "x.dtype ", DTypeName(dtype), " is not supported (float32, float64, complex64)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("x.dtype ", DTypeName(dtype),
+                       " is not supported here (float32, float64, complex64, complex128)"));
   }
 }
 
@@ -312,7 +448,13 @@ absl::StatusOr<ResamplePolyDesign> DesignResamplePoly(const ResamplePolyOptions&
   if (!options.taps.empty()) {
     h = options.taps;
     half_len = (static_cast<int64_t>(h.size()) - 1) / 2;
-    for (double& v : h) v *= up;
+    // SciPy scales the taps in their own dtype (h *= up).
+    const bool taps_single =
+        options.taps_dtype == DType::kFloat32 || options.taps_dtype == DType::kComplex64;
+    for (double& v : h) {
+      v = taps_single ? static_cast<double>(static_cast<float>(v) * static_cast<float>(up))
+                      : v * up;
+    }
   } else {
     const int max_rate = std::max(up, down);
     half_len = 10 * static_cast<int64_t>(max_rate);
@@ -364,9 +506,26 @@ absl::StatusOr<HostArray> UpfirdnWindow(const Device& device, const Polyphase& f
 using internal::HostSignalView;
 using internal::Polyphase;
 
+DType ResultDType(DType x, DType taps, DTypeRule rule) {
+  const bool complex = internal::IsComplex(x) || internal::IsComplex(taps);
+  bool dbl;
+  if (rule == DTypeRule::kKeepPrecision && internal::IsInexact(x)) {
+    dbl = internal::IsDoubleLevel(x);
+  } else {
+    // numpy.result_type(taps, x, float32): float32 unless either needs float64.
+    dbl = internal::IsDoubleLevel(x) || internal::IsDoubleLevel(taps);
+  }
+  const DType real = dbl ? DType::kFloat64 : DType::kFloat32;
+  return complex ? internal::ComplexOf(real) : real;
+}
+
 int64_t UpfirdnOutputLength(int64_t n, int64_t taps, int up, int down) {
-  if (n <= 0 || taps <= 0 || up <= 0 || down <= 0) return 0;
-  return ((n - 1) * up + taps - 1) / down + 1;
+  if (n < 0 || taps <= 0 || up <= 0 || down <= 0) return 0;
+  // floor(((n - 1) * up + taps - 1) / down) + 1 with Python's floor division (n == 0 can make
+  // the numerator negative).
+  const int64_t num = (n - 1) * up + taps - 1;
+  const int64_t q = num >= 0 ? num / down : -((-num + down - 1) / down);
+  return std::max<int64_t>(q + 1, 0);
 }
 
 int64_t ResamplePolyOutputLength(int64_t n, int up, int down) {
@@ -376,11 +535,99 @@ int64_t ResamplePolyOutputLength(int64_t n, int up, int down) {
   return (n * u + d - 1) / d;
 }
 
+namespace {
+
+// The dtype of the taps as SciPy sees them.
+DType TapsDTypeOf(DType declared, const std::vector<double>& imag) {
+  return imag.empty() ? declared : internal::ComplexOf(declared);
+}
+
+absl::Status ValidateTapsImag(const std::vector<double>& taps, const std::vector<double>& imag,
+                              DType taps_dtype, const Limits& limits) {
+  FRESNEL_RETURN_IF_ERROR(internal::ValidateTapsDType(taps_dtype, "taps.dtype"));
+  if (imag.empty()) return absl::OkStatus();
+  if (imag.size() != taps.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("taps_imag has ", imag.size(),
+                                                   " coefficients, taps has ", taps.size()));
+  }
+  return internal::ValidateTaps(imag, "taps_imag", limits);
+}
+
+// Shape checks shared by Upfirdn and ResamplePoly; returns the geometry along the axis.
+absl::StatusOr<internal::AxisGeometry> ValidateSignalAlong(const HostArray& x, int axis, int up) {
+  FRESNEL_RETURN_IF_ERROR(internal::ValidateSignal(x, axis));
+  internal::AxisGeometry g = internal::GeometryOf(x, axis);
+  // Guard the length formulas against int64 overflow: (n - 1) * up must fit.
+  if (g.len > (int64_t{1} << 62) / up) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("x.shape ", ShapeString(x.shape()), " is too long"));
+  }
+  return g;
+}
+
+// One real-taps upfirdn of the [channels, n] working signal: [channels, out_len].
+absl::StatusOr<HostArray> UpfirdnPass(const Device& device, const std::vector<double>& taps,
+                                      const HostSignalView& v, const UpfirdnOptions& options,
+                                      int64_t out_len, StageTimes* times) {
+  Polyphase filter{taps, options.up, options.down};
+  if (out_len == 0 || v.channels == 0) return HostArray(v.dtype, {v.channels, out_len});
+  if (options.mode == PadMode::kConstant) {
+    return internal::UpfirdnWindow(device, filter, v, 0, options.cval, 0, out_len, times);
+  }
+  // Other modes: materialise s[lo, hi) — everything the outputs [0, out_len) read — on the host
+  // and run the zero-extension primitive on it.
+  const int64_t p = filter.TapsPerPhase();
+  const int64_t lo = -(p - 1);
+  const int64_t hi = (out_len - 1) * options.down / options.up + 1;
+  HostArray ext = internal::ExtendSignal(v, options.mode, options.cval, lo, hi);
+  return internal::UpfirdnWindow(device, filter, internal::ViewOf(ext), lo, 0.0, 0, out_len,
+                                 times);
+}
+
+// One real-taps resample_poly pass (the filter designed, any background already removed).
+absl::StatusOr<HostArray> ResamplePass(const Device& device,
+                                       const internal::ResamplePolyDesign& design,
+                                       const HostSignalView& v, PadMode pad, double cval,
+                                       int64_t n_out, StageTimes* times) {
+  const Polyphase& f = design.filter;
+  if (pad == PadMode::kConstant) {
+    return internal::UpfirdnWindow(device, f, v, 0, cval, design.skip, n_out, times);
+  }
+  // An upfirdn mode: materialise the input span the kept outputs read.
+  const int64_t p = f.TapsPerPhase();
+  const int64_t q_first = design.skip * f.down / f.up;
+  const int64_t q_last = (design.skip + n_out - 1) * f.down / f.up;
+  const int64_t lo = q_first - (p - 1);
+  const int64_t hi = q_last + 1;
+  HostArray ext = internal::ExtendSignal(v, pad, 0.0, lo, hi);
+  return internal::UpfirdnWindow(device, f, internal::ViewOf(ext), lo, 0.0, design.skip, n_out,
+                                 times);
+}
+
+}  // namespace
+
+DType UpfirdnResultDType(DType x, const UpfirdnOptions& options) {
+  return ResultDType(x, TapsDTypeOf(options.taps_dtype, options.taps_imag), options.dtype_rule);
+}
+
+DType ResamplePolyResultDType(DType x, const ResamplePolyOptions& options) {
+  const int gcd = std::gcd(options.up, options.down);
+  if (gcd > 0 && options.up / gcd == 1 && options.down / gcd == 1) return x;
+  // A designed filter has x's dtype (float64 for integer x); explicit taps their own.
+  const DType taps_dtype =
+      !options.taps.empty() ? TapsDTypeOf(options.taps_dtype, options.taps_imag)
+      : internal::IsInexact(x) ? x
+                               : DType::kFloat64;
+  return ResultDType(x, taps_dtype, options.dtype_rule);
+}
+
 absl::Status ValidateUpfirdn(const std::vector<double>& taps, const HostArray& x,
                              const UpfirdnOptions& options, const Limits& limits) {
   FRESNEL_RETURN_IF_ERROR(internal::ValidateRate(options.up, "up", limits));
   FRESNEL_RETURN_IF_ERROR(internal::ValidateRate(options.down, "down", limits));
   FRESNEL_RETURN_IF_ERROR(internal::ValidateTaps(taps, "taps", limits));
+  FRESNEL_RETURN_IF_ERROR(ValidateTapsImag(taps, options.taps_imag, options.taps_dtype, limits));
+  FRESNEL_RETURN_IF_ERROR(internal::ValidateRule(options.dtype_rule));
   if (!internal::IsKnownPadMode(options.mode)) {
     return absl::InvalidArgumentError("mode is not a known extension mode");
   }
@@ -393,25 +640,32 @@ absl::Status ValidateUpfirdn(const std::vector<double>& taps, const HostArray& x
   if (!std::isfinite(options.cval)) {
     return absl::InvalidArgumentError(absl::StrCat("cval must be finite, got ", options.cval));
   }
-  FRESNEL_RETURN_IF_ERROR(internal::ValidateSignal(x));
-  HostSignalView v = internal::ViewOf(x);
-  // Guard the length formula against int64 overflow: (n - 1) * up must fit.
-  if (v.len > (int64_t{1} << 62) / options.up) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("x.shape ", ShapeString(x.shape()), " is too long"));
+  FRESNEL_ASSIGN_OR_RETURN(internal::AxisGeometry g,
+                           ValidateSignalAlong(x, options.axis, options.up));
+  if (g.len == 0 && options.mode != PadMode::kConstant) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("x.shape ", ShapeString(x.shape()), " has no samples along axis ",
+                     options.axis, ": mode '", internal::PadModeName(options.mode),
+                     "' needs at least one (only 'constant' extends an empty signal)"));
   }
-  int64_t len = UpfirdnOutputLength(v.len, static_cast<int64_t>(taps.size()), options.up,
-                                    options.down);
-  return internal::CheckOutputSize(v.channels, len, x, limits);
+  const int64_t len =
+      UpfirdnOutputLength(g.len, static_cast<int64_t>(taps.size()), options.up, options.down);
+  return internal::CheckOutputSize(g.channels(), len, x, limits);
 }
 
 absl::Status ValidateResamplePoly(const HostArray& x, const ResamplePolyOptions& options,
                                   const Limits& limits) {
   FRESNEL_RETURN_IF_ERROR(internal::ValidateRate(options.up, "up", limits));
   FRESNEL_RETURN_IF_ERROR(internal::ValidateRate(options.down, "down", limits));
+  FRESNEL_RETURN_IF_ERROR(internal::ValidateRule(options.dtype_rule));
   if (!options.taps.empty()) {
     FRESNEL_RETURN_IF_ERROR(internal::ValidateTaps(options.taps, "taps", limits));
+    FRESNEL_RETURN_IF_ERROR(
+        ValidateTapsImag(options.taps, options.taps_imag, options.taps_dtype, limits));
   } else {
+    if (!options.taps_imag.empty()) {
+      return absl::InvalidArgumentError("taps_imag is set but taps is empty");
+    }
     const int g = std::gcd(options.up, options.down);
     const int64_t max_rate = std::max(options.up, options.down) / g;
     const int64_t numtaps = ResamplePolyDefaultNumtaps(options.up, options.down);
@@ -421,23 +675,7 @@ absl::Status ValidateResamplePoly(const HostArray& x, const ResamplePolyOptions&
           " taps, more than the limit of ", limits.max_taps,
           " (max_taps); pass explicit taps or smaller rates"));
     }
-    if (options.window.type == Window::kKaiser &&
-        (!std::isfinite(options.window.kaiser_beta) ||
-         std::fabs(options.window.kaiser_beta) > 700)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("window: kaiser_beta must be finite and at most 700 in magnitude, got ",
-                       options.window.kaiser_beta));
-    }
-    switch (options.window.type) {
-      case Window::kBoxcar:
-      case Window::kHamming:
-      case Window::kHann:
-      case Window::kBlackman:
-      case Window::kKaiser:
-        break;
-      default:
-        return absl::InvalidArgumentError("window: unknown window type");
-    }
+    FRESNEL_RETURN_IF_ERROR(ValidateWindow(options.window, max_rate > 1 ? numtaps : 1));
   }
   if (!internal::IsKnownPadMode(options.padtype)) {
     return absl::InvalidArgumentError("padtype is not a known padtype");
@@ -450,14 +688,10 @@ absl::Status ValidateResamplePoly(const HostArray& x, const ResamplePolyOptions&
         absl::StrCat("cval has no effect when padtype is '",
                      internal::PadModeName(options.padtype), "' (only with 'constant')"));
   }
-  FRESNEL_RETURN_IF_ERROR(internal::ValidateSignal(x));
-  HostSignalView v = internal::ViewOf(x);
-  if (v.len > (int64_t{1} << 62) / options.up) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("x.shape ", ShapeString(x.shape()), " is too long"));
-  }
+  FRESNEL_ASSIGN_OR_RETURN(internal::AxisGeometry g,
+                           ValidateSignalAlong(x, options.axis, options.up));
   return internal::CheckOutputSize(
-      v.channels, ResamplePolyOutputLength(v.len, options.up, options.down), x, limits);
+      g.channels(), ResamplePolyOutputLength(g.len, options.up, options.down), x, limits);
 }
 
 absl::StatusOr<HostArray> Upfirdn(const Device& device, const std::vector<double>& taps,
@@ -465,89 +699,92 @@ absl::StatusOr<HostArray> Upfirdn(const Device& device, const std::vector<double
                                   StageTimes* times) {
   FRESNEL_RETURN_IF_ERROR(ValidateUpfirdn(taps, x, options));
   if (times != nullptr) *times = StageTimes{};
-  Polyphase filter{taps, options.up, options.down};
-  HostSignalView v = internal::ViewOf(x);
+  const internal::AxisGeometry g = internal::GeometryOf(x, options.axis);
+  const DType out = UpfirdnResultDType(x.dtype(), options);
+  // Real signals with complex taps are filtered as real signals, twice.
+  const DType work = internal::IsComplex(x.dtype()) ? out : internal::RealOf(out);
+  internal::WorkSignal w = internal::ToWork(x, g, work);
   const int64_t out_len =
-      UpfirdnOutputLength(v.len, static_cast<int64_t>(taps.size()), options.up, options.down);
-  if (out_len == 0 || v.channels == 0) {
-    return internal::ToRankOf(HostArray(x.dtype(), {v.channels, out_len}), x);
+      UpfirdnOutputLength(g.len, static_cast<int64_t>(taps.size()), options.up, options.down);
+  StageTimes t;
+  FRESNEL_ASSIGN_OR_RETURN(HostArray yr, UpfirdnPass(device, taps, w.view, options, out_len, &t));
+  internal::AddTimes(times, t);
+  HostArray yi;
+  if (!options.taps_imag.empty()) {
+    FRESNEL_ASSIGN_OR_RETURN(
+        yi, UpfirdnPass(device, options.taps_imag, w.view, options, out_len, &t));
+    internal::AddTimes(times, t);
   }
-  if (options.mode == PadMode::kConstant) {
-    FRESNEL_ASSIGN_OR_RETURN(HostArray y, internal::UpfirdnWindow(device, filter, v, 0,
-                                                                  options.cval, 0, out_len,
-                                                                  times));
-    return internal::ToRankOf(std::move(y), x);
-  }
-  // Other modes: materialise s[lo, hi) — everything the outputs [0, out_len) read — on the host
-  // and run the zero-extension primitive on it.
-  const int64_t p = filter.TapsPerPhase();
-  const int64_t lo = -(p - 1);
-  const int64_t hi = (out_len - 1) * options.down / options.up + 1;
-  HostArray ext = internal::ExtendSignal(v, options.mode, options.cval, lo, hi);
-  FRESNEL_ASSIGN_OR_RETURN(HostArray y,
-                           internal::UpfirdnWindow(device, filter, internal::ViewOf(ext), lo,
-                                                   0.0, 0, out_len, times));
-  return internal::ToRankOf(std::move(y), x);
+  HostArray y =
+      internal::Combine(std::move(yr), options.taps_imag.empty() ? nullptr : &yi, out);
+  return internal::FromWork(std::move(y), x, g);
 }
 
 absl::StatusOr<HostArray> ResamplePoly(const Device& device, const HostArray& x,
                                        const ResamplePolyOptions& options, StageTimes* times) {
   FRESNEL_RETURN_IF_ERROR(ValidateResamplePoly(x, options));
   if (times != nullptr) *times = StageTimes{};
+  const int gcd = std::gcd(options.up, options.down);
+  if (options.up / gcd == 1 && options.down / gcd == 1) return x;  // SciPy: x.copy()
+  const internal::AxisGeometry g = internal::GeometryOf(x, options.axis);
+  const DType out = ResamplePolyResultDType(x.dtype(), options);
+  const DType work = internal::IsComplex(x.dtype()) ? out : internal::RealOf(out);
+  const int64_t n_out = ResamplePolyOutputLength(g.len, options.up, options.down);
+  if (n_out == 0 || g.channels() == 0) {
+    return internal::FromWork(HostArray(out, {g.channels(), n_out}), x, g);
+  }
   FRESNEL_ASSIGN_OR_RETURN(internal::ResamplePolyDesign design,
-                           internal::DesignResamplePoly(options, x.dtype()));
-  if (design.copy) return x;
-  HostSignalView v = internal::ViewOf(x);
-  const int64_t n_out = ResamplePolyOutputLength(v.len, options.up, options.down);
-  if (n_out == 0 || v.channels == 0) {
-    return internal::ToRankOf(HostArray(x.dtype(), {v.channels, n_out}), x);
+                           internal::DesignResamplePoly(options, work));
+  internal::ResamplePolyDesign design_imag;
+  const bool complex_taps = !options.taps_imag.empty();
+  if (complex_taps) {
+    ResamplePolyOptions imag = options;
+    imag.taps = options.taps_imag;
+    FRESNEL_ASSIGN_OR_RETURN(design_imag, internal::DesignResamplePoly(imag, work));
   }
-  const Polyphase& f = design.filter;
-  const PadMode pad = options.padtype;
-
-  if (pad == PadMode::kConstant) {
-    FRESNEL_ASSIGN_OR_RETURN(HostArray y, internal::UpfirdnWindow(device, f, v, 0, options.cval,
-                                                                  design.skip, n_out, times));
-    return internal::ToRankOf(std::move(y), x);
-  }
-  if (!internal::IsUpfirdnMode(pad)) {
-    // Subtract the per-channel background, filter with zero padding, add it back.
-    HostArray shifted(x.dtype(), {v.channels, v.len});
-    std::vector<std::complex<double>> bg(static_cast<size_t>(v.channels));
+  internal::WorkSignal w = internal::ToWork(x, g, work);
+  HostSignalView v = w.view;
+  PadMode pad = options.padtype;
+  double cval = options.cval;
+  // mean/median/maximum/minimum: subtract the per-channel background, filter with zero padding,
+  // add it back.
+  const bool background = !internal::IsUpfirdnMode(pad);
+  std::vector<std::complex<double>> bg;
+  HostArray shifted;
+  if (background) {
+    shifted = HostArray(work, {v.channels, v.len});
+    bg.resize(static_cast<size_t>(v.channels));
     for (int64_t c = 0; c < v.channels; ++c) {
       bg[c] = internal::Background(v, c, pad);
       const void* src = internal::RowOf(v, c);
       void* dst = static_cast<char*>(shifted.raw()) +
-                  c * v.len * static_cast<int64_t>(DTypeSize(x.dtype()));
+                  c * v.len * static_cast<int64_t>(DTypeSize(work));
       for (int64_t i = 0; i < v.len; ++i) {
-        internal::StoreFromComplex(x.dtype(), dst, i,
-                                   internal::LoadAsComplex(x.dtype(), src, i) - bg[c]);
+        internal::StoreFromComplex(work, dst, i, internal::LoadAsComplex(work, src, i) - bg[c]);
       }
     }
-    FRESNEL_ASSIGN_OR_RETURN(HostArray y,
-                             internal::UpfirdnWindow(device, f, internal::ViewOf(shifted), 0,
-                                                     0.0, design.skip, n_out, times));
-    for (int64_t c = 0; c < v.channels; ++c) {
-      void* row = static_cast<char*>(y.raw()) +
-                  c * n_out * static_cast<int64_t>(DTypeSize(x.dtype()));
-      for (int64_t i = 0; i < n_out; ++i) {
-        internal::StoreFromComplex(x.dtype(), row, i,
-                                   internal::LoadAsComplex(x.dtype(), row, i) + bg[c]);
-      }
-    }
-    return internal::ToRankOf(std::move(y), x);
+    v = internal::ViewOf(shifted);
+    pad = PadMode::kConstant;
+    cval = 0.0;
   }
-  // An upfirdn mode: materialise the input span the kept outputs read.
-  const int64_t p = f.TapsPerPhase();
-  const int64_t q_first = design.skip * f.down / f.up;
-  const int64_t q_last = (design.skip + n_out - 1) * f.down / f.up;
-  const int64_t lo = q_first - (p - 1);
-  const int64_t hi = q_last + 1;
-  HostArray ext = internal::ExtendSignal(v, pad, 0.0, lo, hi);
-  FRESNEL_ASSIGN_OR_RETURN(HostArray y,
-                           internal::UpfirdnWindow(device, f, internal::ViewOf(ext), lo, 0.0,
-                                                   design.skip, n_out, times));
-  return internal::ToRankOf(std::move(y), x);
+  StageTimes t;
+  FRESNEL_ASSIGN_OR_RETURN(HostArray yr, ResamplePass(device, design, v, pad, cval, n_out, &t));
+  internal::AddTimes(times, t);
+  HostArray yi;
+  if (complex_taps) {
+    FRESNEL_ASSIGN_OR_RETURN(yi, ResamplePass(device, design_imag, v, pad, cval, n_out, &t));
+    internal::AddTimes(times, t);
+  }
+  HostArray y = internal::Combine(std::move(yr), complex_taps ? &yi : nullptr, out);
+  if (background) {
+    for (int64_t c = 0; c < v.channels; ++c) {
+      void* row = static_cast<char*>(y.raw()) + c * n_out * static_cast<int64_t>(DTypeSize(out));
+      for (int64_t i = 0; i < n_out; ++i) {
+        internal::StoreFromComplex(out, row, i, internal::LoadAsComplex(out, row, i) + bg[c]);
+      }
+    }
+  }
+  return internal::FromWork(std::move(y), x, g);
 }
 
 }  // namespace fresnel::interp

@@ -79,9 +79,13 @@ absl::StatusOr<HostArray> UpfirdnWindowCpu(const Polyphase& filter, const HostSi
                                                         out_count,
                                                         y.data<std::complex<float>>());
       break;
+    case DType::kComplex128:
+      RunCpu<std::complex<double>, std::complex<double>>(filter, x, x_first, cval, out_first,
+                                                         out_count,
+                                                         y.data<std::complex<double>>());
+      break;
     default:
-      return absl::InvalidArgumentError(absl::StrCat(
-          "x.dtype ", DTypeName(x.dtype), " is not supported (float32, float64, complex64)"));
+      return ValidateDType(x.dtype);
   }
   return y;
 }

@@ -59,7 +59,8 @@ int64_t TileSpan(int up, int down, int64_t p) {
          p;
 }
 
-size_t TapSize(DType dtype) { return dtype == DType::kFloat64 ? sizeof(double) : sizeof(float); }
+bool DoubleTaps(DType dtype) { return dtype == DType::kFloat64 || dtype == DType::kComplex128; }
+size_t TapSize(DType dtype) { return DoubleTaps(dtype) ? sizeof(double) : sizeof(float); }
 
 int64_t AlignUp16(int64_t v) { return (v + 15) / 16 * 16; }
 
@@ -71,6 +72,8 @@ template <>
 double DeviceValue<double>(double v) { return v; }
 template <>
 float2 DeviceValue<float2>(double v) { return make_float2(static_cast<float>(v), 0.f); }
+template <>
+double2 DeviceValue<double2>(double v) { return make_double2(v, 0.0); }
 
 // ---- kRegisterBlocked store variants ----------------------------------------------------------
 //
@@ -237,7 +240,7 @@ struct CudaPolyphase::Impl {
   int ordinal = 0;
   int sm_count = 1;
   std::vector<float> htf_f;   // phase-major taps as float (float32 and complex64 signals)
-  std::vector<double> htf_d;  // as double (float64 signals)
+  std::vector<double> htf_d;  // as double (float64 and complex128 signals)
   cuda::DeviceBuffer<float> taps_f;
   cuda::DeviceBuffer<double> taps_d;
   RbConfig rb;              // kRegisterBlocked: store variant, blocks-per-SM cap
@@ -297,7 +300,7 @@ absl::StatusOr<CudaPolyphase> CudaPolyphase::Create(const Device& device, const 
   }
   std::vector<double> htf = filter.PhaseMajorTaps();
   cudaStream_t stream = cuda::StreamOf(device);
-  if (dtype == DType::kFloat64) {
+  if (DoubleTaps(dtype)) {
     impl->htf_d = std::move(htf);
     if (kernel != CudaKernel::kRegisterBlocked) {
       FRESNEL_RETURN_IF_ERROR(
@@ -434,6 +437,7 @@ absl::Status CudaPolyphase::LaunchAsync(const Device& device, const DeviceSignal
     case DType::kFloat32: return im.LaunchTyped<float>(stream, s);
     case DType::kFloat64: return im.LaunchTyped<double>(stream, s);
     case DType::kComplex64: return im.LaunchTyped<float2>(stream, s);
+    case DType::kComplex128: return im.LaunchTyped<double2>(stream, s);
     default: return ValidateDType(im.dtype);
   }
 }

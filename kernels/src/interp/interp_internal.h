@@ -46,7 +46,7 @@ struct Polyphase {
 };
 
 // A read-only view of `channels` rows of `len` samples, row c starting at data + c * stride
-// elements. dtype is float32, float64 or complex64.
+// elements. dtype is float32, float64, complex64 or complex128.
 struct HostSignalView {
   DType dtype = DType::kFloat32;
   int64_t channels = 0;
@@ -91,8 +91,47 @@ absl::StatusOr<ResamplePolyDesign> DesignResamplePoly(const ResamplePolyOptions&
 absl::Status ValidateRate(int rate, const char* field, const Limits& limits);
 absl::Status ValidateTaps(const std::vector<double>& taps, const char* field,
                           const Limits& limits);
+// The dtypes the back ends compute in: float32, float64, complex64, complex128.
 absl::Status ValidateDType(DType dtype);
 const char* PadModeName(PadMode mode);
+
+// ---- Shapes and dtypes of the public entry points (interp.cc) ----
+
+bool IsComplex(DType d);
+bool IsInexact(DType d);     // float or complex
+bool IsDoubleLevel(DType d);  // needs float64 precision (float64, complex128, int32)
+DType RealOf(DType d);
+DType ComplexOf(DType d);
+
+// x has ndim >= 1, axis in [-ndim, ndim) and a known dtype (else InvalidArgument naming the
+// field).
+absl::Status ValidateSignal(const HostArray& x, int axis);
+absl::Status ValidateTapsDType(DType d, const char* field);
+absl::Status ValidateRule(DTypeRule rule);
+// ResourceExhausted when channels * per_channel exceeds limits.max_output_samples.
+absl::Status CheckOutputSize(int64_t channels, int64_t per_channel, const HostArray& x,
+                             const Limits& limits);
+
+// x seen as [channels, len] along `axis`: channels are the other dimensions in row-major order.
+struct AxisGeometry {
+  int axis = 0;       // normalised
+  int64_t outer = 1;  // product of shape[:axis]
+  int64_t len = 0;    // shape[axis]
+  int64_t inner = 1;  // product of shape[axis+1:]
+  int64_t channels() const { return outer * inner; }
+};
+AxisGeometry GeometryOf(const HostArray& x, int axis);  // x validated
+
+// The working signal: x itself when already contiguous [channels, n] of `dtype` (no copy),
+// otherwise a converted, axis-moved copy.
+struct WorkSignal {
+  HostArray owned;
+  HostSignalView view;
+};
+WorkSignal ToWork(const HostArray& x, const AxisGeometry& g, DType dtype);
+// A [channels, m] result back in x's shape with m samples along the axis.
+absl::StatusOr<HostArray> FromWork(HostArray y, const HostArray& x, const AxisGeometry& g);
+void AddTimes(StageTimes* total, const StageTimes& t);
 
 // ---- CUDA device-pointer entry point (used by the host-level call and the benchmark) ----
 
@@ -161,6 +200,14 @@ class CudaPolyphase {
   explicit CudaPolyphase(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+#if defined(FRESNEL_WITH_CUDA)
+// scipy.signal.resample of a validated [channels, n] view (float32, float64, complex64,
+// complex128) to num samples per channel, on device.stream with cuFFT (work area and buffers from
+// the device's pool); synchronises the stream before returning.
+absl::StatusOr<HostArray> ResampleCuda(const Device& device, const HostSignalView& x, int64_t num,
+                                       StageTimes* times);
+#endif
 
 #if FRESNEL_WITH_CUDA
 // Benchmark ceiling probe (interp_cuda.cu): kind 0 writes n_out floats to y; kind 1 reads

@@ -20,7 +20,8 @@
 
 namespace fresnel::interp::kernels {
 
-// ---- element types: float, double and complex64 (as float2) signals, real taps ----
+// ---- element types: float, double, complex64 (float2) and complex128 (double2) signals, real
+// taps ----
 
 template <class T>
 struct Traits;
@@ -39,11 +40,19 @@ struct Traits<float2> {
   using Tap = float;
   using Acc = float2;
 };
+template <>
+struct Traits<double2> {
+  using Tap = double;
+  using Acc = double2;
+};
 
 __device__ __forceinline__ float Fma(float h, float x, float acc) { return fmaf(h, x, acc); }
 __device__ __forceinline__ double Fma(double h, double x, double acc) { return fma(h, x, acc); }
 __device__ __forceinline__ float2 Fma(float h, float2 x, float2 acc) {
   return make_float2(fmaf(h, x.x, acc.x), fmaf(h, x.y, acc.y));
+}
+__device__ __forceinline__ double2 Fma(double h, double2 x, double2 acc) {
+  return make_double2(fma(h, x.x, acc.x), fma(h, x.y, acc.y));
 }
 
 template <class T>
@@ -54,6 +63,8 @@ template <>
 __device__ __forceinline__ double Zero<double>() { return 0.0; }
 template <>
 __device__ __forceinline__ float2 Zero<float2>() { return make_float2(0.f, 0.f); }
+template <>
+__device__ __forceinline__ double2 Zero<double2>() { return make_double2(0.0, 0.0); }
 
 __device__ __forceinline__ float ShflXor(float v, int lane_mask) {
   return __shfl_xor_sync(0xffffffffu, v, lane_mask);
@@ -64,6 +75,13 @@ __device__ __forceinline__ double ShflXor(double v, int lane_mask) {
 __device__ __forceinline__ float2 ShflXor(float2 v, int lane_mask) {
   return make_float2(__shfl_xor_sync(0xffffffffu, v.x, lane_mask),
                      __shfl_xor_sync(0xffffffffu, v.y, lane_mask));
+}
+__device__ __forceinline__ double2 ShflXor(double2 v, int lane_mask) {
+  return make_double2(__shfl_xor_sync(0xffffffffu, v.x, lane_mask),
+                      __shfl_xor_sync(0xffffffffu, v.y, lane_mask));
+}
+__device__ __forceinline__ double2 Add(double2 a, double2 b) {
+  return make_double2(a.x + b.x, a.y + b.y);
 }
 __device__ __forceinline__ float Add(float a, float b) { return a + b; }
 __device__ __forceinline__ double Add(double a, double b) { return a + b; }

@@ -35,6 +35,26 @@ void CopyColumns(const internal::HostSignalView& src, int64_t from, int64_t coun
   }
 }
 
+// What a stream cannot do: it filters the last axis of float or complex chunks with real taps,
+// and returns the chunks' dtype.
+absl::Status CheckStreamable(DType dtype, const std::vector<double>& taps_imag, int axis,
+                             DTypeRule rule, DType taps_dtype) {
+  FRESNEL_RETURN_IF_ERROR(internal::ValidateDType(dtype));
+  if (!taps_imag.empty()) {
+    return absl::InvalidArgumentError("taps_imag: a stream supports real taps only");
+  }
+  if (axis != -1 && axis != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("axis ", axis, ": a stream filters the last axis of [channels, k] chunks"));
+  }
+  if (ResultDType(dtype, taps_dtype, rule) != dtype) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dtype_rule: SciPy's promotion would turn ", DTypeName(dtype), " into ",
+        DTypeName(ResultDType(dtype, taps_dtype, rule)), "; a stream keeps the chunks' dtype"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<StreamingResampler> StreamingResampler::ForUpfirdn(std::vector<double> taps,
@@ -45,12 +65,14 @@ absl::StatusOr<StreamingResampler> StreamingResampler::ForUpfirdn(std::vector<do
     return absl::InvalidArgumentError(
         absl::StrCat("x.shape: a stream needs at least one channel, got ", channels));
   }
-  FRESNEL_RETURN_IF_ERROR(ValidateUpfirdn(taps, HostArray(dtype, {channels, 0}), options, limits));
   if (options.mode != PadMode::kConstant) {
     return absl::InvalidArgumentError(absl::StrCat(
         "mode '", internal::PadModeName(options.mode),
         "' needs the whole signal; a stream supports only 'constant'"));
   }
+  FRESNEL_RETURN_IF_ERROR(CheckStreamable(dtype, options.taps_imag, options.axis,
+                                          options.dtype_rule, options.taps_dtype));
+  FRESNEL_RETURN_IF_ERROR(ValidateUpfirdn(taps, HostArray(dtype, {channels, 0}), options, limits));
   StreamingResampler s;
   s.taps_ = std::move(taps);
   s.up_ = options.up;
@@ -69,6 +91,9 @@ absl::StatusOr<StreamingResampler> StreamingResampler::ForResamplePoly(
     return absl::InvalidArgumentError(
         absl::StrCat("x.shape: a stream needs at least one channel, got ", channels));
   }
+  FRESNEL_RETURN_IF_ERROR(CheckStreamable(dtype, options.taps_imag, options.axis,
+                                          options.dtype_rule,
+                                          options.taps.empty() ? dtype : options.taps_dtype));
   FRESNEL_RETURN_IF_ERROR(ValidateResamplePoly(HostArray(dtype, {channels, 0}), options, limits));
   if (options.padtype != PadMode::kConstant) {
     return absl::InvalidArgumentError(absl::StrCat(

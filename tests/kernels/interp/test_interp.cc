@@ -23,6 +23,13 @@ using namespace fresnel::interp::testing;  // NOLINT
 
 const Device kCpu = Device::Cpu();
 
+// Expects `status` to be `code` with a message mentioning `field`.
+void ExpectError(const absl::Status& status, absl::StatusCode code, const std::string& field) {
+  INFO(status.ToString());
+  CHECK(status.code() == code);
+  CHECK(std::string(status.message()).find(field) != std::string::npos);
+}
+
 // Upsample with zeros, convolve in full, downsample: the textbook definition, in double.
 HostArray DirectUpfirdn(const std::vector<double>& h, const HostArray& x, int up, int down,
                         double cval = 0) {
@@ -47,6 +54,124 @@ HostArray DirectUpfirdn(const std::vector<double>& h, const HostArray& x, int up
   }
   if (x.ndim() == 1) REQUIRE(y.Reshape({out}).ok());
   return y;
+}
+
+TEST_CASE("every dtype, complex taps, N-d axes and empty signals match SciPy", "[interp]") {
+  CHECK(CheckExtGoldens(kCpu) > 200);
+}
+
+TEST_CASE("ResultDType follows numpy.result_type(h, x, float32) under the SciPy rule",
+          "[interp]") {
+  using D = DType;
+  const auto kS = DTypeRule::kSciPy, kK = DTypeRule::kKeepPrecision;
+  CHECK(ResultDType(D::kFloat32, D::kFloat64, kS) == D::kFloat64);
+  CHECK(ResultDType(D::kFloat32, D::kFloat64, kK) == D::kFloat32);
+  CHECK(ResultDType(D::kComplex64, D::kFloat64, kS) == D::kComplex128);
+  CHECK(ResultDType(D::kComplex64, D::kFloat64, kK) == D::kComplex64);
+  CHECK(ResultDType(D::kFloat64, D::kComplex64, kS) == D::kComplex128);
+  CHECK(ResultDType(D::kFloat32, D::kComplex128, kK) == D::kComplex64);
+  CHECK(ResultDType(D::kUint8, D::kFloat32, kK) == D::kFloat32);
+  CHECK(ResultDType(D::kInt16, D::kComplex64, kS) == D::kComplex64);
+  CHECK(ResultDType(D::kInt32, D::kFloat32, kK) == D::kFloat64);
+  CHECK(ResultDType(D::kInt32, D::kComplex64, kS) == D::kComplex128);
+}
+
+TEST_CASE("complex taps on real and complex signals equal the direct convolution", "[interp]") {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> u(-1, 1);
+  for (DType dt : {DType::kFloat64, DType::kComplex128}) {
+    HostArray x = RandomArray(dt, {2, 37});
+    std::vector<double> hr(19), hi(19);
+    for (size_t i = 0; i < hr.size(); ++i) {
+      hr[i] = u(rng);
+      hi[i] = u(rng);
+    }
+    UpfirdnOptions o;
+    o.up = 3;
+    o.down = 2;
+    o.taps_imag = hi;
+    auto y = Upfirdn(kCpu, hr, x, o);
+    REQUIRE(y.ok());
+    CHECK(y->dtype() == DType::kComplex128);
+    // Direct: real and imaginary taps separately, combined here.
+    HostArray a = DirectUpfirdn(hr, x, 3, 2), b = DirectUpfirdn(hi, x, 3, 2);
+    HostArray want(DType::kComplex128, a.shape());
+    for (int64_t i = 0; i < static_cast<int64_t>(a.size()); ++i) {
+      want.data<std::complex<double>>()[i] =
+          a.data<std::complex<double>>()[i] +
+          std::complex<double>(0, 1) * b.data<std::complex<double>>()[i];
+    }
+    CHECK(RelativeError(*y, want) <= 1e-13);
+  }
+}
+
+TEST_CASE("resample (FFT) and decimate match SciPy", "[interp]") {
+  CHECK(CheckFftGoldens(kCpu) > 70);
+}
+
+TEST_CASE("resample of a periodic band-limited signal samples it on the new grid", "[interp]") {
+  // x(t) = sum of a few harmonics of a period-n signal, far below either Nyquist: resampling to
+  // num samples must give x(k n / num) (complex: e^{2 pi i f t} terms) to rounding.
+  const int64_t sizes[][2] = {{48000, 44100}, {44100, 48000}, {65536, 100000}, {30030, 30030}};
+  const double kPi = 3.14159265358979323846;
+  const int harmonics[] = {1, 7, 40, 333};
+  for (auto& sz : sizes) {
+    for (DType dt : {DType::kFloat64, DType::kComplex128}) {
+      INFO(sz[0] << " -> " << sz[1] << " " << DTypeName(dt));
+      const int64_t n = sz[0], num = sz[1];
+      auto value = [&](double t, bool imag) {
+        double v = 0;
+        for (int h : harmonics) {
+          v += imag ? std::sin(2 * kPi * h * t / n) : std::cos(2 * kPi * h * t / n + 0.3 * h);
+        }
+        return v;
+      };
+      HostArray x(dt, {n});
+      HostArray want(dt, {num});
+      for (int64_t i = 0; i < n; ++i) {
+        if (dt == DType::kFloat64) {
+          x.data<double>()[i] = value(static_cast<double>(i), false);
+        } else {
+          x.data<std::complex<double>>()[i] = {value(static_cast<double>(i), false),
+                                               value(static_cast<double>(i), true)};
+        }
+      }
+      for (int64_t k = 0; k < num; ++k) {
+        const double t = static_cast<double>(k) * n / num;
+        if (dt == DType::kFloat64) {
+          want.data<double>()[k] = value(t, false);
+        } else {
+          want.data<std::complex<double>>()[k] = {value(t, false), value(t, true)};
+        }
+      }
+      ResampleOptions o;
+      o.num = num;
+      auto y = Resample(kCpu, x, o);
+      REQUIRE(y.ok());
+      CHECK(RelativeError(*y, want) <= 1e-10);
+    }
+  }
+}
+
+TEST_CASE("resample and decimate refuse bad input naming the field", "[interp]") {
+  const auto kInvalid = absl::StatusCode::kInvalidArgument;
+  const HostArray x = RandomArray(DType::kFloat64, {2, 10});
+  ResampleOptions r;
+  r.num = 0;
+  ExpectError(ValidateResample(x, r), kInvalid, "num");
+  r.num = 5;
+  ExpectError(ValidateResample(HostArray(DType::kFloat64, {2, 0}), r), kInvalid, "x.shape");
+  ExpectError(ValidateResample(HostArray(DType::kFloat64, {}), r), kInvalid, "x.shape");
+  r.axis = 2;
+  ExpectError(ValidateResample(x, r), kInvalid, "axis");
+  DecimateOptions d;
+  d.q = 1;
+  ExpectError(ValidateDecimate(x, d), kInvalid, "q");
+  d.q = 3;
+  d.n = -1;
+  ExpectError(ValidateDecimate(x, d), kInvalid, "n");
+  d.n = 0;
+  CHECK(ValidateDecimate(x, d).ok());
 }
 
 TEST_CASE("golden files are present", "[interp]") {
@@ -168,7 +293,11 @@ TEST_CASE("output lengths follow SciPy", "[interp]") {
   CHECK(UpfirdnOutputLength(10, 3, 1, 1) == 12);
   CHECK(UpfirdnOutputLength(10, 1, 3, 1) == 28);
   CHECK(UpfirdnOutputLength(10, 8, 2, 3) == 9);
-  CHECK(UpfirdnOutputLength(0, 8, 2, 3) == 0);
+  // n == 0: SciPy's formula still holds (the filtered cval); where it is negative SciPy raises.
+  CHECK(UpfirdnOutputLength(0, 8, 2, 3) == 2);
+  CHECK(UpfirdnOutputLength(0, 3, 1, 1) == 2);
+  CHECK(UpfirdnOutputLength(0, 1, 1, 1) == 0);
+  CHECK(UpfirdnOutputLength(0, 2, 3, 1) == 0);
   CHECK(ResamplePolyOutputLength(10, 3, 2) == 15);
   CHECK(ResamplePolyOutputLength(11, 6, 4) == 17);
   CHECK(ResamplePolyOutputLength(1000, 147, 160) == 919);
@@ -196,12 +325,6 @@ TEST_CASE("resample_poly with up == down copies; classic recipe in one call", "[
   CHECK(RelativeError(*z, DirectUpfirdn(*h, x1, 4, 1)) < 1e-13);
 }
 
-// Expects `status` to be `code` with a message mentioning `field`.
-void ExpectError(const absl::Status& status, absl::StatusCode code, const std::string& field) {
-  INFO(status.ToString());
-  CHECK(status.code() == code);
-  CHECK(std::string(status.message()).find(field) != std::string::npos);
-}
 
 TEST_CASE("invalid requests name the offending field", "[interp]") {
   const HostArray x = RandomArray(DType::kFloat32, {2, 10});
@@ -226,10 +349,30 @@ TEST_CASE("invalid requests name the offending field", "[interp]") {
   Limits small;
   small.max_taps = 2;
   ExpectError(ValidateUpfirdn(h, x, ok, small), kInvalid, "taps");
-  ExpectError(ValidateUpfirdn(h, HostArray(DType::kFloat32, {2, 3, 4}), ok), kInvalid, "x.shape");
+  // N-d and every dtype are accepted; 0-D is not, nor an axis out of range.
+  CHECK(ValidateUpfirdn(h, HostArray(DType::kFloat32, {2, 3, 4}), ok).ok());
+  CHECK(ValidateUpfirdn(h, HostArray(DType::kInt16, {5}), ok).ok());
+  CHECK(ValidateUpfirdn(h, HostArray(DType::kComplex128, {5}), ok).ok());
   ExpectError(ValidateUpfirdn(h, HostArray(DType::kFloat32, {}), ok), kInvalid, "x.shape");
-  ExpectError(ValidateUpfirdn(h, HostArray(DType::kInt16, {5}), ok), kInvalid, "x.dtype");
-  ExpectError(ValidateUpfirdn(h, HostArray(DType::kComplex128, {5}), ok), kInvalid, "x.dtype");
+  o = ok;
+  o.axis = 2;
+  ExpectError(ValidateUpfirdn(h, x, o), kInvalid, "axis");
+  o.axis = -3;
+  ExpectError(ValidateUpfirdn(h, x, o), kInvalid, "axis");
+  o = ok;
+  o.taps_imag = {1.0};
+  ExpectError(ValidateUpfirdn(h, x, o), kInvalid, "taps_imag");
+  o.taps_imag = {1.0, NAN, 0.0};
+  ExpectError(ValidateUpfirdn(h, x, o), kInvalid, "taps_imag[1]");
+  o = ok;
+  o.taps_dtype = DType::kInt32;
+  ExpectError(ValidateUpfirdn(h, x, o), kInvalid, "taps.dtype");
+  o = ok;
+  o.dtype_rule = static_cast<DTypeRule>(7);
+  ExpectError(ValidateUpfirdn(h, x, o), kInvalid, "dtype_rule");
+  o = ok;
+  o.mode = PadMode::kReflect;
+  ExpectError(ValidateUpfirdn(h, HostArray(DType::kFloat32, {3, 0}), o), kInvalid, "mode");
   o = ok;
   o.mode = PadMode::kMedian;
   ExpectError(ValidateUpfirdn(h, x, o), kInvalid, "mode");
@@ -271,9 +414,15 @@ TEST_CASE("invalid requests name the offending field", "[interp]") {
   rb.up = 60000;
   rb.down = 59999;
   ExpectError(ValidateResamplePoly(x, rb), kInvalid, "up");
-  ExpectError(ValidateResamplePoly(HostArray(DType::kUint8, {4}), r), kInvalid, "x.dtype");
-  ExpectError(ValidateResamplePoly(HostArray(DType::kFloat64, {1, 1, 4}), r), kInvalid,
-              "x.shape");
+  CHECK(ValidateResamplePoly(HostArray(DType::kUint8, {4}), r).ok());
+  CHECK(ValidateResamplePoly(HostArray(DType::kFloat64, {1, 1, 4}), r).ok());
+  ExpectError(ValidateResamplePoly(HostArray(DType::kFloat64, {}), r), kInvalid, "x.shape");
+  rb = r;
+  rb.axis = 1;
+  ExpectError(ValidateResamplePoly(HostArray(DType::kFloat64, {4}), rb), kInvalid, "axis");
+  rb = r;
+  rb.taps_imag = {1.0, 2.0};
+  ExpectError(ValidateResamplePoly(x, rb), kInvalid, "taps_imag");
   tiny.max_output_samples = 29;  // the output is 2 x 15
   ExpectError(ValidateResamplePoly(x, r, tiny), absl::StatusCode::kResourceExhausted, "x.shape");
 
@@ -285,10 +434,17 @@ TEST_CASE("invalid requests name the offending field", "[interp]") {
 TEST_CASE("empty signals", "[interp]") {
   UpfirdnOptions o;
   o.up = 3;
-  o.mode = PadMode::kReflect;
   auto y = Upfirdn(kCpu, {1, 2, 3}, HostArray(DType::kFloat32, {0}), o);
   REQUIRE(y.ok());
   CHECK(y->shape() == std::vector<int64_t>{0});
+  // Taps longer than up: SciPy returns the filter applied to cval everywhere.
+  o.up = 1;
+  o.cval = 2.0;
+  y = Upfirdn(kCpu, {1, 2, 3}, HostArray(DType::kFloat64, {0}), o);
+  REQUIRE(y.ok());
+  REQUIRE(y->shape() == std::vector<int64_t>{2});
+  CHECK(y->data<double>()[0] == 12.0);
+  CHECK(y->data<double>()[1] == 12.0);
   ResamplePolyOptions r;
   r.up = 3;
   r.down = 2;

@@ -81,7 +81,89 @@ std::vector<Config> KernelConfigs() {
   cs.push_back({2, 1, 1000, 5000, 1, DType::kFloat32, 0.0});
   cs.push_back({1, 3, 4000, 7000, 2, DType::kFloat64, 0.0});
   cs.push_back({3, 5, 2000, 3000, 1, DType::kComplex64, 1.0});
+  // complex128 (double2): kSmemTile with and without the staged span, and kWarpPerOutput.
+  cs.push_back({4, 1, 64, 8191, 2, DType::kComplex128, 0.25});
+  cs.push_back({2, 61, 300, 40000, 1, DType::kComplex128, 0.0});
+  cs.push_back({1, 3, 4000, 7000, 2, DType::kComplex128, -0.5});
   return cs;
+}
+
+TEST_CASE("GPU: every dtype, complex taps, N-d axes and empty signals match SciPy",
+          "[gpu][interp]") {
+  if (SkipWithoutGpu()) return;
+  CHECK(CheckExtGoldens(*TestGpu()) > 200);
+}
+
+TEST_CASE("GPU resample (cuFFT) and decimate match SciPy", "[gpu][interp]") {
+  if (SkipWithoutGpu()) return;
+  CHECK(CheckFftGoldens(*TestGpu()) > 70);
+}
+
+TEST_CASE("GPU resample (cuFFT) matches the CPU oracle on long signals", "[gpu][interp]") {
+  if (SkipWithoutGpu()) return;
+  const Device& gpu = *TestGpu();
+  const int64_t sizes[][2] = {{48000, 44100}, {44100, 48000}, {65536, 100000}, {30030, 30030}};
+  for (auto& sz : sizes) {
+    for (DType dt : {DType::kFloat32, DType::kFloat64, DType::kComplex64, DType::kComplex128}) {
+      INFO(sz[0] << " -> " << sz[1] << " " << DTypeName(dt));
+      HostArray x = RandomArray(dt, {2, sz[0]});
+      ResampleOptions o;
+      o.num = sz[1];
+      StageTimes t;
+      auto y = Resample(gpu, x, o, &t);
+      auto want = Resample(kCpu, x, o);
+      REQUIRE(y.ok());
+      REQUIRE(want.ok());
+      CHECK(y->dtype() == dt);
+      // cuFFT in float for float32/complex64: error grows like log(n) eps.
+      const bool single = dt == DType::kFloat32 || dt == DType::kComplex64;
+      CHECK(RelativeError(*y, *want) <= (single ? 2e-5 : 1e-11));
+      CHECK(t.compute_s > 0);
+    }
+  }
+  Device null_stream = gpu;
+  null_stream.stream = nullptr;
+  ResampleOptions o;
+  o.num = 10;
+  CHECK_FALSE(Resample(null_stream, RandomArray(DType::kFloat32, {20}), o).ok());
+}
+
+TEST_CASE("GPU complex taps, integer promotion and axes match the CPU oracle", "[gpu][interp]") {
+  if (SkipWithoutGpu()) return;
+  const Device& gpu = *TestGpu();
+  for (DType dt : {DType::kFloat32, DType::kComplex64, DType::kFloat64, DType::kComplex128,
+                   DType::kInt16}) {
+    for (DTypeRule rule : {DTypeRule::kKeepPrecision, DTypeRule::kSciPy}) {
+      INFO(DTypeName(dt) << (rule == DTypeRule::kSciPy ? " scipy" : " keep"));
+      HostArray x = RandomArray(dt, {3, 20011, 2});
+      UpfirdnOptions o;
+      o.up = 3;
+      o.down = 2;
+      o.axis = 1;
+      o.dtype_rule = rule;
+      o.taps_dtype = DType::kComplex128;
+      auto taps = RandomTaps(48);
+      o.taps_imag = RandomTaps(48);
+      auto y = Upfirdn(gpu, taps, x, o);
+      auto want = Upfirdn(kCpu, taps, x, o);
+      REQUIRE(y.ok());
+      REQUIRE(want.ok());
+      CHECK(y->dtype() == want->dtype());
+      CHECK(y->shape() == want->shape());
+      CHECK(RelativeError(*y, *want) <= Tolerance(want->dtype()));
+      ResamplePolyOptions r;
+      r.up = 160;
+      r.down = 147;
+      r.axis = -2;
+      r.dtype_rule = rule;
+      auto z = ResamplePoly(gpu, x, r);
+      auto zwant = ResamplePoly(kCpu, x, r);
+      REQUIRE(z.ok());
+      REQUIRE(zwant.ok());
+      CHECK(z->dtype() == zwant->dtype());
+      CHECK(RelativeError(*z, *zwant) <= Tolerance(zwant->dtype()));
+    }
+  }
 }
 
 TEST_CASE("GPU upfirdn matches the CPU oracle", "[gpu][interp]") {
@@ -187,7 +269,7 @@ TEST_CASE("GPU resample_poly matches the CPU oracle", "[gpu][interp]") {
   const Device& gpu = *TestGpu();
   const int rates[][2] = {{160, 147}, {147, 160}, {3, 2}, {2, 3}, {4, 1}, {1, 4}, {5, 5}};
   for (auto& r : rates) {
-    for (DType dt : {DType::kFloat32, DType::kFloat64, DType::kComplex64}) {
+    for (DType dt : {DType::kFloat32, DType::kFloat64, DType::kComplex64, DType::kComplex128}) {
       INFO(r[0] << "/" << r[1] << " " << DTypeName(dt));
       HostArray x = RandomArray(dt, {2, 30011});
       ResamplePolyOptions o;

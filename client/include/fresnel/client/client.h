@@ -15,6 +15,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "fresnel/core/array.h"
+#include "grpcpp/security/credentials.h"
+#include "grpcpp/support/channel_arguments.h"
 #include "fresnel/v1/admin.grpc.pb.h"
 #include "fresnel/v1/interpolation.grpc.pb.h"
 #include "fresnel/v1/unwrap.grpc.pb.h"
@@ -36,6 +38,20 @@ struct ClientOptions {
   std::chrono::milliseconds default_timeout{0};
   // Seconds to wait for the channel to connect in Connect(); zero = do not wait.
   double connect_timeout_s = 0;
+
+  // Security (docs/security.md). TLS when `tls` is true or any tls_* file is set: the server's
+  // certificate is verified against tls_ca_file (PEM; empty = the system's roots) and must name
+  // the address's host, or tls_server_name when set. tls_cert_file + tls_key_file (PEM): this
+  // client's certificate, for servers with mutual TLS (--tls-client-ca).
+  bool tls = false;
+  std::string tls_ca_file;
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_server_name;
+  // Bearer token sent with every call (servers with --token-file); "" = none. Without TLS it is
+  // only sent to loopback servers (Connect refuses other addresses; gRPC's local credentials
+  // check the peer), never in the clear across a network.
+  std::string token;
 };
 
 struct CallOptions {
@@ -106,6 +122,14 @@ struct HologramReconstruction {
   v1::ExecutionInfo info;
 };
 
+// The channel credentials `options` ask for: TLS (optionally with a client certificate) and/or a
+// bearer token, or plaintext. INVALID_ARGUMENT naming the option for an unreadable file, a
+// certificate without its key, or a token without TLS to an address that is not loopback.
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFor(
+    const ClientOptions& options);
+// The channel arguments besides credentials that security adds (tls_server_name).
+void AddSecurityChannelArgs(const ClientOptions& options, grpc::ChannelArguments* args);
+
 // Health of one service (grpc.health.v1); "" is the whole server.
 enum class ServingStatus { kUnknown, kServing, kNotServing, kServiceUnknown };
 
@@ -138,6 +162,11 @@ class Client {
                                                     const CallOptions& call = {});
   absl::StatusOr<v1::InterpolationResponse> ResamplePoly(const v1::ResamplePolyRequest& request,
                                                          const CallOptions& call = {});
+  // scipy.signal.resample (FFT method) and scipy.signal.decimate (FIR) on the server.
+  absl::StatusOr<v1::InterpolationResponse> Resample(const v1::ResampleRequest& request,
+                                                     const CallOptions& call = {});
+  absl::StatusOr<v1::InterpolationResponse> Decimate(const v1::DecimateRequest& request,
+                                                     const CallOptions& call = {});
 
   // The same calls with x and y in a shared-memory region (same-host clients; see
   // fresnel/client/shm.h and docs/transport.md). `request.x` carries dtype and shape only (its
@@ -161,7 +190,7 @@ class Client {
   // --shm-bytes): x is written in chunk_bytes messages over one or `streams` parallel
   // WriteRegion streams on separate connections, the call names the region for x and y, and y
   // comes back over ReadRegion streams the same way; the region is unregistered at the end
-  // (also on failure). Errors: the server's; a 2-D x is [channels, n]. Works against a remote
+  // (also on failure). Errors: the server's; x of any rank, filtered along request.axis. Works against a remote
   // server (no shared memory involved). `report`, when non-null, says which path ran.
   absl::StatusOr<HostArray> UpfirdnArray(v1::UpfirdnRequest request, const HostArray& x,
                                          const TransferOptions& transfer = {},
@@ -261,8 +290,10 @@ class Client {
   std::shared_ptr<grpc::Channel> TransferChannel(int index);
   // The path choice behind UpfirdnArray / ResamplePolyArray: `call_fn` runs the request with x
   // (inline, or naming the staging region) and y_shm (null: y inline).
+  // y is `channels` x `y_samples` elements of at most `item` bytes.
   absl::StatusOr<HostArray> TransferThroughRegion(
-      const HostArray& x, int64_t y_samples, const TransferOptions& transfer,
+      const HostArray& x, int64_t channels, int64_t y_samples, int64_t item,
+      const TransferOptions& transfer,
       const CallOptions& call, TransferReport* report,
       const std::function<absl::StatusOr<v1::InterpolationResponse>(v1::NdArray x,
                                                                     const v1::ShmRef* y_shm)>&

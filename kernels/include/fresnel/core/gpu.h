@@ -58,11 +58,14 @@ class GpuStream {
 };
 
 // A stream-ordered memory pool (cudaMemPool_t) owned by one device. Freed memory is kept up to
-// `release_threshold_bytes` for reuse instead of being returned to the driver.
+// `release_threshold_bytes` for reuse instead of being returned to the driver. `max_bytes` > 0
+// caps what the pool may hold (cudaMemPoolProps::maxSize): allocations past it fail with
+// cudaErrorMemoryAllocation, which the kernels answer RESOURCE_EXHAUSTED (not a sticky error).
 class GpuMemPool {
  public:
   static absl::StatusOr<std::unique_ptr<GpuMemPool>> Create(int ordinal,
-                                                            int64_t release_threshold_bytes);
+                                                            int64_t release_threshold_bytes,
+                                                            int64_t max_bytes = 0);
   ~GpuMemPool();
   GpuMemPool(const GpuMemPool&) = delete;
   GpuMemPool& operator=(const GpuMemPool&) = delete;

@@ -1,9 +1,17 @@
 // Polyphase interpolation with SciPy semantics: scipy.signal.upfirdn, resample_poly and firwin.
 //
-// Signals are HostArrays of shape [n] or [channels, n] (row-major, one row per channel) in
-// float32, float64 or complex64; the result has the same rank and dtype as the input. (SciPy would
-// promote float32 input to float64 when the taps are float64; Fresnel keeps the input dtype and
-// accumulates in at least float32 on the GPU and in double on the CPU.)
+// Signals are row-major HostArrays of any rank >= 1, filtered along `axis` (default the last);
+// 0-D arrays are refused. Every DType is accepted: float32, float64, complex64, complex128, and
+// the integer types (uint8, uint16, int16, int32), which are promoted as SciPy promotes them.
+// Taps are real or complex (`taps_imag`). The result has the input's shape except along `axis`,
+// and the dtype ResultDType gives:
+//   DTypeRule::kKeepPrecision (the default): a float or complex signal keeps its precision, and
+//     complex taps make the result complex of that precision (float32 x with float64 taps stays
+//     float32: the GPU path's speed depends on it); integer signals follow SciPy's rule.
+//   DTypeRule::kSciPy: numpy.result_type(taps, x, float32), exactly what SciPy returns (float32 x
+//     with float64 taps gives float64).
+// The arithmetic accumulates in at least the result's precision on the GPU and in double on the
+// CPU. Complex taps are applied as two real-tap passes (y = h_re * x + i h_im * x).
 //
 // Every entry point takes a Device: DeviceKind::kCpu runs a multi-threaded polyphase
 // implementation (accumulating in double: the test oracle), kCuda enqueues on device.stream and
@@ -15,6 +23,7 @@
 #include <cstdint>
 #include <numeric>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -24,12 +33,58 @@
 
 namespace fresnel::interp {
 
-enum class Window { kBoxcar, kHamming, kHann, kBlackman, kKaiser };
+// scipy.signal.get_window's names, symmetric (as firwin uses them). The parametrised ones take
+// their parameters from WindowSpec, in get_window's tuple order.
+enum class Window {
+  kBoxcar,
+  kHamming,
+  kHann,
+  kBlackman,
+  kKaiser,           // kaiser_beta
+  kTriang,
+  kBartlett,
+  kFlattop,
+  kParzen,
+  kBohman,
+  kBlackmanHarris,
+  kNuttall,
+  kBartHann,
+  kCosine,
+  kLanczos,
+  kGaussian,         // params[0] = std (> 0)
+  kGeneralGaussian,  // params[0] = p, params[1] = sig (> 0)
+  kTukey,            // params[0] = alpha (SciPy's default 0.5 when params is empty)
+  kExponential,      // tau 1, centred (get_window allows no parameters for a symmetric one)
+  kChebwin,          // params[0] = at, attenuation in dB; numtaps <= kMaxChebwinTaps
+};
 
 struct WindowSpec {
   Window type = Window::kKaiser;
-  double kaiser_beta = 5.0;  // used by kKaiser only
+  double kaiser_beta = 5.0;     // used by kKaiser only
+  std::vector<double> params;  // the other parametrised windows (see Window)
 };
+
+// chebwin is a DFT of M points computed directly (O(M^2)); longer ones are refused.
+constexpr int kMaxChebwinTaps = 1 << 15;
+
+// ("kaiser", 8.0), ("gaussian", 3.0), "hann", ...: get_window's name and tuple parameters.
+// InvalidArgument naming `field` for unknown names or a wrong number of parameters.
+absl::StatusOr<WindowSpec> WindowFromName(const std::string& name,
+                                          const std::vector<double>& params,
+                                          const std::string& field = "window");
+
+// Checks the window's parameters (and that chebwin's length is within kMaxChebwinTaps).
+absl::Status ValidateWindow(const WindowSpec& window, int64_t numtaps);
+
+// How the result's dtype is chosen (see the top of this file).
+enum class DTypeRule {
+  kKeepPrecision,  // default
+  kSciPy,          // numpy.result_type(taps, x, float32)
+};
+
+// The result dtype of filtering a signal of dtype `x` with taps of dtype `taps` (float32,
+// float64, complex64 or complex128) under `rule`.
+DType ResultDType(DType x, DType taps, DTypeRule rule);
 
 // scipy.signal.firwin(numtaps, cutoff, window=..., pass_zero=True, scale=True): a linear-phase
 // low-pass filter; `cutoff` is relative to the Nyquist frequency, in (0, 1).
@@ -66,16 +121,30 @@ struct UpfirdnOptions {
   int down = 1;
   PadMode mode = PadMode::kConstant;  // kMean..kMinimum are not valid here
   double cval = 0;                    // value beyond the edges for kConstant
+  // Imaginary parts of complex taps, as long as `taps`; empty: real taps.
+  std::vector<double> taps_imag;
+  // The dtype the taps came in (float32, float64, complex64, complex128): only DTypeRule::kSciPy
+  // reads it. Taps are complex when this is complex or taps_imag is non-empty.
+  DType taps_dtype = DType::kFloat64;
+  DTypeRule dtype_rule = DTypeRule::kKeepPrecision;
+  int axis = -1;  // the axis filtered; negative counts from the end
 };
 
-// SciPy's full output length: ((n - 1) * up + taps - 1) / down + 1 (0 for n == 0).
+// SciPy's full output length: floor(((n - 1) * up + taps - 1) / down) + 1, also for n == 0
+// (where SciPy returns that many samples of the filtered constant cval; a negative count, where
+// SciPy raises, is 0 here).
 int64_t UpfirdnOutputLength(int64_t n, int64_t taps, int up, int down);
 
-// Checks shapes, dtypes and limits. Messages name the request field ("x.shape", "taps", "up", ...).
+// The dtype Upfirdn returns for a signal of dtype x (servers size replies with it).
+DType UpfirdnResultDType(DType x, const UpfirdnOptions& options);
+
+// Checks shapes, dtypes and limits. Messages name the request field ("x.shape", "taps", "up",
+// "axis", ...). A zero-length signal is valid with mode kConstant only (SciPy crashes on the
+// others).
 absl::Status ValidateUpfirdn(const std::vector<double>& taps, const HostArray& x,
                              const UpfirdnOptions& options, const Limits& limits = {});
 
-// y = downsample(filter(upsample(x, up), taps), down), SciPy's full length, per channel.
+// y = downsample(filter(upsample(x, up), taps), down), SciPy's full length, along options.axis.
 absl::StatusOr<HostArray> Upfirdn(const Device& device, const std::vector<double>& taps,
                                   const HostArray& x, const UpfirdnOptions& options,
                                   StageTimes* times = nullptr);
@@ -94,21 +163,72 @@ struct ResamplePolyOptions {
   // The filter: explicit taps when non-empty (SciPy's `window=array`), otherwise
   // firwin(20 * max(up, down) + 1, 1 / max(up, down), window) after reducing up/down by their gcd.
   std::vector<double> taps;
+  std::vector<double> taps_imag;       // imaginary parts of complex explicit taps; empty: real
+  DType taps_dtype = DType::kFloat64;  // of explicit taps, read by DTypeRule::kSciPy (see
+                                       // UpfirdnOptions); a designed filter has x's dtype, as in
+                                       // SciPy (float64 for integer x)
   WindowSpec window;  // default Kaiser, beta 5 (SciPy's default)
   PadMode padtype = PadMode::kConstant;
   double cval = 0;
+  DTypeRule dtype_rule = DTypeRule::kKeepPrecision;
+  int axis = -1;
 };
 
 // ceil(n * up / down) after reducing up/down by their gcd.
 int64_t ResamplePolyOutputLength(int64_t n, int up, int down);
 
+// The dtype ResamplePoly returns for a signal of dtype x (x itself when up/down reduce to 1/1).
+DType ResamplePolyResultDType(DType x, const ResamplePolyOptions& options);
+
 absl::Status ValidateResamplePoly(const HostArray& x, const ResamplePolyOptions& options,
                                   const Limits& limits = {});
 
-// scipy.signal.resample_poly(x, up, down, window=..., padtype=..., cval=...), along the last axis.
+// scipy.signal.resample_poly(x, up, down, window=..., padtype=..., cval=..., axis=...). When up
+// and down reduce to 1/1 the result is x itself, as SciPy's x.copy(). Integer x with a designed
+// filter: the filter stays float64 and so does the result (SciPy 1.10 casts the filter to x's
+// integer dtype, truncating it).
 absl::StatusOr<HostArray> ResamplePoly(const Device& device, const HostArray& x,
                                        const ResamplePolyOptions& options,
                                        StageTimes* times = nullptr);
+
+// ---- scipy.signal.resample (FFT method) and scipy.signal.decimate (FIR) ----
+
+struct ResampleOptions {
+  int64_t num = 0;  // output samples along axis, >= 1
+  int axis = -1;
+};
+
+// The dtype Resample returns, as SciPy's: float and complex dtypes stay, integers give float64.
+DType ResampleResultDType(DType x);
+
+absl::Status ValidateResample(const HostArray& x, const ResampleOptions& options,
+                              const Limits& limits = {});
+
+// scipy.signal.resample(x, num, axis=axis) with window=None, domain='time': the DFT of each
+// channel truncated or zero-padded to num bins (SciPy's Nyquist-bin rules) and inverted, scaled
+// by num / n. x needs n >= 1 samples along axis. CPU: kissfft in double (any length; prime
+// lengths cost O(n^2)); CUDA: cuFFT C2C (float32/complex64) or Z2Z (float64/complex128, and
+// integers), batched over channels, work area from the device's pool.
+absl::StatusOr<HostArray> Resample(const Device& device, const HostArray& x,
+                                   const ResampleOptions& options, StageTimes* times = nullptr);
+
+struct DecimateOptions {
+  int q = 2;               // downsampling factor, >= 1
+  int n = 0;               // filter order (n + 1 taps); 0 means SciPy's default 20 * q
+  bool zero_phase = true;  // resample_poly(x, 1, q, window=h); false: upfirdn(h, x, 1, q)[:ceil(n/q)]
+  int axis = -1;
+};
+
+// The dtype Decimate returns: float and complex dtypes stay, integers give float64 (SciPy's).
+DType DecimateResultDType(DType x);
+
+absl::Status ValidateDecimate(const HostArray& x, const DecimateOptions& options,
+                              const Limits& limits = {});
+
+// scipy.signal.decimate(x, q, n, ftype='fir', axis=axis, zero_phase=...): the filter is
+// firwin(n + 1, 1 / q, window='hamming') in the result dtype's precision.
+absl::StatusOr<HostArray> Decimate(const Device& device, const HostArray& x,
+                                   const DecimateOptions& options, StageTimes* times = nullptr);
 
 // Chunked filtering whose concatenated outputs equal the one-shot Upfirdn (kConstant mode) or
 // ResamplePoly (kConstant padtype) result exactly as the same Device computes it. It keeps each
