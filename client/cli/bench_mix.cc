@@ -114,8 +114,20 @@ class Mix {
 
 struct KindTally {
   std::vector<double> latencies_s;
-  std::map<std::string, int64_t> errors;
+  std::map<std::string, int64_t> errors;    // code -> count
+  // "CODE: message" -> count: 8 distinct messages per client, the rest as "CODE: (other messages)".
+  std::map<std::string, int64_t> messages;
   std::string first_error;
+
+  void Error(const absl::Status& st) {
+    ++errors[absl::StatusCodeToString(st.code())];
+    std::string key = st.ToString().substr(0, 200);
+    if (messages.size() >= 8 && messages.count(key) == 0) {
+      key = absl::StrCat(absl::StatusCodeToString(st.code()), ": (other messages)");
+    }
+    ++messages[key];
+    if (first_error.empty()) first_error = st.ToString();
+  }
 };
 
 double Percentile(std::vector<double>& v, double p) {
@@ -176,8 +188,7 @@ int RunMixBench(const GlobalOptions& global, const BenchOptions& o, std::ostream
         if (st.ok()) {
           t.latencies_s.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
         } else {
-          ++t.errors[absl::StatusCodeToString(st.code())];
-          if (t.first_error.empty()) t.first_error = st.ToString();
+          t.Error(st);
         }
       }
     });
@@ -197,6 +208,7 @@ int RunMixBench(const GlobalOptions& global, const BenchOptions& o, std::ostream
       KindTally& k = per_client[kind];
       all.latencies_s.insert(all.latencies_s.end(), k.latencies_s.begin(), k.latencies_s.end());
       for (const auto& [code, n] : k.errors) all.errors[code] += n;
+      for (const auto& [m, n] : k.messages) all.messages[m] += n;
       if (all.first_error.empty()) all.first_error = k.first_error;
     }
     const int64_t ok = static_cast<int64_t>(all.latencies_s.size());
@@ -215,12 +227,17 @@ int RunMixBench(const GlobalOptions& global, const BenchOptions& o, std::ostream
                               errors.empty() ? std::string()
                                              : absl::StrCat(" (", absl::StrJoin(errors, ", "),
                                                             "; first: ", all.first_error, ")"))});
-    JsonObject k;
+    JsonObject k, error_counts, message_counts;
+    for (const auto& [code, n] : all.errors) error_counts.Add(code, n);
+    for (const auto& [m, n] : all.messages) message_counts.Add(m, n);
     k.Add("requests_per_second", ok / elapsed)
         .Add("p50_ms", p50 * 1e3)
         .Add("p99_ms", p99 * 1e3)
         .Add("ok", ok)
-        .Add("failed", failed);
+        .Add("failed", failed)
+        .Add("errors", error_counts)
+        .Add("error_messages", message_counts);
+    if (!all.first_error.empty()) k.Add("first_error", all.first_error);
     per_kind.Add(Mix::Name(kind), k);
   }
   const double growth = rss_start > 0 ? 100.0 * (rss_end - rss_start) / rss_start : 0;

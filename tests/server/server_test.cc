@@ -11,6 +11,7 @@
 
 #include <unistd.h>
 
+#include "fresnel/client/client.h"
 #include "fresnel/core/gpu.h"
 #include "fresnel/interp/interp.h"
 #include "fresnel/v1/array_convert.h"
