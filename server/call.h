@@ -29,6 +29,7 @@ namespace fresnel::server {
 
 class JobStore;
 class SessionStore;
+class ShmRegistry;
 
 struct ServiceContext {
   DevicePool* pool = nullptr;
@@ -42,6 +43,8 @@ struct ServiceContext {
   // state derived from small messages (designed filters, expanded sources, queued point clouds).
   Budget* streams = nullptr;
   Budget* stream_state_bytes = nullptr;
+  // Shared-memory regions of same-host clients (server/shm.h); null = none accepted.
+  ShmRegistry* shm = nullptr;
   DrainGate* drain = nullptr;  // open streams and sessions during SIGTERM's drain (server/drain.h)
   Clock::time_point started = Clock::now();
 };

@@ -87,6 +87,13 @@ absl::StatusOr<ServerConfig> ParseConfig(int argc, char** argv) {
                  "and delay lines, queued point clouds)")
       ->envname("FRESNEL_STREAM_STATE_BYTES")
       ->check(CLI::Range(int64_t{1} << 20, int64_t{1} << 50))->capture_default_str();
+  app.add_option("--shm-bytes", c.shm_bytes,
+                 "bytes all clients' shared-memory regions may map together (0: no regions)")
+      ->envname("FRESNEL_SHM_BYTES")->check(CLI::Range(int64_t{0}, int64_t{1} << 50))
+      ->capture_default_str();
+  app.add_option("--shm-ttl", c.shm_ttl_s,
+                 "seconds a shared-memory region stays registered without a request naming it")
+      ->envname("FRESNEL_SHM_TTL")->check(CLI::Range(0.01, 1e7))->capture_default_str();
   app.add_option("--session-ttl", c.session_ttl_s,
                  "seconds a session (fusion volume, cached mesh) lives without a call")
       ->envname("FRESNEL_SESSION_TTL")->check(CLI::Range(0.01, 1e7))->capture_default_str();

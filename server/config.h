@@ -41,6 +41,9 @@ struct ServerConfig {
   // Server-wide caps on what live requests hold (server/budget.h).
   int max_streams = 1024;                          // FRESNEL_MAX_STREAMS: open streaming calls
   int64_t stream_state_bytes = int64_t{4} << 30;   // FRESNEL_STREAM_STATE_BYTES: derived state
+  // Shared-memory regions of same-host clients (server/shm.h).
+  int64_t shm_bytes = int64_t{8} << 30;            // FRESNEL_SHM_BYTES: all regions mapped; 0 = off
+  double shm_ttl_s = 600;                          // FRESNEL_SHM_TTL: idle time before expiry
   // Sessions (server/sessions.h): state kept on one device across calls.
   double session_ttl_s = 300;                      // FRESNEL_SESSION_TTL: idle time before expiry
   int max_sessions_per_device = 64;                // FRESNEL_MAX_SESSIONS_PER_DEVICE

@@ -16,6 +16,8 @@
 #include "server/jobs.h"
 #include "server/metrics.h"
 #include "server/sessions.h"
+#include "server/shm.h"
+#include "server/shm_service.h"
 #include "server/services/admin_service.h"
 #include "server/services/fusion_service.h"
 #include "server/services/hologram_service.h"
@@ -53,6 +55,7 @@ struct FresnelServer::Impl {
   std::unique_ptr<SessionStore> sessions;
   std::unique_ptr<Budget> streams;
   std::unique_ptr<Budget> stream_state_bytes;
+  std::unique_ptr<ShmRegistry> shm;
   DrainGate drain;  // outlives the gRPC server: reactors hold its tickets
   std::unique_ptr<DevicePool> pool;
   ServiceContext ctx;
@@ -62,6 +65,7 @@ struct FresnelServer::Impl {
   std::unique_ptr<VolumeService> volume;
   std::unique_ptr<AdminService> admin;
   std::unique_ptr<FusionService> fusion;
+  std::unique_ptr<SharedMemoryService> shm_service;
   std::unique_ptr<grpc::Server> grpc_server;
   std::vector<std::string> service_names;
   int port = 0;
@@ -154,6 +158,11 @@ absl::StatusOr<std::unique_ptr<FresnelServer>> FresnelServer::Start(const Server
       observe("--stream-state-bytes", config.stream_state_bytes));
   impl->ctx.streams = impl->streams.get();
   impl->ctx.stream_state_bytes = impl->stream_state_bytes.get();
+  ShmRegistryOptions shm_options;
+  shm_options.cap_bytes = config.shm_bytes;
+  shm_options.ttl_s = config.shm_ttl_s;
+  impl->shm = std::make_unique<ShmRegistry>(shm_options, observe("--shm-bytes", config.shm_bytes));
+  impl->ctx.shm = impl->shm.get();
   impl->ctx.drain = &impl->drain;
   impl->ctx.started = Clock::now();
 
@@ -162,6 +171,7 @@ absl::StatusOr<std::unique_ptr<FresnelServer>> FresnelServer::Start(const Server
   impl->service_names.push_back("fresnel.v1.HologramService");
   impl->service_names.push_back("fresnel.v1.FusionService");
   impl->service_names.push_back("fresnel.v1.VolumeRenderService");
+  impl->service_names.push_back("fresnel.v1.SharedMemoryService");
   std::vector<std::string> listed = impl->service_names;
   listed.push_back("grpc.health.v1.Health");
   if (config.reflection) listed.push_back("grpc.reflection.v1alpha.ServerReflection");
@@ -176,6 +186,7 @@ absl::StatusOr<std::unique_ptr<FresnelServer>> FresnelServer::Start(const Server
   volume_limits.max_points = config.volume_max_points;
   volume_limits.max_tets = config.volume_max_tets;
   impl->volume = std::make_unique<VolumeService>(&impl->ctx, volume_limits);
+  impl->shm_service = std::make_unique<SharedMemoryService>(&impl->ctx);
   impl->admin = std::make_unique<AdminService>(&impl->ctx, impl->config, listed);
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -191,6 +202,7 @@ absl::StatusOr<std::unique_ptr<FresnelServer>> FresnelServer::Start(const Server
   builder.RegisterService(impl->volume.get());
   builder.RegisterService(impl->admin.get());
   builder.RegisterService(impl->fusion.get());
+  builder.RegisterService(impl->shm_service.get());
   impl->grpc_server = builder.BuildAndStart();
   if (!impl->grpc_server || impl->port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", config.listen));

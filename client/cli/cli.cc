@@ -148,6 +148,10 @@ int Main(int argc, const char* const* argv, std::ostream& out, std::ostream& err
                          "channel (inputs larger than the server's message cap stream "
                          "automatically)")
       ->check(AtLeast(1));
+  interp_cmd->add_flag("--shm", interp.shm,
+                       "Pass the signal and the result through a POSIX shared-memory region "
+                       "instead of gRPC messages (the server must run on this host as this "
+                       "user); no message cap applies");
   interp_cmd->add_option("--raw-channels", interp.raw_channels,
                          "Channels of a raw float32 input (interleaved frames)")
       ->check(AtLeast(1))

@@ -12,6 +12,8 @@
 #include <numeric>
 #include <optional>
 
+#include <unistd.h>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -19,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "format.h"
+#include "fresnel/client/shm.h"
 #include "fresnel/core/status.h"
 #include "fresnel/interp/interp.h"
 #include "fresnel/core/npy.h"
@@ -392,6 +395,9 @@ absl::Status ValidateInterpOptions(InterpOptions* o) {
     return absl::InvalidArgumentError("--device must be any, gpu or cpu");
   }
   if (o->chunk < 0) return absl::InvalidArgumentError("--chunk must be >= 1");
+  if (o->chunk > 0 && o->shm) {
+    return absl::InvalidArgumentError("--chunk and --shm exclude each other");
+  }
   if (o->chunk > 0 && *pad != v1::PAD_CONSTANT) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--chunk streams the signal, which supports --padtype constant only (got ", o->padtype,
@@ -577,7 +583,7 @@ int RunInterp(const GlobalOptions& global, InterpOptions o, std::ostream& out,
       static_cast<int64_t>(x.nbytes()) + (taps ? static_cast<int64_t>(taps->nbytes()) : 0);
   const int64_t response_bytes = channels * OutputLength(o, n, numtaps) * item;
   int64_t chunk = o.chunk;
-  if (chunk == 0 && std::max(request_bytes, response_bytes) + kMessageOverheadBytes > cap) {
+  if (chunk == 0 && !o.shm && std::max(request_bytes, response_bytes) + kMessageOverheadBytes > cap) {
     if (pad != v1::PAD_CONSTANT || o.mode == "fft" || o.mode == "decimate") {
       return ReportUsageError(
           err,
@@ -612,6 +618,30 @@ int RunInterp(const GlobalOptions& global, InterpOptions o, std::ostream& out,
         (*client)->ResampleStream(config, x, chunk, CallOptions(), nullptr, &exec);
     if (!r.ok()) return ReportError(err, kExitRpc, r.status(), global.server);
     y = *std::move(r);
+  } else if (o.shm) {
+    // x at 0, y after it (64-byte aligned); the region goes when this scope ends.
+    const int64_t y_offset = CeilDiv(static_cast<int64_t>(x.nbytes()), 64) * 64;
+    absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(
+        client->get(), absl::StrCat("fresnel-cli-", getpid()),
+        std::max<int64_t>(1, y_offset + response_bytes));
+    if (!region.ok()) return ReportError(err, kExitRpc, region.status(), global.server);
+    if (absl::Status s = (*region)->Write(x, 0); !s.ok()) return ReportError(err, kExitIo, s);
+    v1::NdArray x_shape;  // dtype and shape; the bytes are in the region
+    x_shape.set_dtype(ToProto(x.dtype()));
+    x_shape.mutable_shape()->Assign(x.shape().begin(), x.shape().end());
+    absl::StatusOr<v1::InterpolationResponse> r;
+    if (o.mode == "upfirdn") {
+      *upfirdn.mutable_x() = x_shape;
+      r = (*client)->Upfirdn(upfirdn, **region, 0, y_offset);
+    } else {
+      *resample.mutable_x() = x_shape;
+      r = (*client)->ResamplePoly(resample, **region, 0, y_offset);
+    }
+    if (!r.ok()) return ReportError(err, kExitRpc, r.status(), global.server);
+    exec = r->info();
+    absl::StatusOr<HostArray> yy = (*region)->Read(r->y());
+    if (!yy.ok()) return ReportError(err, kExitRpc, yy.status(), global.server);
+    y = *std::move(yy);
   } else {
     absl::StatusOr<v1::InterpolationResponse> r;
     if (o.mode == "upfirdn") {
@@ -672,7 +702,8 @@ int RunInterp(const GlobalOptions& global, InterpOptions o, std::ostream& out,
         .Add("sample_rate_in_hz", rate_in)
         .Add("sample_rate_out_hz", rate_out)
         .Add("streamed", chunk > 0)
-        .Add("chunks", chunks);
+        .Add("chunks", chunks)
+        .Add("shm", o.shm);
     AddExecutionJson(exec, round_trip_s, &json);
     out << json.Str() << "\n";
     return kExitOk;
@@ -682,6 +713,7 @@ int RunInterp(const GlobalOptions& global, InterpOptions o, std::ostream& out,
              absl::StrFormat("%g", rate_in), " Hz -> ", o.output, " [", channels, " x ", m, "] ",
              absl::StrFormat("%g", rate_out), " Hz | ", op, " ", o.up, "/", o.down,
              chunk > 0 ? absl::StrCat(", streamed in ", chunks, " chunk(s)") : std::string(),
+             o.shm ? ", through shared memory" : "",
              " | ", exec.device().empty() ? std::string("?") : exec.device(), " | server ",
              FormatSeconds(exec.total_seconds()), " (queue ",
              FormatSeconds(exec.queue_wait_seconds()), ", h2d ", FormatSeconds(exec.h2d_seconds()),

@@ -85,6 +85,7 @@ struct InterpOptions {
   double cval = 0;
   std::string device = "any";  // any | gpu | cpu
   int64_t chunk = 0;           // > 0: ResampleStream with this many samples per chunk
+  bool shm = false;            // x and y through a shared-memory region (same host only)
   bool scipy_dtypes = false;   // the result dtype SciPy gives (DTYPE_SCIPY), not x's precision
   int raw_channels = 1;
   double rate_hz = 48000;  // input sample rate when the file has none (.npy, raw)

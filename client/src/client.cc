@@ -37,6 +37,12 @@ struct Client::Impl {
   std::unique_ptr<grpc::GenericStub> generic;
   std::mutex cap_mu;
   int64_t server_cap = 0;  // the server's message cap; 0 = not asked yet
+  // Chunked transfers (shm_client.cc): one channel, so one TCP connection, per parallel stream.
+  std::string target;
+  grpc::ChannelArguments args;
+  std::shared_ptr<grpc::ChannelCredentials> credentials;  // the main channel's (TLS, tokens)
+  std::mutex transfer_mu;
+  std::vector<std::shared_ptr<grpc::Channel>> transfer_channels;
 };
 
 absl::Status FromGrpcStatus(int code, const std::string& message) {
@@ -180,6 +186,9 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
   args.SetMaxSendMessageSize(ChannelMessageCap(options.max_message_bytes));
   args.SetMaxReceiveMessageSize(ChannelMessageCap(options.max_message_bytes));
   auto impl = std::make_unique<Impl>();
+  impl->target = target;
+  impl->args = args;
+  impl->credentials = credentials;
   if (ManyServers(target)) {
     grpc::ChannelArguments spread = args;
     // round_robin over the servers whose grpc.health.v1 answers SERVING (client-side health
@@ -467,6 +476,22 @@ absl::Status TakeInlineArray(v1::NdArray* array, const char* name, HostArray* ou
 }  // namespace
 
 std::shared_ptr<grpc::Channel> Client::channel() const { return impl_->channel; }
+
+std::shared_ptr<grpc::Channel> Client::TransferChannel(int index) {
+  if (index <= 0) return impl_->channel;
+  std::lock_guard<std::mutex> lock(impl_->transfer_mu);
+  while (static_cast<int>(impl_->transfer_channels.size()) < index) {
+    grpc::ChannelArguments args = impl_->args;
+    // A channel of its own subchannel pool and a distinct argument never shares a connection
+    // with the main channel or another transfer channel: each stream gets its own TCP
+    // connection (and its own HTTP/2 flow control and I/O thread).
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    args.SetInt("fresnel.transfer_channel", static_cast<int>(impl_->transfer_channels.size()) + 1);
+    impl_->transfer_channels.push_back(
+        grpc::CreateCustomChannel(impl_->target, impl_->credentials, args));
+  }
+  return impl_->transfer_channels[index - 1];
+}
 
 int64_t Client::MessageCap(const CallOptions& call) {
   const int64_t own = options_.max_message_bytes > 0 ? options_.max_message_bytes : INT_MAX;

@@ -1,5 +1,6 @@
 #include "server/services/interpolation_service.h"
 
+#include <climits>
 #include <cstring>
 #include <mutex>
 #include <optional>
@@ -9,6 +10,7 @@
 #include "fresnel/v1/wire_limits.h"
 #include "fresnel/v1/array_convert.h"
 #include "server/services/interpolation_params.h"
+#include "server/shm.h"
 #include "server/status_util.h"
 
 namespace fresnel::server {
@@ -29,10 +31,17 @@ absl::Status CheckResponseFits(int64_t channels, int64_t samples, DType dtype,
   return absl::OkStatus();
 }
 
+// The calling client's shared-memory regions (none when the server has no registry).
+ShmResolver ResolverOf(ServiceContext* ctx, const grpc::CallbackServerContext* context) {
+  if (ctx->shm == nullptr) return ShmResolver();
+  return ctx->shm->ResolverFor(ClientOf(context));
+}
+
 // The request's x, moved out of the (gRPC-owned, const) request: the request lives until the RPC
 // finishes and nothing reads x again, so taking its bytes saves a copy of the largest payload.
-absl::StatusOr<HostArray> TakeX(const v1::NdArray& x) {
-  return FromProto(std::move(*const_cast<v1::NdArray*>(&x)), "x");
+// An x in a shared-memory region (x.shm) is copied out of it here.
+absl::StatusOr<HostArray> TakeX(const v1::NdArray& x, const ShmResolver& resolver) {
+  return FromProto(std::move(*const_cast<v1::NdArray*>(&x)), "x", resolver);
 }
 
 // Joins two arrays of equal leading dims along the last axis.
@@ -82,6 +91,22 @@ struct OutputSize {
   DType dtype = DType::kFloat32;
 };
 
+// Where y goes when the request names an output region: the span the result is copied into,
+// holding the region's mapping until the response is sent. Empty span = y travels inline.
+absl::StatusOr<ShmSpan> OutputSpan(bool has_y_shm, const v1::ShmRef& y_shm,
+                                   const ShmResolver& resolver, const OutputSize& out) {
+  if (!has_y_shm) return ShmSpan();
+  if (!resolver) {
+    return absl::InvalidArgumentError("y_shm: this server accepts no shared-memory regions");
+  }
+  const int64_t itemsize = static_cast<int64_t>(DTypeSize(out.dtype));
+  if (out.samples < 0 || out.channels < 0 ||
+      (out.samples > 0 && out.channels > INT64_MAX / out.samples / itemsize)) {
+    return absl::InvalidArgumentError("y_shm: the output's byte count overflows int64");
+  }
+  return resolver(y_shm, out.channels * out.samples * itemsize, "y_shm");
+}
+
 // Memory a one-shot call needs on the device: input, output and taps.
 int64_t DeviceBytes(const HostArray& x, const OutputSize& out, size_t taps) {
   return static_cast<int64_t>(x.nbytes()) +
@@ -96,10 +121,18 @@ using Compute =
 // answer fits in one message, submits `compute` as a pool job and fills the response from it.
 void SubmitOneShot(ServiceContext* ctx, UnaryJobCall* call, HostArray x, const OutputSize& out,
                    size_t taps, const v1::DeviceHint& hint, const std::string& request_id,
+                   const ShmResolver& resolver, bool has_y_shm, const v1::ShmRef& y_shm,
                    v1::InterpolationResponse* response, Compute compute) {
-  absl::Status fits = CheckResponseFits(out.channels, out.samples, out.dtype,
-                                        ctx->max_message_bytes,
-                                        "use ResampleStream for long signals");
+  absl::StatusOr<ShmSpan> y_span = OutputSpan(has_y_shm, y_shm, resolver, out);
+  if (!y_span.ok()) {
+    call->Reject(y_span.status());
+    return;
+  }
+  const bool y_in_shm = y_span->keepalive != nullptr;
+  absl::Status fits = y_in_shm ? absl::OkStatus()
+                               : CheckResponseFits(out.channels, out.samples, out.dtype,
+                                                   ctx->max_message_bytes,
+                                                   "use ResampleStream or y_shm for long signals");
   absl::StatusOr<DevicePreference> preference = PreferenceOf(hint);
   if (!fits.ok() || !preference.ok()) {
     call->Reject(!fits.ok() ? fits : preference.status());
@@ -110,8 +143,10 @@ void SubmitOneShot(ServiceContext* ctx, UnaryJobCall* call, HostArray x, const O
   response->set_request_id(RequestIdOr(request_id));
   struct State {
     HostArray x, y;
+    ShmSpan y_span;  // the output region's bytes (and mapping) when y goes to shared memory
   };
   auto state = std::make_shared<State>();
+  state->y_span = *std::move(y_span);
   auto job = std::make_shared<Job>();
   job->preference = *preference;
   job->device_bytes = DeviceBytes(x, out, taps);
@@ -123,12 +158,24 @@ void SubmitOneShot(ServiceContext* ctx, UnaryJobCall* call, HostArray x, const O
     return absl::OkStatus();
   };
   std::string method = call->method();
-  call->Start(std::move(job), [state, response, metrics, method](const JobReport& report,
-                                                                 double total) {
+  call->Start(std::move(job), [state, response, metrics, method, y_shm](const JobReport& report,
+                                                                        double total) {
     if (metrics) {
       metrics->AddPayload(kService, method, "out", static_cast<double>(state->y.nbytes()));
     }
-    ToProto(std::move(state->y), response->mutable_y());
+    if (state->y_span.keepalive != nullptr) {
+      const HostArray& y = state->y;
+      if (static_cast<int64_t>(y.nbytes()) > state->y_span.size) {
+        return absl::InternalError(absl::StrCat("y_shm: the result has ", y.nbytes(),
+                                                " bytes, ", state->y_span.size, " were checked"));
+      }
+      if (y.nbytes() > 0) std::memcpy(state->y_span.data, y.raw(), y.nbytes());
+      *response->mutable_y() = ShmArray(y.dtype(), y.shape(), y_shm.region(), y_shm.offset_bytes());
+      state->y = HostArray();
+      state->y_span = ShmSpan();  // the mapping may go now (the region may be unregistered)
+    } else {
+      ToProto(std::move(state->y), response->mutable_y());
+    }
     FillExecutionInfo(report, total, response->mutable_info());
     return absl::OkStatus();
   });
@@ -141,7 +188,8 @@ grpc::ServerUnaryReactor* InterpolationService::Upfirdn(grpc::CallbackServerCont
                                                         v1::InterpolationResponse* response) {
   auto* call = new UnaryJobCall(ctx_, context, kService, "Upfirdn");
   auto parsed = ParseUpfirdn(*request, ctx_->interp_limits);
-  absl::StatusOr<HostArray> x = parsed.ok() ? TakeX(request->x()) : parsed.status();
+  const ShmResolver resolver = ResolverOf(ctx_, context);
+  absl::StatusOr<HostArray> x = parsed.ok() ? TakeX(request->x(), resolver) : parsed.status();
   absl::Status valid = x.status();
   if (valid.ok()) {
     valid = interp::ValidateUpfirdn(parsed->taps, *x, parsed->options, ctx_->interp_limits);
@@ -158,7 +206,7 @@ grpc::ServerUnaryReactor* InterpolationService::Upfirdn(grpc::CallbackServerCont
   out.dtype = interp::UpfirdnResultDType(x->dtype(), parsed->options);
   size_t taps = parsed->taps.size() + parsed->options.taps_imag.size();
   SubmitOneShot(ctx_, call, std::move(*x), out, taps, request->device(), request->request_id(),
-                response,
+                resolver, request->has_y_shm(), request->y_shm(), response,
                 [p = std::move(*parsed)](const Device& device, const HostArray& in,
                                          StageTimes* times) {
                   return interp::Upfirdn(device, p.taps, in, p.options, times);
@@ -171,7 +219,8 @@ grpc::ServerUnaryReactor* InterpolationService::ResamplePoly(
     v1::InterpolationResponse* response) {
   auto* call = new UnaryJobCall(ctx_, context, kService, "ResamplePoly");
   auto options = ParseResamplePoly(*request);
-  absl::StatusOr<HostArray> x = options.ok() ? TakeX(request->x()) : options.status();
+  const ShmResolver resolver = ResolverOf(ctx_, context);
+  absl::StatusOr<HostArray> x = options.ok() ? TakeX(request->x(), resolver) : options.status();
   absl::Status valid = x.status();
   if (valid.ok()) valid = interp::ValidateResamplePoly(*x, *options, ctx_->interp_limits);
   if (!valid.ok()) {
@@ -186,7 +235,7 @@ grpc::ServerUnaryReactor* InterpolationService::ResamplePoly(
   size_t taps = options->taps.empty() ? interp::ResamplePolyDefaultNumtaps(options->up, options->down)
                                       : options->taps.size() + options->taps_imag.size();
   SubmitOneShot(ctx_, call, std::move(*x), out, taps, request->device(), request->request_id(),
-                response,
+                resolver, request->has_y_shm(), request->y_shm(), response,
                 [o = std::move(*options)](const Device& device, const HostArray& in,
                                           StageTimes* times) {
                   return interp::ResamplePoly(device, in, o, times);
@@ -201,7 +250,8 @@ grpc::ServerUnaryReactor* InterpolationService::Resample(grpc::CallbackServerCon
   interp::ResampleOptions options;
   options.num = request->num();
   options.axis = request->has_axis() ? request->axis() : -1;
-  absl::StatusOr<HostArray> x = TakeX(request->x());
+  const ShmResolver resolver = ResolverOf(ctx_, context);
+  absl::StatusOr<HostArray> x = TakeX(request->x(), resolver);
   absl::Status valid = x.status();
   if (valid.ok()) valid = interp::ValidateResample(*x, options, ctx_->interp_limits);
   if (!valid.ok()) {
@@ -213,7 +263,7 @@ grpc::ServerUnaryReactor* InterpolationService::Resample(grpc::CallbackServerCon
   out.samples = options.num;
   out.dtype = interp::ResampleResultDType(x->dtype());
   SubmitOneShot(ctx_, call, std::move(*x), out, 0, request->device(), request->request_id(),
-                response,
+                resolver, false, v1::ShmRef(), response,
                 [options](const Device& device, const HostArray& in, StageTimes* times) {
                   return interp::Resample(device, in, options, times);
                 });
@@ -229,7 +279,8 @@ grpc::ServerUnaryReactor* InterpolationService::Decimate(grpc::CallbackServerCon
   options.n = request->n();
   options.zero_phase = request->has_zero_phase() ? request->zero_phase() : true;
   options.axis = request->has_axis() ? request->axis() : -1;
-  absl::StatusOr<HostArray> x = TakeX(request->x());
+  const ShmResolver resolver = ResolverOf(ctx_, context);
+  absl::StatusOr<HostArray> x = TakeX(request->x(), resolver);
   absl::Status valid = x.status();
   if (valid.ok()) valid = interp::ValidateDecimate(*x, options, ctx_->interp_limits);
   if (!valid.ok()) {
@@ -243,7 +294,7 @@ grpc::ServerUnaryReactor* InterpolationService::Decimate(grpc::CallbackServerCon
   out.dtype = interp::DecimateResultDType(x->dtype());
   const size_t taps = static_cast<size_t>(options.n == 0 ? 20 * options.q : options.n) + 1;
   SubmitOneShot(ctx_, call, std::move(*x), out, taps, request->device(), request->request_id(),
-                response,
+                resolver, false, v1::ShmRef(), response,
                 [options](const Device& device, const HostArray& in, StageTimes* times) {
                   return interp::Decimate(device, in, options, times);
                 });
@@ -259,7 +310,10 @@ class ResampleStreamCall
     : public grpc::ServerBidiReactor<v1::ResampleStreamRequest, v1::ResampleStreamResponse> {
  public:
   ResampleStreamCall(ServiceContext* ctx, grpc::CallbackServerContext* context)
-      : ctx_(ctx), context_(context), record_(ctx->metrics, kService, "ResampleStream") {
+      : ctx_(ctx),
+        context_(context),
+        record_(ctx->metrics, kService, "ResampleStream"),
+        resolver_(ResolverOf(ctx, context)) {
     absl::Status slot = ReserveIn(ctx->streams, 1, "a ResampleStream", &stream_slot_);
     if (slot.ok() && ctx->drain != nullptr) {
       // SIGTERM's drain timeout: a stream waiting for its client's next message ends at once; one
@@ -343,7 +397,7 @@ class ResampleStreamCall
     }
     std::optional<HostArray> chunk;
     if (request_.msg_case() == v1::ResampleStreamRequest::kChunk) {
-      auto a = FromProto(std::move(*request_.mutable_chunk()), "chunk");
+      auto a = FromProto(std::move(*request_.mutable_chunk()), "chunk", resolver_);
       if (!a.ok()) {
         FinishWith(a.status());
         return;
@@ -518,6 +572,7 @@ class ResampleStreamCall
   ServiceContext* ctx_;
   grpc::CallbackServerContext* context_;
   RpcRecord record_;
+  ShmResolver resolver_;  // chunks may lie in the client's shared-memory regions
   Budget::Reservation stream_slot_, state_;
   v1::ResampleStreamRequest request_;
   v1::ResampleStreamResponse response_;

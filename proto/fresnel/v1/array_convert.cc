@@ -1,6 +1,7 @@
 #include "fresnel/v1/array_convert.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 
@@ -43,15 +44,70 @@ absl::StatusOr<HostArray> Convert(const v1::NdArray& a, std::string bytes, absl:
   std::vector<int64_t> shape(a.shape().begin(), a.shape().end());
   return HostArray::FromBytes(*dtype, std::move(shape), std::move(bytes), field);
 }
+
+absl::Status NoShmHere(const v1::NdArray& a, absl::string_view field) {
+  if (!a.has_shm()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      field, ".shm: this call does not accept shared-memory arrays; send the bytes in ", field,
+      ".data"));
+}
 }  // namespace
 
+absl::StatusOr<int64_t> ArrayBytes(v1::DType dtype, const std::vector<int64_t>& shape,
+                                   absl::string_view field) {
+  auto d = FromProto(dtype, field);
+  if (!d.ok()) return d.status();
+  const int64_t elements = ShapeElements(shape);
+  const int64_t itemsize = static_cast<int64_t>(DTypeSize(*d));
+  if (elements < 0 || elements > std::numeric_limits<int64_t>::max() / itemsize) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ".shape ", ShapeString(shape), ": negative dimension or too many elements"));
+  }
+  return elements * itemsize;
+}
+
 absl::StatusOr<HostArray> FromProto(const v1::NdArray& array, absl::string_view field) {
+  if (absl::Status st = NoShmHere(array, field); !st.ok()) return st;
   return Convert(array, array.data(), field);
 }
 
 absl::StatusOr<HostArray> FromProto(v1::NdArray&& array, absl::string_view field) {
+  if (absl::Status st = NoShmHere(array, field); !st.ok()) return st;
   std::string bytes = std::move(*array.mutable_data());
   return Convert(array, std::move(bytes), field);
+}
+
+absl::StatusOr<HostArray> FromProto(v1::NdArray&& array, absl::string_view field,
+                                    const ShmResolver& resolver) {
+  if (!array.has_shm() || !resolver) return FromProto(std::move(array), field);
+  if (!array.data().empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": set data or shm, not both (data has ", array.data().size(),
+                     " bytes)"));
+  }
+  std::vector<int64_t> shape(array.shape().begin(), array.shape().end());
+  absl::StatusOr<int64_t> nbytes = ArrayBytes(array.dtype(), shape, field);
+  if (!nbytes.ok()) return nbytes.status();
+  absl::StatusOr<ShmSpan> span = resolver(array.shm(), *nbytes, absl::StrCat(field, ".shm"));
+  if (!span.ok()) return span.status();
+  if (span->size < *nbytes) {
+    return absl::InternalError(absl::StrCat(field, ".shm: the resolver returned ", span->size,
+                                            " bytes, need ", *nbytes));
+  }
+  // One pass over the region (no zero fill first): the array owns its bytes from here on, so a
+  // client that rewrites the region while the request runs cannot change what is computed.
+  std::string bytes(span->data, static_cast<size_t>(*nbytes));
+  return Convert(array, std::move(bytes), field);
+}
+
+v1::NdArray ShmArray(DType dtype, const std::vector<int64_t>& shape, const std::string& region,
+                     int64_t offset_bytes) {
+  v1::NdArray a;
+  a.set_dtype(ToProto(dtype));
+  a.mutable_shape()->Assign(shape.begin(), shape.end());
+  a.mutable_shm()->set_region(region);
+  a.mutable_shm()->set_offset_bytes(offset_bytes);
+  return a;
 }
 
 void ToProto(const HostArray& array, v1::NdArray* out) {

@@ -2,6 +2,9 @@
 // The only place where DType values cross between protobuf and the kernels.
 #pragma once
 
+#include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -15,10 +18,37 @@ namespace fresnel {
 absl::StatusOr<DType> FromProto(v1::DType dtype, absl::string_view field);
 v1::DType ToProto(DType dtype);
 
+// Bytes in a registered shared-memory region (NdArray.shm): `size` bytes at `data`, valid while
+// `keepalive` (the region's mapping) lives, even after the region is unregistered.
+struct ShmSpan {
+  char* data = nullptr;
+  int64_t size = 0;
+  std::shared_ptr<const void> keepalive;
+};
+// Finds `nbytes` bytes at ref.offset_bytes of the caller's region ref.region: NOT_FOUND naming
+// `field`.region for a region the caller has not registered, INVALID_ARGUMENT naming
+// `field`.offset_bytes for a range outside the region. The server's is ShmRegistry::Resolver.
+using ShmResolver = std::function<absl::StatusOr<ShmSpan>(
+    const v1::ShmRef& ref, int64_t nbytes, absl::string_view field)>;
+
+// prod(shape) * itemsize(dtype) in bytes; INVALID_ARGUMENT naming `field` for an unknown dtype,
+// a negative dimension or a count that overflows int64.
+absl::StatusOr<int64_t> ArrayBytes(v1::DType dtype, const std::vector<int64_t>& shape,
+                                   absl::string_view field);
+
 // Validates dtype, shape and byte count; messages name `field` ("x", "taps", ...).
-// The NdArray's bytes are moved out when `array` is an rvalue.
+// The NdArray's bytes are moved out when `array` is an rvalue. An array whose `shm` is set is
+// INVALID_ARGUMENT here (`field`.shm: not accepted by this call); the overload with a resolver
+// copies its bytes out of the region instead (one copy, the region is not read again).
 absl::StatusOr<HostArray> FromProto(const v1::NdArray& array, absl::string_view field);
 absl::StatusOr<HostArray> FromProto(v1::NdArray&& array, absl::string_view field);
+absl::StatusOr<HostArray> FromProto(v1::NdArray&& array, absl::string_view field,
+                                    const ShmResolver& resolver);
+
+// An NdArray that names `nbytes`-long bytes at `offset_bytes` of `region` instead of carrying
+// them: dtype and shape set, data empty.
+v1::NdArray ShmArray(DType dtype, const std::vector<int64_t>& shape, const std::string& region,
+                     int64_t offset_bytes);
 
 // Copies (or, for an rvalue HostArray, moves) into `out`.
 void ToProto(const HostArray& array, v1::NdArray* out);

@@ -7,13 +7,22 @@
 //           down 1: the answer is as large as the question and the compute is negligible)
 //   stream  echo: Echo.Stream with ArrayChunks;  Fresnel: ResampleStream (same filter) through
 //           fresnel::Client, both in --chunk-mib chunks
+//   shm     echo: the unary echo again (what gRPC moves for one message of this size); Fresnel:
+//           Upfirdn with x and y in one SharedRegion (fresnel/client/shm.h): x is written into
+//           the region once, before the timing; the call is timed, y is left in the region (a
+//           same-host client that keeps its data there). Skipped (with a note on stderr) when
+//           the region cannot be created, e.g. a small /dev/shm.
+//   chunked echo: Echo.Stream over --streams parallel streams on separate connections, each its
+//           slice of the payload; Fresnel: Client::UpfirdnArray with its default TransferOptions
+//           (unary up to 16 MiB of x + y, one stream below 64 MiB, --streams parallel streams on
+//           separate connections from there, through a server staging region)
 //   memcpy  one copy of the payload (bytes copied per second), the host's own ceiling
 //
 // and prints a table (median of --reps runs after one warm-up), or with --json one object per row:
 // {"bytes", "path", "echo_gbps", "fresnel_gbps", "ratio", "memcpy_gbps"}.
 //
-//   fresnel_bench_transport [--sizes 1,64,1024] [--reps 5] [--chunk-mib 4] [--gpus all|none]
-//                           [--json]
+//   fresnel_bench_transport [--sizes 1,64,1024] [--reps 5] [--chunk-mib 4] [--streams 4]
+//                           [--gpus all|none] [--json]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -27,6 +36,7 @@
 #include "absl/strings/str_split.h"
 #include "echo.grpc.pb.h"
 #include "fresnel/client/client.h"
+#include "fresnel/client/shm.h"
 #include "fresnel/v1/array_convert.h"
 #include "fresnel/v1/wire_limits.h"
 #include "grpcpp/grpcpp.h"
@@ -83,6 +93,29 @@ class EchoService final : public Echo::CallbackService {
   }
 };
 
+// Echoes bytes [begin, end) of `data` over one Echo.Stream in `chunk_bytes` messages; false on
+// failure or when fewer bytes came back.
+bool EchoStream(Echo::Stub* stub, const char* data, int64_t begin, int64_t end,
+                int64_t total, int64_t chunk_bytes) {
+  grpc::ClientContext ctx;
+  auto stream = stub->Stream(&ctx);
+  std::thread writer([&] {
+    v1::ArrayChunk chunk;
+    for (int64_t off = begin; off < end; off += chunk_bytes) {
+      chunk.set_offset_bytes(off);
+      chunk.set_total_bytes(total);
+      chunk.set_data(data + off, static_cast<size_t>(std::min(chunk_bytes, end - off)));
+      if (!stream->Write(chunk)) break;
+    }
+    stream->WritesDone();
+  });
+  int64_t got = 0;
+  v1::ArrayChunk back;
+  while (stream->Read(&back)) got += static_cast<int64_t>(back.data().size());
+  writer.join();
+  return stream->Finish().ok() && got == end - begin;
+}
+
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
@@ -104,6 +137,7 @@ struct Options {
   std::vector<int64_t> sizes_mib = {1, 64, 1024};
   int reps = 5;
   int64_t chunk_mib = 4;
+  int streams = 4;
   std::string gpus = "all";
   bool json = false;
 };
@@ -141,6 +175,14 @@ int Run(const Options& o) {
   auto echo_channel = grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", echo_port),
                                                 grpc::InsecureChannelCredentials(), args);
   std::unique_ptr<Echo::Stub> stub = Echo::NewStub(echo_channel);
+  std::vector<std::unique_ptr<Echo::Stub>> parallel_stubs;
+  for (int i = 0; i < o.streams; ++i) {
+    grpc::ChannelArguments own = args;  // a connection of its own, as fresnel::Client makes
+    own.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    own.SetInt("fresnel.bench_channel", i);
+    parallel_stubs.push_back(Echo::NewStub(grpc::CreateCustomChannel(
+        absl::StrCat("127.0.0.1:", echo_port), grpc::InsecureChannelCredentials(), own)));
+  }
   ClientOptions client_options;
   client_options.address = absl::StrCat("127.0.0.1:", (*fresneld)->port());
   client_options.max_message_bytes = kMessageCap;
@@ -191,26 +233,44 @@ int Run(const Options& o) {
     });
 
     // stream, in chunks
+    const char* x_data = x.bytes().data();
     const double echo_stream_s = Time(o.reps, [&] {
-      grpc::ClientContext ctx;
-      auto stream = stub->Stream(&ctx);
-      std::thread writer([&] {
-        v1::ArrayChunk chunk;
-        for (int64_t off = 0; off < bytes; off += chunk_bytes) {
-          chunk.set_offset_bytes(off);
-          chunk.set_total_bytes(bytes);
-          chunk.set_data(x.bytes().data() + off,
-                         static_cast<size_t>(std::min(chunk_bytes, bytes - off)));
-          if (!stream->Write(chunk)) break;
-        }
-        stream->WritesDone();
-      });
-      int64_t got = 0;
-      v1::ArrayChunk back;
-      while (stream->Read(&back)) got += static_cast<int64_t>(back.data().size());
-      writer.join();
-      return stream->Finish().ok() && got == bytes;
+      return EchoStream(stub.get(), x_data, 0, bytes, bytes, chunk_bytes);
     });
+    // chunked: the slices of --streams parallel streams, each on its own connection
+    const double echo_parallel_s = Time(o.reps, [&] {
+      std::vector<bool> ok(parallel_stubs.size());
+      std::vector<std::thread> threads;
+      const int n = static_cast<int>(parallel_stubs.size());
+      const int64_t per = (bytes / n + chunk_bytes - 1) / chunk_bytes * chunk_bytes;
+      for (int i = 0; i < n; ++i) {
+        threads.emplace_back([&, i] {
+          const int64_t begin = std::min(bytes, per * i);
+          const int64_t end = i == n - 1 ? bytes : std::min(bytes, begin + per);
+          ok[i] = begin >= end ||
+                  EchoStream(parallel_stubs[i].get(), x_data, begin, end, bytes, chunk_bytes);
+        });
+      }
+      for (std::thread& t : threads) t.join();
+      return std::all_of(ok.begin(), ok.end(), [](bool b) { return b; });
+    });
+    TransferOptions transfer;
+    transfer.streams = o.streams;
+    transfer.chunk_bytes = chunk_bytes;
+    TransferReport report;
+    const double fresnel_parallel_s = Time(o.reps, [&] {
+      auto r = (*client)->UpfirdnArray(request, x, transfer, {}, &report);
+      if (!r.ok()) error = r.status().ToString();
+      return r.ok() && r->size() == samples;
+    });
+    // Where the last chunked call spent its time (stderr, so --json stays one object per row).
+    std::fprintf(stderr,
+                 "chunked %lld MiB: %s, %d stream(s): upload %.4f s, call %.4f s (server %.4f s: "
+                 "queue %.4f, h2d %.4f, compute %.4f, d2h %.4f), download %.4f s\n",
+                 static_cast<long long>(mib), report.path, report.streams, report.upload_s,
+                 report.call_s, report.info.total_seconds(), report.info.queue_wait_seconds(),
+                 report.info.h2d_seconds(), report.info.compute_seconds(),
+                 report.info.d2h_seconds(), report.download_s);
     v1::ResampleStreamConfig stream_config;
     v1::UpfirdnRequest* up = stream_config.mutable_upfirdn();
     *up->mutable_taps() = request.taps();
@@ -224,14 +284,34 @@ int Run(const Options& o) {
       if (!r.ok()) error = r.status().ToString();
       return r.ok() && r->size() == samples;
     });
+    // shm: x at 0, y right after it.
+    double fresnel_shm_s = 0;  // 0 = skipped
+    {
+      auto region = SharedRegion::Create(client->get(), "bench", 2 * bytes);
+      if (!region.ok()) {
+        std::fprintf(stderr, "shm skipped at %lld MiB: %s\n", static_cast<long long>(mib),
+                     region.status().ToString().c_str());
+      } else if ((*region)->Write(x, 0).ok()) {
+        v1::UpfirdnRequest shm_request = request;
+        shm_request.mutable_x()->clear_data();
+        fresnel_shm_s = Time(o.reps, [&] {
+          auto r = (*client)->Upfirdn(shm_request, **region, 0, bytes);
+          if (!r.ok()) error = r.status().ToString();
+          return r.ok() && r->y().has_shm() && r->y().shape(0) == samples;
+        });
+      }
+    }
     if (!error.empty()) std::fprintf(stderr, "fresnel: %s\n", error.c_str());
 
     struct Row {
       const char* path;
       double echo_s, fresnel_s;
     };
-    for (const Row& row : {Row{"unary", echo_unary_s, fresnel_unary_s},
-                           Row{"stream", echo_stream_s, fresnel_stream_s}}) {
+    std::vector<Row> rows = {Row{"unary", echo_unary_s, fresnel_unary_s},
+                             Row{"stream", echo_stream_s, fresnel_stream_s}};
+    rows.push_back(Row{"chunked", echo_parallel_s, fresnel_parallel_s});
+    if (fresnel_shm_s != 0) rows.push_back(Row{"shm", echo_unary_s, fresnel_shm_s});
+    for (const Row& row : rows) {
       // Payload sent plus received.
       const double moved = 2.0 * static_cast<double>(bytes);
       const double echo_gbps = row.echo_s > 0 ? moved / row.echo_s / 1e9 : 0;
@@ -283,12 +363,14 @@ int main(int argc, char** argv) {
       o.reps = std::max(1, std::atoi(argv[++i]));
     } else if (k == "--chunk-mib" && has_value) {
       o.chunk_mib = std::clamp<int64_t>(std::atoi(argv[++i]), 1, 60);
+    } else if (k == "--streams" && has_value) {
+      o.streams = std::clamp(std::atoi(argv[++i]), 1, 16);
     } else if (k == "--gpus" && has_value) {
       o.gpus = argv[++i];
     } else {
       std::fprintf(stderr,
                    "usage: fresnel_bench_transport [--sizes 1,64,1024] [--reps 5] "
-                   "[--chunk-mib 4] [--gpus all|none] [--json]\n");
+                   "[--chunk-mib 4] [--streams 4] [--gpus all|none] [--json]\n");
       return 2;
     }
   }

@@ -21,8 +21,11 @@
 #include "fresnel/v1/interpolation.grpc.pb.h"
 #include "fresnel/v1/unwrap.grpc.pb.h"
 #include "fresnel/v1/hologram.grpc.pb.h"
+#include "fresnel/v1/shm.grpc.pb.h"
 
 namespace fresnel {
+
+class SharedRegion;  // fresnel/client/shm.h
 
 struct ClientOptions {
   // HOST:PORT; a gRPC URI such as "dns:///fresnel.ns.svc:50051" (every address the name resolves
@@ -54,6 +57,24 @@ struct ClientOptions {
 struct CallOptions {
   // Overrides ClientOptions::default_timeout when positive; negative = no deadline at all.
   std::chrono::milliseconds timeout{0};
+};
+
+// How UpfirdnArray / ResamplePolyArray move a big array (docs/transport.md).
+struct TransferOptions {
+  // x + y up to this many bytes (and within the message cap): one unary call.
+  int64_t unary_max_bytes = 16 << 20;
+  // x + y from this many bytes: `streams` parallel streams; between the two: one stream.
+  int64_t parallel_min_bytes = 64 << 20;
+  int streams = 4;                 // 1..16, each on its own connection
+  int64_t chunk_bytes = 4 << 20;   // data bytes per message
+};
+
+// What a transfer did, for benchmarks and logs.
+struct TransferReport {
+  const char* path = "unary";  // "unary", "stream" (one) or "parallel"
+  int streams = 0;
+  double upload_s = 0, call_s = 0, download_s = 0;
+  v1::ExecutionInfo info;
 };
 
 // An unwrapped image with everything the server said about it (Unwrap, or GetUnwrapResult for a
@@ -147,6 +168,45 @@ class Client {
   absl::StatusOr<v1::InterpolationResponse> Decimate(const v1::DecimateRequest& request,
                                                      const CallOptions& call = {});
 
+  // The same calls with x and y in a shared-memory region (same-host clients; see
+  // fresnel/client/shm.h and docs/transport.md). `request.x` carries dtype and shape only (its
+  // data must be empty): its bytes are read from `region` at `x_offset`; the server writes y into
+  // `region` at `y_offset` (the region must hold it: channels * output samples * itemsize bytes
+  // from there) and the response's y carries dtype, shape and the ShmRef, no bytes (read it with
+  // SharedRegion::Read, or in place at region.data() + y_offset). Neither array counts against
+  // the message cap. x and y may overlap: the server copies x out of the region before the
+  // call runs and writes y after it.
+  absl::StatusOr<v1::InterpolationResponse> Upfirdn(v1::UpfirdnRequest request,
+                                                    const SharedRegion& region, int64_t x_offset,
+                                                    int64_t y_offset, const CallOptions& call = {});
+  absl::StatusOr<v1::InterpolationResponse> ResamplePoly(v1::ResamplePolyRequest request,
+                                                         const SharedRegion& region,
+                                                         int64_t x_offset, int64_t y_offset,
+                                                         const CallOptions& call = {});
+
+  // Upfirdn / ResamplePoly of an x of any size, returning y. `request.x` is ignored (x is sent
+  // here). Small payloads (TransferOptions) go in one unary call; larger ones through a staging
+  // region the server allocates (SharedMemoryService with an empty shm_name, counted against its
+  // --shm-bytes): x is written in chunk_bytes messages over one or `streams` parallel
+  // WriteRegion streams on separate connections, the call names the region for x and y, and y
+  // comes back over ReadRegion streams the same way; the region is unregistered at the end
+  // (also on failure). Errors: the server's; x of any rank, filtered along request.axis. Works against a remote
+  // server (no shared memory involved). `report`, when non-null, says which path ran.
+  absl::StatusOr<HostArray> UpfirdnArray(v1::UpfirdnRequest request, const HostArray& x,
+                                         const TransferOptions& transfer = {},
+                                         const CallOptions& call = {},
+                                         TransferReport* report = nullptr);
+  absl::StatusOr<HostArray> ResamplePolyArray(v1::ResamplePolyRequest request, const HostArray& x,
+                                              const TransferOptions& transfer = {},
+                                              const CallOptions& call = {},
+                                              TransferReport* report = nullptr);
+
+  // SharedMemoryService (shm.proto). SharedRegion (fresnel/client/shm.h) wraps these.
+  absl::StatusOr<v1::RegisterRegionResponse> RegisterRegion(
+      const v1::RegisterRegionRequest& request, const CallOptions& call = {});
+  absl::Status UnregisterRegion(const std::string& name, const CallOptions& call = {});
+  absl::StatusOr<v1::ListRegionsResponse> ListRegions(const CallOptions& call = {});
+
   // Streams `x` ([n] or [channels, n]) through ResampleStream in chunks of `chunk_samples` per
   // channel and returns the concatenated output (same rank as x). `config` names the operation;
   // its x field is filled in here. `on_progress(samples_in, samples_out)` is called after every
@@ -225,6 +285,19 @@ class Client {
   int64_t MessageCap(const CallOptions& call);
   // The channel, for services whose calls live in their own source file (hologram_client.cc).
   std::shared_ptr<grpc::Channel> channel() const;
+  // Channel `index` of a chunked transfer: 0 is channel(), 1.. each its own connection (made on
+  // first use, kept for the client's life).
+  std::shared_ptr<grpc::Channel> TransferChannel(int index);
+  // The path choice behind UpfirdnArray / ResamplePolyArray: `call_fn` runs the request with x
+  // (inline, or naming the staging region) and y_shm (null: y inline).
+  // y is `channels` x `y_samples` elements of at most `item` bytes.
+  absl::StatusOr<HostArray> TransferThroughRegion(
+      const HostArray& x, int64_t channels, int64_t y_samples, int64_t item,
+      const TransferOptions& transfer,
+      const CallOptions& call, TransferReport* report,
+      const std::function<absl::StatusOr<v1::InterpolationResponse>(v1::NdArray x,
+                                                                    const v1::ShmRef* y_shm)>&
+          call_fn);
   friend class VolumeClient;  // shares the channel (volume_client.h)
   ClientOptions options_;
   std::unique_ptr<Impl> impl_;

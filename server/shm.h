@@ -1,0 +1,87 @@
+// ShmRegistry: the POSIX shared-memory regions clients on the server's host registered
+// (SharedMemoryService, proto/fresnel/v1/shm.proto), keyed by (ClientOf(context), name), and the
+// resolver that turns an NdArray's ShmRef into bytes of a region (fresnel/v1/array_convert.h).
+//
+// Lifetime: a region is forgotten when its client unregisters it or after `ttl_s` without a
+// request naming it (gRPC unary calls give no client-gone signal; expired regions are swept on
+// every registry call). A request that resolved a region holds its mapping (ShmSpan::keepalive):
+// the server unmaps it, and gives its bytes back to the --shm-bytes budget, after the last such
+// request. Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "fresnel/v1/array_convert.h"
+#include "fresnel/v1/shm.pb.h"
+#include "server/budget.h"
+#include "server/device_pool.h"
+
+namespace fresnel::server {
+
+struct ShmRegistryOptions {
+  int64_t cap_bytes = int64_t{8} << 30;  // --shm-bytes: what all regions may map together
+  double ttl_s = 600;                    // --shm-ttl: idle time before a region is forgotten
+  int max_regions = 4096;                // regions of all clients together
+  std::function<Clock::time_point()> now;  // the clock (tests); empty = Clock::now
+};
+
+class ShmRegistry {
+ public:
+  explicit ShmRegistry(ShmRegistryOptions options, Budget::Observer observer = nullptr);
+  ~ShmRegistry();
+  ShmRegistry(const ShmRegistry&) = delete;
+  ShmRegistry& operator=(const ShmRegistry&) = delete;
+
+  // Opens and maps request.shm_name for `client` (error codes: see shm.proto).
+  absl::StatusOr<v1::SharedRegionInfo> Register(const std::string& client,
+                                                const v1::RegisterRegionRequest& request);
+  // NOT_FOUND when `client` has no region `name`.
+  absl::Status Unregister(const std::string& client, const std::string& name);
+  // `client`'s regions, by name.
+  std::vector<v1::SharedRegionInfo> List(const std::string& client);
+
+  // `nbytes` bytes at ref.offset_bytes of `client`'s region ref.region, and the mapping that
+  // keeps them valid. NOT_FOUND naming `field`.region (also for another client's region: names
+  // are per client), INVALID_ARGUMENT naming `field`.offset_bytes when the range is not inside
+  // the region (overflow-safe), FAILED_PRECONDITION when the object shrank below the mapped size.
+  // Marks the region used (its TTL starts again).
+  absl::StatusOr<ShmSpan> Resolve(const std::string& client, const v1::ShmRef& ref,
+                                  int64_t nbytes, absl::string_view field);
+  // Resolve bound to one client, for fresnel::FromProto.
+  ShmResolver ResolverFor(std::string client);
+
+  double ttl_s() const { return options_.ttl_s; }
+  // Bytes mapped now, including regions unregistered but still in use by a request.
+  int64_t mapped_bytes() const { return budget_.used(); }
+
+ private:
+  struct Mapping;
+  struct Region {
+    std::string shm_name;
+    std::shared_ptr<Mapping> mapping;
+    Clock::time_point last_used;
+  };
+  using Key = std::pair<std::string, std::string>;  // (client, name)
+
+  Clock::time_point Now() const;
+  void SweepLocked(Clock::time_point now);
+  v1::SharedRegionInfo InfoLocked(const Key& key, const Region& region,
+                                  Clock::time_point now) const;
+
+  const ShmRegistryOptions options_;
+  Budget budget_;
+  std::mutex mu_;
+  std::map<Key, Region> regions_;
+};
+
+}  // namespace fresnel::server
