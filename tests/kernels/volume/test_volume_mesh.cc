@@ -316,5 +316,35 @@ TEST_CASE("VTK: bad input is refused by name", "[volume]") {
   CHECK(st.code() == absl::StatusCode::kInvalidArgument);
 }
 
+// Found reading vtk_io.cc for tests/fuzz/vtk_fuzz.cc: a few bytes claiming a huge count made the
+// reader allocate it up front (POINTS 10^9: 24 GB), and products of counts overflowed int64.
+TEST_CASE("VTK: counts beyond the options or the file are refused before allocating", "[volume]") {
+  const std::string head = "# vtk DataFile Version 4.2\nx\nASCII\nDATASET UNSTRUCTURED_GRID\n";
+  auto message = [](const std::string& s, const VtkReadOptions& o = {}) {
+    absl::Status st = ParseVtk(s, o).status();
+    CHECK(st.code() == absl::StatusCode::kInvalidArgument);
+    return std::string(st.message());
+  };
+  CHECK_THAT(message(head + "POINTS 1000000000 float\n0 0 0\n"), Catch::Contains("bad count"));
+  CHECK_THAT(message(head + "POINTS 8589934592 float\n0 0 0\n"),
+             Catch::Contains("outside [0, 2147483647]"));
+  CHECK_THAT(message(head + "POINTS 3074457345618258603 float\n0 0 0\n"),
+             Catch::Contains("POINTS"));
+  VtkReadOptions small;
+  small.max_points = 3;
+  small.max_cells = 1;
+  CHECK_THAT(message(head + "POINTS 4 float\n0 0 0 1 0 0 0 1 0 0 0 1\n", small),
+             Catch::Contains("outside [0, 3]"));
+  CHECK_THAT(message(head + "CELLS 2 10\n4 0 1 2 3 4 0 1 2 3\n", small),
+             Catch::Contains("CELLS count 2"));
+  // SCALARS with 4 components of 2^62 tuples: the product overflows.
+  CHECK_THAT(message(head + "POINT_DATA 4611686018427387904\nSCALARS s float 4\n"
+                            "LOOKUP_TABLE default\n0\n"),
+             Catch::Contains("bad count"));
+  CHECK_THAT(message("# vtk DataFile Version 4.2\nx\nBINARY\nDATASET UNSTRUCTURED_GRID\n"
+                     "POINTS 2 float\n\x01\x02"),
+             Catch::Contains("bad count"));
+}
+
 }  // namespace
 }  // namespace fresnel::volume
