@@ -378,7 +378,8 @@ absl::StatusOr<TetMesh> ParseVtk(absl::string_view bytes, const VtkReadOptions& 
                 absl::StrCat("VTK: CELLS size ", b, " is too small for ", a, " cells"));
           }
           const double n = scratch[i++];
-          if (!(n >= 0) || i + static_cast<size_t>(n) > scratch.size()) {
+          // Compared as doubles before the conversion (a count past size_t is undefined).
+          if (!(n >= 0 && n <= static_cast<double>(scratch.size() - i)) || n != std::floor(n)) {
             return absl::InvalidArgumentError(
                 absl::StrCat("VTK: CELLS cell ", c, " has a bad point count ", n));
           }
@@ -488,6 +489,21 @@ absl::StatusOr<TetMesh> ParseVtk(absl::string_view bytes, const VtkReadOptions& 
                                                    " values for ", num_points, " points"));
   }
   FRESNEL_RETURN_IF_ERROR(CheckIds(conn, "CELLS"));
+  // 5.1 OFFSETS come from the file: whole, non-decreasing, within CONNECTIVITY (a cell must not
+  // reach past it).
+  for (size_t c = 1; c < offsets.size(); ++c) {
+    const double o = offsets[c];
+    if (!(o >= offsets[c - 1] && o <= static_cast<double>(conn.size())) || o != std::floor(o)) {
+      return absl::InvalidArgumentError(absl::StrCat("VTK: OFFSETS[", c, "] = ", o,
+                                                     " is not a valid offset"));
+    }
+  }
+  for (size_t c = 0; c < types.size(); ++c) {
+    if (!(types[c] >= 0 && types[c] <= 255) || types[c] != std::floor(types[c])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("VTK: CELL_TYPES[", c, "] = ", types[c], " is not a cell type"));
+    }
+  }
   TetMesh mesh;
   mesh.points_xyz.assign(points.begin(), points.end());
   mesh.scalars.assign(scalars.begin(), scalars.end());

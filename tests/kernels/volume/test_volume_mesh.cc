@@ -346,5 +346,33 @@ TEST_CASE("VTK: counts beyond the options or the file are refused before allocat
              Catch::Contains("bad count"));
 }
 
+// Found by tests/fuzz/vtk_fuzz.cc (corpus/vtk/crash-cell-count-float-cast): a 4.2 cell's point
+// count of 4.7e20 was converted to size_t unchecked (undefined behaviour); likewise cell types,
+// and 5.1 OFFSETS that decrease let a cell read past CONNECTIVITY.
+TEST_CASE("VTK: cell counts, offsets and types from the file are checked", "[volume]") {
+  const std::string points = "POINTS 4 float\n0 0 0 1 0 0 0 1 0 0 0 1\n";
+  const std::string head42 =
+      "# vtk DataFile Version 4.2\nx\nASCII\nDATASET UNSTRUCTURED_GRID\n" + points;
+  const std::string head51 =
+      "# vtk DataFile Version 5.1\nx\nASCII\nDATASET UNSTRUCTURED_GRID\n" + points;
+  const std::string tail = "POINT_DATA 4\nSCALARS s float 1\nLOOKUP_TABLE default\n0 1 2 3\n";
+  auto message = [](const std::string& s) {
+    absl::Status st = ParseVtk(s).status();
+    CHECK(st.code() == absl::StatusCode::kInvalidArgument);
+    return std::string(st.message());
+  };
+  CHECK(ParseVtk(head51 + "CELLS 2 4\nOFFSETS vtktypeint64\n0 4\nCONNECTIVITY vtktypeint64\n"
+                          "0 1 2 3\nCELL_TYPES 1\n10\n" + tail)
+            .ok());
+  CHECK_THAT(message(head42 + "CELLS 1 5\n466666666603364649637 0 1 2 3\nCELL_TYPES 1\n10\n" +
+                     tail),
+             Catch::Contains("bad point count"));
+  CHECK_THAT(message(head42 + "CELLS 1 5\n4 0 1 2 3\nCELL_TYPES 1\n1e300\n" + tail),
+             Catch::Contains("CELL_TYPES[0] = 1e+300 is not a cell type"));
+  CHECK_THAT(message(head51 + "CELLS 3 4\nOFFSETS vtktypeint64\n0 8 4\n"
+                              "CONNECTIVITY vtktypeint64\n0 1 2 3\nCELL_TYPES 2\n12 10\n" + tail),
+             Catch::Contains("OFFSETS[1] = 8 is not a valid offset"));
+}
+
 }  // namespace
 }  // namespace fresnel::volume
