@@ -14,11 +14,6 @@
 #include "server/services/fusion_params.h"
 #include "tests/fuzz/fuzz_util.h"
 
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  fresnel::fuzz::QuietProtobufLogs();
-  return 0;
-}
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace fresnel;
   std::optional<fusion::FusionConfig> config;

@@ -12,13 +12,8 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
-#include "google/protobuf/stubs/logging.h"
 
 namespace fresnel::fuzz {
-
-// Drops protobuf's log lines (every string field with invalid UTF-8 logs one): the protobuf
-// harnesses call it from LLVMFuzzerInitialize.
-inline void QuietProtobufLogs() { google::protobuf::SetLogHandler(nullptr); }
 
 // The bytes as one protobuf message; false (the input is ignored) when they do not parse.
 template <class Message>

@@ -30,11 +30,6 @@ void CheckFrame(const hologram::HologramOptions& options, const hologram::PointC
 
 }  // namespace
 
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  fresnel::fuzz::QuietProtobufLogs();
-  return 0;
-}
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   hologram::Limits limits;
   limits.max_width = 4096;

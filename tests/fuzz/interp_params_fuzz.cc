@@ -23,11 +23,6 @@ fresnel::interp::Limits FuzzLimits() {
 
 }  // namespace
 
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  fresnel::fuzz::QuietProtobufLogs();
-  return 0;
-}
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace fresnel;
   if (size < 1) return 0;

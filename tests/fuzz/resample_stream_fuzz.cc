@@ -45,11 +45,6 @@ absl::StatusOr<interp::StreamingResampler> Configure(const v1::ResampleStreamCon
 
 }  // namespace
 
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  fresnel::fuzz::QuietProtobufLogs();
-  return 0;
-}
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   interp::Limits limits;
   limits.max_rate = 64;
