@@ -9,6 +9,10 @@ packages=(
   prometheus-cpp-dev prometheus catch2 libcli11-dev libsndfile1-dev libpng-dev libtbb-dev
   libkissfft-dev libtiff-dev libssl-dev openssl yamllint python3-yaml
 )
+# scripts/fuzz.sh only (not the default build): clang-14 with libFuzzer and the sanitizer runtimes.
+if [[ ${FRESNEL_FUZZ_DEPS:-0} == 1 ]]; then
+  packages+=(clang-14 libclang-rt-14-dev)
+fi
 # Node.js runs the offline checks of deploy/ and the Dockerfile (tests/deploy); any node >= 18
 # with npm will do (Debian's nodejs + npm, or one installed otherwise).
 command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)

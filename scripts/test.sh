@@ -1,13 +1,41 @@
 #!/usr/bin/env bash
 # Builds everything (with CUDA when nvcc is found) and runs the whole test suite.
 # GPU test cases skip themselves when no GPU is visible.
+#
+# Then, unless FRESNEL_SANITIZE=0, a second stage: the CPU suite again, built CPU-only with
+# AddressSanitizer + UndefinedBehaviorSanitizer (-DFRESNEL_SANITIZE=ON, any UB is fatal), in
+# ${FRESNEL_SANITIZE_BUILD_DIR:-build-asan}. .ci/run keeps it on; set FRESNEL_SANITIZE=0 to skip it
+# locally.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
 build=${FRESNEL_BUILD_DIR:-build}
 jobs=${FRESNEL_JOBS:-$(nproc)}
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release
+launcher=()
+command -v ccache >/dev/null 2>&1 && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${launcher[@]}"
 start=$(date +%s)
 cmake --build "$build" -j "$jobs"
 echo "build: $(( $(date +%s) - start )) s"
 ctest --test-dir "$build" --output-on-failure -j "$jobs"
+
+if [[ ${FRESNEL_SANITIZE:-1} == 0 ]]; then
+  echo "sanitize: skipped (FRESNEL_SANITIZE=0)"
+  exit 0
+fi
+asan=${FRESNEL_SANITIZE_BUILD_DIR:-build-asan}
+start=$(date +%s)
+cmake -S . -B "$asan" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFRESNEL_ENABLE_CUDA=OFF \
+  -DFRESNEL_SANITIZE=ON "${launcher[@]}"
+cmake --build "$asan" -j "$jobs"
+echo "sanitize build: $(( $(date +%s) - start )) s"
+# Not run under the sanitizers:
+#   label gpu     the [gpu] cases (this build has no CUDA; they only skip)
+#   deploy_dockerfile, _manifests, _yamllint, _promtool: Node/Python checks of deploy/ and the
+#                 Dockerfile; no C++ of ours runs (deploy_promql and _multi_instance do run)
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:strict_string_checks=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+start=$(date +%s)
+ctest --test-dir "$asan" --output-on-failure -j "$jobs" -LE gpu \
+  -E '^deploy_(dockerfile|manifests|yamllint|promtool)$'
+echo "sanitize tests: $(( $(date +%s) - start )) s"

@@ -54,7 +54,7 @@ void TiffError(const char* module, const char* format, va_list args) {
 
 void TiffWarning(const char*, const char*, va_list) {}
 
-absl::StatusOr<HostArray> ReadTiff(const std::string& path) {
+absl::StatusOr<HostArray> ReadTiff(const std::string& path, const ImageReadOptions& options) {
   TIFFSetErrorHandler(TiffError);
   TIFFSetWarningHandler(TiffWarning);
   tiff_error.clear();
@@ -100,6 +100,13 @@ absl::StatusOr<HostArray> ReadTiff(const std::string& path) {
   if (width == 0 || height == 0) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": empty TIFF image"));
   }
+  // The header's size is checked before the image is allocated (a few bytes of TIFF can claim
+  // 2^32 x 2^32 pixels).
+  if (int64_t{width} * height > options.max_pixels) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", height, " x ", width,
+                                                   " pixels exceed the limit of ",
+                                                   options.max_pixels));
+  }
   const size_t item = DTypeSize(dtype);
   HostArray out(dtype, {static_cast<int64_t>(height), static_cast<int64_t>(width)});
   char* dst = static_cast<char*>(out.raw());
@@ -108,7 +115,12 @@ absl::StatusOr<HostArray> ReadTiff(const std::string& path) {
     uint32_t tw = 0, th = 0;
     TIFFGetField(tif, TIFFTAG_TILEWIDTH, &tw);
     TIFFGetField(tif, TIFFTAG_TILELENGTH, &th);
-    std::vector<char> tile(static_cast<size_t>(TIFFTileSize(tif)));
+    const tmsize_t tile_bytes = TIFFTileSize(tif);
+    if (tw == 0 || th == 0 || tile_bytes <= 0 ||
+        static_cast<uint64_t>(tile_bytes) < uint64_t{tw} * th * item) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": bad TIFF tile size ", tw, " x ", th));
+    }
+    std::vector<char> tile(static_cast<size_t>(tile_bytes));
     for (uint32_t y = 0; y < height; y += th) {
       for (uint32_t x = 0; x < width; x += tw) {
         if (TIFFReadTile(tif, tile.data(), x, y, 0, 0) < 0) {
@@ -143,12 +155,12 @@ absl::StatusOr<HostArray> ReadTiff(const std::string& path) {
 
 bool TiffSupported() { return FRESNEL_WITH_TIFF != 0; }
 
-absl::StatusOr<HostArray> ReadImage(const std::string& path) {
+absl::StatusOr<HostArray> ReadImage(const std::string& path, const ImageReadOptions& options) {
   const std::string ext = LowerExtension(path);
   absl::StatusOr<HostArray> image;
   if (ext == ".tif" || ext == ".tiff") {
 #if FRESNEL_WITH_TIFF
-    image = ReadTiff(path);
+    image = ReadTiff(path, options);
 #else
     return absl::UnimplementedError(
         absl::StrCat(path, ": this fresnel was built without libtiff; convert the image to .npy"));

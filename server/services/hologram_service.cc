@@ -478,7 +478,8 @@ class StreamCall
   // Adds request_ as the next part of partial_ (its first part when partial_ is empty).
   void AddPart() {
     if (!partial_.has_value()) {
-      partial_.emplace();
+      partial_.emplace(FrameInput{});  // (not emplace(): clang 14 rejects it for a nested struct
+                                       // with default member initializers)
       partial_->received = Clock::now();
       partial_->had_config = request_.has_config();
       if (request_.has_overrides()) partial_->overrides = request_.overrides();

@@ -189,6 +189,36 @@ TEST_CASE("ReadImage reads 2-D .npy and single-channel TIFF images", "[client][c
   CHECK(ReadImage(TempPath("none.tif")).status().code() == absl::StatusCode::kNotFound);
 }
 
+// Found by tests/fuzz/tiff_fuzz.cc: a 150-byte TIFF claiming 65535 x 65535 float64 pixels was
+// allocated (32 GiB) before any row was read.
+TEST_CASE("ReadImage refuses TIFF sizes over ImageReadOptions::max_pixels before allocating",
+          "[client][cli][unwrap]") {
+  if (!TiffSupported()) return;
+  const std::string tif = TempPath("huge.tif");
+  const double row[4] = {0, 1, 2, 3};
+  WriteTiff(tif, 2, 2, 64, 3, 1, row);
+  {
+    // ImageWidth and ImageLength (the first two IFD entries' values) become 65535.
+    std::fstream f(tif, std::ios::binary | std::ios::in | std::ios::out);
+    const uint32_t big = 65535;
+    f.seekp(18);
+    f.write(reinterpret_cast<const char*>(&big), 4);
+    f.seekp(30);
+    f.write(reinterpret_cast<const char*>(&big), 4);
+  }
+  auto huge = ReadImage(tif);
+  CHECK(huge.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(Contains(std::string(huge.status().message()), "exceed the limit of 1073741824"));
+  WriteTiff(tif, 2, 2, 64, 3, 1, row);
+  ImageReadOptions options;
+  options.max_pixels = 3;
+  auto small = ReadImage(tif, options);
+  CHECK(small.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(Contains(std::string(small.status().message()), "2 x 2 pixels exceed the limit of 3"));
+  options.max_pixels = 4;
+  CHECK(ReadImage(tif, options).ok());
+}
+
 TEST_CASE("the preview shows wrapped and unwrapped side by side, cuts red, mask blue",
           "[client][cli][unwrap]") {
   HostArray wrapped(DType::kFloat32, {4, 6});

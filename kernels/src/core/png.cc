@@ -23,7 +23,7 @@ using FilePtr = std::unique_ptr<FILE, FileCloser>;
 
 }  // namespace
 
-absl::StatusOr<HostArray> ReadPng(const std::string& path) {
+absl::StatusOr<HostArray> ReadPng(const std::string& path, const PngReadOptions& options) {
   FilePtr f(std::fopen(path.c_str(), "rb"));
   if (!f) return absl::NotFoundError(absl::StrCat("cannot open '", path, "'"));
   unsigned char sig[8];
@@ -36,8 +36,11 @@ absl::StatusOr<HostArray> ReadPng(const std::string& path) {
     png_destroy_read_struct(&png, &info, nullptr);
     return absl::ResourceExhaustedError("libpng: out of memory");
   }
+  // libpng reports errors by longjmp back here: every object with a destructor must exist before
+  // the setjmp (one constructed after it would be skipped, and leaked, by the jump).
   HostArray out;
   std::vector<png_bytep> rows;
+  std::vector<int64_t> shape;
   if (setjmp(png_jmpbuf(png))) {
     png_destroy_read_struct(&png, &info, nullptr);
     return absl::InvalidArgumentError(absl::StrCat("'", path, "': corrupt PNG"));
@@ -56,7 +59,14 @@ absl::StatusOr<HostArray> ReadPng(const std::string& path) {
   png_read_update_info(png, info);
   int channels = png_get_channels(png, info);
   int out_depth = png_get_bit_depth(png, info);
-  std::vector<int64_t> shape = {static_cast<int64_t>(h), static_cast<int64_t>(w)};
+  // Checked before the image is allocated: a few bytes of PNG can claim 10^6 x 10^6 pixels.
+  if (int64_t{w} * h > options.max_pixels) {
+    png_destroy_read_struct(&png, &info, nullptr);
+    return absl::InvalidArgumentError(absl::StrCat("'", path, "': ", h, " x ", w,
+                                                   " pixels exceed the limit of ",
+                                                   options.max_pixels));
+  }
+  shape = {static_cast<int64_t>(h), static_cast<int64_t>(w)};
   if (channels > 1) shape.push_back(channels);
   out = HostArray(out_depth == 16 ? DType::kUint16 : DType::kUint8, shape);
   size_t row_bytes = png_get_rowbytes(png, info);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -128,6 +129,21 @@ class BodyReader {
     return 0.0;
   }
 
+  // Bytes not read yet: every value still to come takes at least one.
+  int64_t remaining() const { return static_cast<int64_t>(body_.size() - pos_); }
+
+  // A list's length: a whole number in [0, max_length] (and no more than the bytes left, so that a
+  // bad count cannot make the reader spin); InvalidArgument naming `what` otherwise.
+  absl::StatusOr<int64_t> ReadListLength(PlyType type, int64_t max_length, absl::string_view what) {
+    FRESNEL_ASSIGN_OR_RETURN(double count, Read(type));
+    if (!(count >= 0 && count <= static_cast<double>(std::min(max_length, remaining()))) ||
+        count != std::floor(count)) {
+      return absl::InvalidArgumentError(absl::StrCat("ply: ", what, " has a bad list length ",
+                                                     count));
+    }
+    return static_cast<int64_t>(count);
+  }
+
  private:
   absl::string_view body_;
   bool ascii_;
@@ -212,6 +228,12 @@ absl::StatusOr<PlyMesh> ParsePly(absl::string_view bytes, const PlyOptions& opti
   bool have_vertex = false;
   BodyReader reader(bytes.substr(std::min(pos, bytes.size())), ascii);
   for (const Element& e : elements) {
+    // Each row of an element with properties takes at least one byte of what is left.
+    if (!e.properties.empty() && e.count > reader.remaining()) {
+      return absl::InvalidArgumentError(absl::StrCat("ply: element ", e.name, " claims ", e.count,
+                                                     " rows; the file ends before"));
+    }
+    if (e.properties.empty() && e.name != "vertex") continue;  // rows without data
     if (e.name == "vertex") {
       if (e.count > options.max_vertices) {
         return absl::InvalidArgumentError(
@@ -239,8 +261,9 @@ absl::StatusOr<PlyMesh> ParsePly(absl::string_view bytes, const PlyOptions& opti
         for (size_t i = 0; i < e.properties.size(); ++i) {
           const Property& prop = e.properties[i];
           if (prop.is_list) {
-            FRESNEL_ASSIGN_OR_RETURN(double count, reader.Read(prop.count_type));
-            for (int64_t k = 0; k < static_cast<int64_t>(count); ++k) {
+            FRESNEL_ASSIGN_OR_RETURN(int64_t count,
+                                     reader.ReadListLength(prop.count_type, INT64_MAX, prop.name));
+            for (int64_t k = 0; k < count; ++k) {
               FRESNEL_RETURN_IF_ERROR(reader.Read(prop.type).status());
             }
             continue;
@@ -266,14 +289,17 @@ absl::StatusOr<PlyMesh> ParsePly(absl::string_view bytes, const PlyOptions& opti
             FRESNEL_RETURN_IF_ERROR(reader.Read(prop.type).status());
             continue;
           }
-          FRESNEL_ASSIGN_OR_RETURN(double count, reader.Read(prop.count_type));
-          if (count < 0 || count > 1024) {
-            return absl::InvalidArgumentError(
-                absl::StrCat("ply: face ", r, " has ", count, " vertices"));
-          }
+          FRESNEL_ASSIGN_OR_RETURN(
+              int64_t count,
+              reader.ReadListLength(prop.count_type, 1024, absl::StrCat("face ", r)));
           poly.clear();
-          for (int64_t k = 0; k < static_cast<int64_t>(count); ++k) {
+          for (int64_t k = 0; k < count; ++k) {
             FRESNEL_ASSIGN_OR_RETURN(double idx, reader.Read(prop.type));
+            // Checked before the conversion (a float or out-of-range index is no vertex).
+            if (!(idx >= 0 && idx <= static_cast<double>(INT32_MAX)) || idx != std::floor(idx)) {
+              return absl::InvalidArgumentError(
+                  absl::StrCat("ply: face ", r, " has a bad vertex index ", idx));
+            }
             poly.push_back(static_cast<int64_t>(idx));
           }
           if (prop.name != "vertex_indices" && prop.name != "vertex_index") continue;
@@ -290,8 +316,9 @@ absl::StatusOr<PlyMesh> ParsePly(absl::string_view bytes, const PlyOptions& opti
       for (int64_t r = 0; r < e.count; ++r) {
         for (const Property& prop : e.properties) {
           if (prop.is_list) {
-            FRESNEL_ASSIGN_OR_RETURN(double count, reader.Read(prop.count_type));
-            for (int64_t k = 0; k < static_cast<int64_t>(count); ++k) {
+            FRESNEL_ASSIGN_OR_RETURN(int64_t count,
+                                     reader.ReadListLength(prop.count_type, INT64_MAX, prop.name));
+            for (int64_t k = 0; k < count; ++k) {
               FRESNEL_RETURN_IF_ERROR(reader.Read(prop.type).status());
             }
           } else {

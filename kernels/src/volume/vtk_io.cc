@@ -67,6 +67,14 @@ int TypeSize(absl::string_view t) {
   return -1;
 }
 
+// a * b for element counts read from the file; -1 (a bad count) when either is negative or the
+// product overflows.
+int64_t CountProduct(int64_t a, int64_t b) {
+  int64_t r = 0;
+  if (a < 0 || b < 0 || __builtin_mul_overflow(a, b, &r)) return -1;
+  return r;
+}
+
 class Parser {
  public:
   explicit Parser(absl::string_view buf) : buf_(buf) {}
@@ -112,8 +120,12 @@ class Parser {
       return absl::InvalidArgumentError(
           absl::StrCat("VTK: ", what, ": unsupported data type '", type, "'"));
     }
-    if (count < 0 || count > (int64_t{1} << 34)) {
-      return absl::InvalidArgumentError(absl::StrCat("VTK: ", what, ": bad count ", count));
+    // Every value takes at least one byte (ASCII: a digit; binary: `size`), so a count the rest
+    // of the file cannot hold is refused before it is allocated.
+    const int64_t left = static_cast<int64_t>(buf_.size() - std::min(pos_, buf_.size()));
+    if (count < 0 || count > left / (binary ? size : 1)) {
+      return absl::InvalidArgumentError(absl::StrCat("VTK: ", what, ": bad count ", count,
+                                                     " (", left, " bytes left in the file)"));
     }
     out->resize(count);
     if (!binary) {
@@ -318,15 +330,26 @@ absl::StatusOr<TetMesh> ParseVtk(absl::string_view bytes, const VtkReadOptions& 
     FRESNEL_ASSIGN_OR_RETURN(absl::string_view key, in.Token("section"));
     if (key == "POINTS") {
       FRESNEL_ASSIGN_OR_RETURN(num_points, in.Int("POINTS count"));
+      if (num_points < 0 || num_points > options.max_points) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "VTK: POINTS count ", num_points, " is outside [0, ", options.max_points, "]"));
+      }
       FRESNEL_ASSIGN_OR_RETURN(absl::string_view type, in.Token("POINTS type"));
-      FRESNEL_RETURN_IF_ERROR(in.Numbers(binary, type, 3 * num_points, "POINTS", &points));
+      FRESNEL_RETURN_IF_ERROR(
+          in.Numbers(binary, type, CountProduct(3, num_points), "POINTS", &points));
     } else if (key == "CELLS") {
       FRESNEL_ASSIGN_OR_RETURN(int64_t a, in.Int("CELLS count"));
       FRESNEL_ASSIGN_OR_RETURN(int64_t b, in.Int("CELLS size"));
       // 5.1: "CELLS offsets connectivity" then OFFSETS and CONNECTIVITY arrays.
       Parser peek = in;
       auto next = peek.Token("CELLS");
-      if (next.ok() && *next == "OFFSETS") {
+      const bool v51 = next.ok() && *next == "OFFSETS";
+      const int64_t cells = v51 ? (a > 0 ? a - 1 : -1) : a;
+      if (cells < 0 || cells > options.max_cells) {
+        return absl::InvalidArgumentError(absl::StrCat("VTK: CELLS count ", cells,
+                                                       " is outside [0, ", options.max_cells, "]"));
+      }
+      if (v51) {
         in = peek;
         FRESNEL_ASSIGN_OR_RETURN(absl::string_view type, in.Token("OFFSETS type"));
         FRESNEL_RETURN_IF_ERROR(in.Numbers(binary, type, a, "OFFSETS", &offsets));
@@ -355,7 +378,8 @@ absl::StatusOr<TetMesh> ParseVtk(absl::string_view bytes, const VtkReadOptions& 
                 absl::StrCat("VTK: CELLS size ", b, " is too small for ", a, " cells"));
           }
           const double n = scratch[i++];
-          if (!(n >= 0) || i + static_cast<size_t>(n) > scratch.size()) {
+          // Compared as doubles before the conversion (a count past size_t is undefined).
+          if (!(n >= 0 && n <= static_cast<double>(scratch.size() - i)) || n != std::floor(n)) {
             return absl::InvalidArgumentError(
                 absl::StrCat("VTK: CELLS cell ", c, " has a bad point count ", n));
           }
@@ -400,7 +424,7 @@ absl::StatusOr<TetMesh> ParseVtk(absl::string_view bytes, const VtkReadOptions& 
       (void)lut;
       const int64_t n = section_size;
       std::vector<double> values;
-      FRESNEL_RETURN_IF_ERROR(in.Numbers(binary, type, n * ncomp, "SCALARS", &values));
+      FRESNEL_RETURN_IF_ERROR(in.Numbers(binary, type, CountProduct(n, ncomp), "SCALARS", &values));
       const bool wanted = options.scalar_name.empty() ? !have_scalars : name == options.scalar_name;
       if (in_point_data && wanted && !have_scalars) {
         scalars.resize(n);
@@ -414,7 +438,8 @@ absl::StatusOr<TetMesh> ParseVtk(absl::string_view bytes, const VtkReadOptions& 
       FRESNEL_ASSIGN_OR_RETURN(int64_t n, in.Int("LOOKUP_TABLE size"));
       std::vector<double> values;
       FRESNEL_RETURN_IF_ERROR(
-          in.Numbers(binary, binary ? "unsigned_char" : "float", 4 * n, "LOOKUP_TABLE", &values));
+          in.Numbers(binary, binary ? "unsigned_char" : "float", CountProduct(4, n), "LOOKUP_TABLE",
+                     &values));
     } else if (key == "VECTORS" || key == "NORMALS" || key == "TENSORS") {
       FRESNEL_ASSIGN_OR_RETURN(absl::string_view name, in.Token("array name"));
       (void)name;
@@ -422,7 +447,7 @@ absl::StatusOr<TetMesh> ParseVtk(absl::string_view bytes, const VtkReadOptions& 
       const int64_t n = section_size;
       std::vector<double> values;
       FRESNEL_RETURN_IF_ERROR(
-          in.Numbers(binary, type, n * (key == "TENSORS" ? 9 : 3), "array", &values));
+          in.Numbers(binary, type, CountProduct(n, key == "TENSORS" ? 9 : 3), "array", &values));
     } else if (key == "FIELD") {
       FRESNEL_ASSIGN_OR_RETURN(absl::string_view name, in.Token("FIELD name"));
       (void)name;
@@ -438,7 +463,8 @@ absl::StatusOr<TetMesh> ParseVtk(absl::string_view bytes, const VtkReadOptions& 
         FRESNEL_ASSIGN_OR_RETURN(int64_t tuples, in.Int("FIELD tuples"));
         FRESNEL_ASSIGN_OR_RETURN(absl::string_view type, in.Token("FIELD type"));
         std::vector<double> values;
-        FRESNEL_RETURN_IF_ERROR(in.Numbers(binary, type, comps * tuples, "FIELD", &values));
+        FRESNEL_RETURN_IF_ERROR(
+            in.Numbers(binary, type, CountProduct(comps, tuples), "FIELD", &values));
       }
     } else if (key == "METADATA") {
       in.SkipToBlankLine();
@@ -463,6 +489,21 @@ absl::StatusOr<TetMesh> ParseVtk(absl::string_view bytes, const VtkReadOptions& 
                                                    " values for ", num_points, " points"));
   }
   FRESNEL_RETURN_IF_ERROR(CheckIds(conn, "CELLS"));
+  // 5.1 OFFSETS come from the file: whole, non-decreasing, within CONNECTIVITY (a cell must not
+  // reach past it).
+  for (size_t c = 1; c < offsets.size(); ++c) {
+    const double o = offsets[c];
+    if (!(o >= offsets[c - 1] && o <= static_cast<double>(conn.size())) || o != std::floor(o)) {
+      return absl::InvalidArgumentError(absl::StrCat("VTK: OFFSETS[", c, "] = ", o,
+                                                     " is not a valid offset"));
+    }
+  }
+  for (size_t c = 0; c < types.size(); ++c) {
+    if (!(types[c] >= 0 && types[c] <= 255) || types[c] != std::floor(types[c])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("VTK: CELL_TYPES[", c, "] = ", types[c], " is not a cell type"));
+    }
+  }
   TetMesh mesh;
   mesh.points_xyz.assign(points.begin(), points.end());
   mesh.scalars.assign(scalars.begin(), scalars.end());

@@ -72,6 +72,43 @@ TEST_CASE("binary little-endian PLY with mixed types and a skipped element", "[h
   CHECK(truncated.status().code() == absl::StatusCode::kInvalidArgument);
 }
 
+// Found by tests/fuzz/ply_fuzz.cc: list lengths and face indices read as doubles were converted to
+// integers unchecked (1e300 is undefined behaviour; 2^32 + 1 wrapped to vertex 1), and an element
+// of 2^62 rows spun on after the data ran out.
+TEST_CASE("PLY counts, list lengths and indices are checked before use", "[hologram][ply]") {
+  const std::string head = "ply\nformat ascii 1.0\nelement vertex 3\nproperty float x\n"
+                           "property float y\nproperty float z\n";
+  const std::string verts = "0 0 0\n1 0 0\n0 1 0\n";
+  const std::string face = "element face 1\nproperty list uchar int vertex_indices\nend_header\n";
+  auto message = [](const std::string& s) {
+    absl::Status st = ParsePly(s).status();
+    CHECK(st.code() == absl::StatusCode::kInvalidArgument);
+    return std::string(st.message());
+  };
+  CHECK(ParsePly(head + face + verts + "3 0 1 2\n").ok());
+  CHECK_THAT(message(head + face + verts + "3 0 1 4294967297\n"),
+             Catch::Contains("bad vertex index 4.29497e+09"));
+  CHECK_THAT(message(head + face + verts + "3 0 1 1e300\n"), Catch::Contains("bad vertex index"));
+  CHECK_THAT(message(head + face + verts + "3 0 1 0.5\n"), Catch::Contains("bad vertex index"));
+  CHECK_THAT(message(head + face + verts + "1e300 0 1 2\n"), Catch::Contains("bad list length"));
+  CHECK_THAT(message(head + face + verts + "nan 0 1 2\n"), Catch::Contains("bad list length"));
+  // A skipped element's list of 1e19 items, and 2^62 rows of a skipped element.
+  CHECK_THAT(message("ply\nformat ascii 1.0\nelement extra 1\nproperty list float int v\n" +
+                     head.substr(std::string("ply\nformat ascii 1.0\n").size()) +
+                     "end_header\n1e19 1\n" + verts),
+             Catch::Contains("bad list length"));
+  CHECK_THAT(message("ply\nformat ascii 1.0\nelement extra 4611686018427387904\n"
+                     "property uchar v\n" +
+                     head.substr(std::string("ply\nformat ascii 1.0\n").size()) +
+                     "end_header\n1\n" + verts),
+             Catch::Contains("claims 4611686018427387904 rows"));
+  // Rows without properties hold no bytes: skipped at once however many.
+  CHECK(ParsePly("ply\nformat ascii 1.0\nelement nothing 9223372036854775807\n" +
+                 head.substr(std::string("ply\nformat ascii 1.0\n").size()) + "end_header\n" +
+                 verts)
+            .ok());
+}
+
 TEST_CASE("malformed PLY files are rejected", "[hologram][ply]") {
   CHECK(!ParsePly("plx\n").ok());
   CHECK(!ParsePly("ply\nformat ascii 1.0\nelement vertex 1\nproperty float x\nend_header\n1\n").ok());

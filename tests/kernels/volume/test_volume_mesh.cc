@@ -316,5 +316,63 @@ TEST_CASE("VTK: bad input is refused by name", "[volume]") {
   CHECK(st.code() == absl::StatusCode::kInvalidArgument);
 }
 
+// Found reading vtk_io.cc for tests/fuzz/vtk_fuzz.cc: a few bytes claiming a huge count made the
+// reader allocate it up front (POINTS 10^9: 24 GB), and products of counts overflowed int64.
+TEST_CASE("VTK: counts beyond the options or the file are refused before allocating", "[volume]") {
+  const std::string head = "# vtk DataFile Version 4.2\nx\nASCII\nDATASET UNSTRUCTURED_GRID\n";
+  auto message = [](const std::string& s, const VtkReadOptions& o = {}) {
+    absl::Status st = ParseVtk(s, o).status();
+    CHECK(st.code() == absl::StatusCode::kInvalidArgument);
+    return std::string(st.message());
+  };
+  CHECK_THAT(message(head + "POINTS 1000000000 float\n0 0 0\n"), Catch::Contains("bad count"));
+  CHECK_THAT(message(head + "POINTS 8589934592 float\n0 0 0\n"),
+             Catch::Contains("outside [0, 2147483647]"));
+  CHECK_THAT(message(head + "POINTS 3074457345618258603 float\n0 0 0\n"),
+             Catch::Contains("POINTS"));
+  VtkReadOptions small;
+  small.max_points = 3;
+  small.max_cells = 1;
+  CHECK_THAT(message(head + "POINTS 4 float\n0 0 0 1 0 0 0 1 0 0 0 1\n", small),
+             Catch::Contains("outside [0, 3]"));
+  CHECK_THAT(message(head + "CELLS 2 10\n4 0 1 2 3 4 0 1 2 3\n", small),
+             Catch::Contains("CELLS count 2"));
+  // SCALARS with 4 components of 2^62 tuples: the product overflows.
+  CHECK_THAT(message(head + "POINT_DATA 4611686018427387904\nSCALARS s float 4\n"
+                            "LOOKUP_TABLE default\n0\n"),
+             Catch::Contains("bad count"));
+  CHECK_THAT(message("# vtk DataFile Version 4.2\nx\nBINARY\nDATASET UNSTRUCTURED_GRID\n"
+                     "POINTS 2 float\n\x01\x02"),
+             Catch::Contains("bad count"));
+}
+
+// Found by tests/fuzz/vtk_fuzz.cc (corpus/vtk/crash-cell-count-float-cast): a 4.2 cell's point
+// count of 4.7e20 was converted to size_t unchecked (undefined behaviour); likewise cell types,
+// and 5.1 OFFSETS that decrease let a cell read past CONNECTIVITY.
+TEST_CASE("VTK: cell counts, offsets and types from the file are checked", "[volume]") {
+  const std::string points = "POINTS 4 float\n0 0 0 1 0 0 0 1 0 0 0 1\n";
+  const std::string head42 =
+      "# vtk DataFile Version 4.2\nx\nASCII\nDATASET UNSTRUCTURED_GRID\n" + points;
+  const std::string head51 =
+      "# vtk DataFile Version 5.1\nx\nASCII\nDATASET UNSTRUCTURED_GRID\n" + points;
+  const std::string tail = "POINT_DATA 4\nSCALARS s float 1\nLOOKUP_TABLE default\n0 1 2 3\n";
+  auto message = [](const std::string& s) {
+    absl::Status st = ParseVtk(s).status();
+    CHECK(st.code() == absl::StatusCode::kInvalidArgument);
+    return std::string(st.message());
+  };
+  CHECK(ParseVtk(head51 + "CELLS 2 4\nOFFSETS vtktypeint64\n0 4\nCONNECTIVITY vtktypeint64\n"
+                          "0 1 2 3\nCELL_TYPES 1\n10\n" + tail)
+            .ok());
+  CHECK_THAT(message(head42 + "CELLS 1 5\n466666666603364649637 0 1 2 3\nCELL_TYPES 1\n10\n" +
+                     tail),
+             Catch::Contains("bad point count"));
+  CHECK_THAT(message(head42 + "CELLS 1 5\n4 0 1 2 3\nCELL_TYPES 1\n1e300\n" + tail),
+             Catch::Contains("CELL_TYPES[0] = 1e+300 is not a cell type"));
+  CHECK_THAT(message(head51 + "CELLS 3 4\nOFFSETS vtktypeint64\n0 8 4\n"
+                              "CONNECTIVITY vtktypeint64\n0 1 2 3\nCELL_TYPES 2\n12 10\n" + tail),
+             Catch::Contains("OFFSETS[1] = 8 is not a valid offset"));
+}
+
 }  // namespace
 }  // namespace fresnel::volume

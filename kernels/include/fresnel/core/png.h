@@ -3,6 +3,7 @@
 // low-bit-depth files are expanded to 8 bits.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -10,7 +11,14 @@
 
 namespace fresnel {
 
-absl::StatusOr<HostArray> ReadPng(const std::string& path);
+struct PngReadOptions {
+  // Largest width * height accepted (InvalidArgument beyond), checked before the image is
+  // allocated (16384 x 16384 by default).
+  int64_t max_pixels = int64_t{1} << 28;
+};
+// NotFound when the file cannot be opened; InvalidArgument for a file that is not a PNG, is
+// corrupt, or exceeds options.max_pixels.
+absl::StatusOr<HostArray> ReadPng(const std::string& path, const PngReadOptions& options = {});
 // Writes uint8 or uint16 arrays of shape [h, w], [h, w, 1], [h, w, 3] or [h, w, 4].
 absl::Status WritePng(const std::string& path, const HostArray& image);
 

@@ -60,6 +60,10 @@ std::string MeshContentHash(const TetMesh& mesh);
 struct VtkReadOptions {
   // POINT_DATA SCALARS array to use; empty = the first one.
   std::string scalar_name;
+  // Largest POINTS and CELLS counts accepted (InvalidArgument beyond), checked before anything is
+  // allocated. Every count is also bounded by the bytes left in the file.
+  int64_t max_points = kMaxPoints;
+  int64_t max_cells = kMaxTets;
 };
 struct VtkReadReport {
   int64_t cells_read = 0;
