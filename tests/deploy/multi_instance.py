@@ -56,7 +56,9 @@ def main():
     with Harness(fresneld, fresnel, "multi") as h:
         # Instance names three ways: the flag, the environment, and the default HOSTNAME:PORT.
         servers = [h.start_fresneld("--instance", "fresnel-a"),
-                   h.start_fresneld(env={"FRESNEL_INSTANCE": "fresnel-b"}),
+                   # The drained one: a drain timeout long enough for six 2048^2 unwraps on two
+                   # loaded CI cores (the default 30 s was not, at load 12-15).
+                   h.start_fresneld("--drain-timeout", "120", env={"FRESNEL_INSTANCE": "fresnel-b"}),
                    h.start_fresneld()]
         names = [json.loads(h.cli(s.address, "info", "--json")[0])["info"]["instance"]
                  for s in servers]
@@ -140,7 +142,7 @@ def main():
         print(f"bench while {names[1]} drains: {ok} requests, all on {names[0]} "
               f"(+{after[0] - before[0]:.0f})")
         for i, p in enumerate(unwraps):
-            _, err = p.communicate(timeout=60)
+            _, err = p.communicate(timeout=150)
             if p.returncode != 0:
                 fail(f"unwrap {i} accepted before the drain failed: {err}")
         draining.proc.wait(timeout=30)
