@@ -3,6 +3,7 @@
 # worker busy with a hologram render that needs far longer must cancel it when the timeout passes
 # and exit 0 within a few seconds (it used to run the render to the end).
 set -euo pipefail
+source "$(dirname "$0")/fresneld_lib.sh"
 fresneld=$1
 fresnel=$2
 src=$3
@@ -11,12 +12,7 @@ trap 'kill -9 "${pid:-}" "${client:-}" 2>/dev/null || true; rm -rf "$work"' EXIT
 "$fresneld" --listen 127.0.0.1:0 --metrics off --gpus none --cpu-workers 1 --drain-timeout 1 \
   2>"$work/server.log" &
 pid=$!
-for _ in $(seq 100); do
-  grep -q "listening on port" "$work/server.log" && break
-  sleep 0.1
-done
-port=$(sed -n 's/.*listening on port \([0-9]*\).*/\1/p' "$work/server.log")
-[[ -n $port ]] || { cat "$work/server.log"; exit 1; }
+port=$(listening_port "$work/server.log")
 python3 "$src/scripts/make_demo_image.py" "$work/source.png" 512
 # 512 x 512 image points on a 4096 x 4096 hologram: tens of seconds on the CPU.
 "$fresnel" --server "127.0.0.1:$port" hologram --image "$work/source.png" --spacing 8e-6 \

@@ -7,6 +7,7 @@
 # took it, is ended by gRPC core as CANCELLED with the bare message "CANCELLED" (grpc/grpc#41785,
 # fix proposed upstream in #41786); those are counted and reported, not failed.
 set -euo pipefail
+source "$(dirname "$0")/fresneld_lib.sh"
 fresneld=$1
 fresnel=$2
 work=$(mktemp -d)
@@ -14,12 +15,7 @@ trap 'kill -9 "${pid:-}" "${bench:-}" 2>/dev/null || true; rm -rf "$work"' EXIT
 "$fresneld" --listen 127.0.0.1:0 --metrics off --gpus none --cpu-workers 2 --drain-timeout 5 \
   2>"$work/server.log" &
 pid=$!
-for _ in $(seq 100); do
-  grep -q "listening on port" "$work/server.log" && break
-  sleep 0.1
-done
-port=$(sed -n 's/.*listening on port \([0-9]*\).*/\1/p' "$work/server.log")
-[[ -n $port ]] || { cat "$work/server.log"; exit 1; }
+port=$(listening_port "$work/server.log")
 "$fresnel" --server "127.0.0.1:$port" bench --op mix -c 16 -d 4 --device cpu --json \
   >"$work/bench.json" 2>"$work/bench.err" &
 bench=$!
