@@ -7,7 +7,7 @@ packages=(
   build-essential cmake ninja-build pkg-config python3
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   prometheus-cpp-dev prometheus catch2 libcli11-dev libsndfile1-dev libpng-dev libtbb-dev
-  libkissfft-dev libtiff-dev libssl-dev openssl yamllint python3-yaml
+  libkissfft-dev libtiff-dev libssl-dev openssl yamllint python3-yaml libcairo2-dev
 )
 # scripts/fuzz.sh only (not the default build): clang-14 with libFuzzer and the sanitizer runtimes.
 if [[ ${FRESNEL_FUZZ_DEPS:-0} == 1 ]]; then

@@ -1,14 +1,17 @@
 #include "plot.h"
 
+#include <cairo.h>
+
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
+#include <cstring>
 #include <limits>
+#include <memory>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "fresnel/core/png.h"
+#include "fresnel/core/status.h"
 
 namespace fresnel::cli {
 namespace {
@@ -17,171 +20,102 @@ constexpr Rgb kBlack{0, 0, 0};
 constexpr Rgb kGrid{225, 225, 225};
 constexpr Rgb kText{40, 40, 40};
 constexpr Rgb kLegendBorder{160, 160, 160};
-
-// 5x7 glyphs, one byte per row, bit 4 = leftmost column, plus two descender rows (g j p q y).
-// Upper-case letters are drawn in lower case; characters without a glyph are left blank.
-struct Glyph {
-  char c;
-  uint8_t rows[9];
-};
-constexpr Glyph kFont[] = {
-    {'0', {0x0E, 0x11, 0x13, 0x15, 0x19, 0x11, 0x0E}},
-    {'1', {0x04, 0x0C, 0x04, 0x04, 0x04, 0x04, 0x0E}},
-    {'2', {0x0E, 0x11, 0x01, 0x02, 0x04, 0x08, 0x1F}},
-    {'3', {0x1F, 0x02, 0x04, 0x02, 0x01, 0x11, 0x0E}},
-    {'4', {0x02, 0x06, 0x0A, 0x12, 0x1F, 0x02, 0x02}},
-    {'5', {0x1F, 0x10, 0x1E, 0x01, 0x01, 0x11, 0x0E}},
-    {'6', {0x06, 0x08, 0x10, 0x1E, 0x11, 0x11, 0x0E}},
-    {'7', {0x1F, 0x01, 0x02, 0x04, 0x08, 0x08, 0x08}},
-    {'8', {0x0E, 0x11, 0x11, 0x0E, 0x11, 0x11, 0x0E}},
-    {'9', {0x0E, 0x11, 0x11, 0x0F, 0x01, 0x02, 0x0C}},
-    {'.', {0x00, 0x00, 0x00, 0x00, 0x00, 0x0C, 0x0C}},
-    {',', {0x00, 0x00, 0x00, 0x00, 0x00, 0x0C, 0x0C, 0x04, 0x08}},
-    {'-', {0x00, 0x00, 0x00, 0x1F, 0x00, 0x00, 0x00}},
-    {'+', {0x00, 0x04, 0x04, 0x1F, 0x04, 0x04, 0x00}},
-    {'_', {0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x1F}},
-    {'=', {0x00, 0x00, 0x1F, 0x00, 0x1F, 0x00, 0x00}},
-    {':', {0x00, 0x0C, 0x0C, 0x00, 0x0C, 0x0C, 0x00}},
-    {'/', {0x00, 0x01, 0x02, 0x04, 0x08, 0x10, 0x00}},
-    {'(', {0x02, 0x04, 0x08, 0x08, 0x08, 0x04, 0x02}},
-    {')', {0x08, 0x04, 0x02, 0x02, 0x02, 0x04, 0x08}},
-    {'[', {0x0E, 0x08, 0x08, 0x08, 0x08, 0x08, 0x0E}},
-    {']', {0x0E, 0x02, 0x02, 0x02, 0x02, 0x02, 0x0E}},
-    {'a', {0x00, 0x00, 0x0E, 0x01, 0x0F, 0x11, 0x0F}},
-    {'b', {0x10, 0x10, 0x16, 0x19, 0x11, 0x11, 0x1E}},
-    {'c', {0x00, 0x00, 0x0E, 0x10, 0x10, 0x11, 0x0E}},
-    {'d', {0x01, 0x01, 0x0D, 0x13, 0x11, 0x11, 0x0F}},
-    {'e', {0x00, 0x00, 0x0E, 0x11, 0x1F, 0x10, 0x0E}},
-    {'f', {0x06, 0x09, 0x08, 0x1C, 0x08, 0x08, 0x08}},
-    {'g', {0x00, 0x00, 0x0F, 0x11, 0x11, 0x11, 0x0F, 0x01, 0x0E}},
-    {'h', {0x10, 0x10, 0x16, 0x19, 0x11, 0x11, 0x11}},
-    {'i', {0x04, 0x00, 0x0C, 0x04, 0x04, 0x04, 0x0E}},
-    {'j', {0x02, 0x00, 0x06, 0x02, 0x02, 0x02, 0x02, 0x12, 0x0C}},
-    {'k', {0x10, 0x10, 0x12, 0x14, 0x18, 0x14, 0x12}},
-    {'l', {0x0C, 0x04, 0x04, 0x04, 0x04, 0x04, 0x0E}},
-    {'m', {0x00, 0x00, 0x1A, 0x15, 0x15, 0x11, 0x11}},
-    {'n', {0x00, 0x00, 0x16, 0x19, 0x11, 0x11, 0x11}},
-    {'o', {0x00, 0x00, 0x0E, 0x11, 0x11, 0x11, 0x0E}},
-    {'p', {0x00, 0x00, 0x1E, 0x11, 0x11, 0x11, 0x1E, 0x10, 0x10}},
-    {'q', {0x00, 0x00, 0x0F, 0x11, 0x11, 0x11, 0x0F, 0x01, 0x01}},
-    {'r', {0x00, 0x00, 0x16, 0x19, 0x10, 0x10, 0x10}},
-    {'s', {0x00, 0x00, 0x0E, 0x10, 0x0E, 0x01, 0x1E}},
-    {'t', {0x08, 0x08, 0x1C, 0x08, 0x08, 0x09, 0x06}},
-    {'u', {0x00, 0x00, 0x11, 0x11, 0x11, 0x13, 0x0D}},
-    {'v', {0x00, 0x00, 0x11, 0x11, 0x11, 0x0A, 0x04}},
-    {'w', {0x00, 0x00, 0x11, 0x11, 0x15, 0x15, 0x0A}},
-    {'x', {0x00, 0x00, 0x11, 0x0A, 0x04, 0x0A, 0x11}},
-    {'y', {0x00, 0x00, 0x11, 0x11, 0x11, 0x11, 0x0F, 0x01, 0x0E}},
-    {'z', {0x00, 0x00, 0x1F, 0x02, 0x04, 0x08, 0x1F}},
-};
-
-const Glyph* FindGlyph(char c) {
-  c = absl::ascii_tolower(static_cast<unsigned char>(c));
-  for (const Glyph& g : kFont) {
-    if (g.c == c) return &g;
-  }
-  return nullptr;
-}
-
-constexpr int kFontScale = 2;
-constexpr int kCharAdvance = 6 * kFontScale;
-constexpr int kCharHeight = 7 * kFontScale;
-
-int TextWidth(const std::string& s) {
-  return s.empty() ? 0 : static_cast<int>(s.size()) * kCharAdvance - kFontScale;
-}
+constexpr double kFontSize = 13;  // pixels
 
 struct Rect {
-  int x0, y0, x1, y1;  // inclusive
-  bool Contains(int x, int y) const { return x >= x0 && x <= x1 && y >= y0 && y <= y1; }
+  double x0, y0, x1, y1;
 };
 
+// A cairo image surface and its context: antialiased lines, real fonts (fontconfig's sans).
 class Canvas {
  public:
-  Canvas(int width, int height) : width_(width), height_(height),
-        image_(DType::kUint8, {height, width, 3}) {
-    uint8_t* p = image_.data<uint8_t>();
-    for (int64_t i = 0; i < static_cast<int64_t>(width) * height; ++i) {
-      p[3 * i] = kPlotBackground.r;
-      p[3 * i + 1] = kPlotBackground.g;
-      p[3 * i + 2] = kPlotBackground.b;
-    }
+  Canvas(int width, int height)
+      : surface_(cairo_image_surface_create(CAIRO_FORMAT_RGB24, width, height),
+                 cairo_surface_destroy),
+        cr_(cairo_create(surface_.get()), cairo_destroy) {
+    Color(kPlotBackground);
+    cairo_paint(cr_.get());
+    cairo_select_font_face(cr_.get(), "sans-serif", CAIRO_FONT_SLANT_NORMAL,
+                           CAIRO_FONT_WEIGHT_NORMAL);
+    cairo_set_font_size(cr_.get(), kFontSize);
   }
 
-  void Set(int x, int y, Rgb c, const Rect* clip = nullptr) {
-    if (x < 0 || y < 0 || x >= width_ || y >= height_) return;
-    if (clip != nullptr && !clip->Contains(x, y)) return;
-    uint8_t* p = image_.data<uint8_t>() + 3 * (static_cast<int64_t>(y) * width_ + x);
-    p[0] = c.r;
-    p[1] = c.g;
-    p[2] = c.b;
+  absl::Status status() const {
+    const cairo_status_t st = cairo_status(cr_.get());
+    if (st == CAIRO_STATUS_SUCCESS) return absl::OkStatus();
+    return absl::InternalError(absl::StrCat("cairo: ", cairo_status_to_string(st)));
   }
 
-  void Fill(Rect r, Rgb c) {
-    for (int y = r.y0; y <= r.y1; ++y) {
-      for (int x = r.x0; x <= r.x1; ++x) Set(x, y, c);
-    }
+  cairo_t* cr() const { return cr_.get(); }
+  void Color(Rgb c) const { cairo_set_source_rgb(cr_.get(), c.r / 255.0, c.g / 255.0, c.b / 255.0); }
+
+  // A crisp 1-px line between pixel centres (horizontal or vertical).
+  void Rule(double x0, double y0, double x1, double y1, Rgb c) const {
+    cairo_save(cr_.get());
+    cairo_set_antialias(cr_.get(), CAIRO_ANTIALIAS_NONE);
+    cairo_set_line_width(cr_.get(), 1);
+    Color(c);
+    cairo_move_to(cr_.get(), std::floor(x0) + 0.5, std::floor(y0) + 0.5);
+    cairo_line_to(cr_.get(), std::floor(x1) + 0.5, std::floor(y1) + 0.5);
+    cairo_stroke(cr_.get());
+    cairo_restore(cr_.get());
   }
 
-  void Frame(Rect r, Rgb c) {
-    for (int x = r.x0; x <= r.x1; ++x) {
-      Set(x, r.y0, c);
-      Set(x, r.y1, c);
-    }
-    for (int y = r.y0; y <= r.y1; ++y) {
-      Set(r.x0, y, c);
-      Set(r.x1, y, c);
-    }
+  void Frame(const Rect& r, Rgb c) const {
+    cairo_save(cr_.get());
+    cairo_set_antialias(cr_.get(), CAIRO_ANTIALIAS_NONE);
+    cairo_set_line_width(cr_.get(), 1);
+    Color(c);
+    cairo_rectangle(cr_.get(), std::floor(r.x0) + 0.5, std::floor(r.y0) + 0.5,
+                    std::floor(r.x1) - std::floor(r.x0), std::floor(r.y1) - std::floor(r.y0));
+    cairo_stroke(cr_.get());
+    cairo_restore(cr_.get());
   }
 
-  // Bresenham with a square brush of `thickness` pixels.
-  void Line(int x0, int y0, int x1, int y1, Rgb c, int thickness, const Rect* clip) {
-    const int dx = std::abs(x1 - x0), sx = x0 < x1 ? 1 : -1;
-    const int dy = -std::abs(y1 - y0), sy = y0 < y1 ? 1 : -1;
-    const int lo = -(thickness - 1) / 2, hi = thickness / 2;
-    int err = dx + dy;
-    while (true) {
-      for (int oy = lo; oy <= hi; ++oy) {
-        for (int ox = lo; ox <= hi; ++ox) Set(x0 + ox, y0 + oy, c, clip);
+  double TextWidth(const std::string& s) const {
+    cairo_text_extents_t e;
+    cairo_text_extents(cr_.get(), s.c_str(), &e);
+    return e.x_advance;
+  }
+
+  // Text whose top-left corner is (x, y).
+  void Text(double x, double y, const std::string& s, Rgb c) const {
+    cairo_font_extents_t f;
+    cairo_font_extents(cr_.get(), &f);
+    Color(c);
+    cairo_move_to(cr_.get(), x, y + f.ascent);
+    cairo_show_text(cr_.get(), s.c_str());
+  }
+
+  double TextHeight() const {
+    cairo_font_extents_t f;
+    cairo_font_extents(cr_.get(), &f);
+    return f.ascent + f.descent;
+  }
+
+  // uint8 [height, width, 3] from the surface's xRGB words.
+  HostArray Take(int width, int height) const {
+    cairo_surface_flush(surface_.get());
+    HostArray image(DType::kUint8, {height, width, 3});
+    const unsigned char* data = cairo_image_surface_get_data(surface_.get());
+    const int stride = cairo_image_surface_get_stride(surface_.get());
+    uint8_t* out = image.data<uint8_t>();
+    for (int y = 0; y < height; ++y) {
+      for (int x = 0; x < width; ++x) {
+        uint32_t v;
+        std::memcpy(&v, data + static_cast<size_t>(y) * stride + 4 * x, 4);
+        uint8_t* o = out + 3 * (static_cast<int64_t>(y) * width + x);
+        o[0] = static_cast<uint8_t>(v >> 16);
+        o[1] = static_cast<uint8_t>(v >> 8);
+        o[2] = static_cast<uint8_t>(v);
       }
-      if (x0 == x1 && y0 == y1) break;
-      const int e2 = 2 * err;
-      if (e2 >= dy) {
-        err += dy;
-        x0 += sx;
-      }
-      if (e2 <= dx) {
-        err += dx;
-        y0 += sy;
-      }
     }
+    return image;
   }
-
-  // Text with its top-left corner at (x, y).
-  void Text(int x, int y, const std::string& s, Rgb c) {
-    for (char ch : s) {
-      if (const Glyph* g = FindGlyph(ch)) {
-        for (int row = 0; row < 9; ++row) {
-          for (int col = 0; col < 5; ++col) {
-            if ((g->rows[row] >> (4 - col)) & 1) {
-              for (int sy = 0; sy < kFontScale; ++sy) {
-                for (int sx = 0; sx < kFontScale; ++sx) {
-                  Set(x + col * kFontScale + sx, y + row * kFontScale + sy, c);
-                }
-              }
-            }
-          }
-        }
-      }
-      x += kCharAdvance;
-    }
-  }
-
-  HostArray Take() && { return std::move(image_); }
 
  private:
-  int width_, height_;
-  HostArray image_;
+  std::unique_ptr<cairo_surface_t, void (*)(cairo_surface_t*)> surface_;
+  std::unique_ptr<cairo_t, void (*)(cairo_t*)> cr_;
 };
 
 // Tick labels with as many decimals as the step needs ("0.25", "-1.5", "1200", "2e-05").
@@ -259,100 +193,113 @@ absl::StatusOr<HostArray> RenderPlot(const std::vector<PlotTrace>& traces,
   const double xstep = xticks.size() > 1 ? xticks[1] - xticks[0] : 1;
   const double ystep = yticks.size() > 1 ? yticks[1] - yticks[0] : 1;
 
-  int label_width = 0;
-  for (double t : yticks) label_width = std::max(label_width, TextWidth(TickLabel(t, ystep)));
-  const int top = options.title.empty() ? 12 : 12 + kCharHeight + 10;
-  const int bottom = 12 + kCharHeight + (options.x_label.empty() ? 0 : kCharHeight + 10);
-  Rect area{label_width + 18, top, w - 16, h - 1 - bottom};
+  Canvas canvas(w, h);
+  FRESNEL_RETURN_IF_ERROR(canvas.status());
+  cairo_t* cr = canvas.cr();
+  const double text_h = canvas.TextHeight();
+  double label_width = 0;
+  for (double t : yticks) label_width = std::max(label_width, canvas.TextWidth(TickLabel(t, ystep)));
+  const double top = options.title.empty() ? 12 : 12 + text_h + 8;
+  const double bottom = 12 + text_h + (options.x_label.empty() ? 0 : text_h + 8);
+  const Rect area{std::ceil(label_width) + 18, top, w - 16.0, h - 1 - bottom};
   if (area.x1 - area.x0 < 16 || area.y1 - area.y0 < 16) {
     return absl::InvalidArgumentError("plot too small for its labels");
   }
-  auto px = [&](double x) {
-    return area.x0 + static_cast<int>(std::lround((x - xr.lo) / (xr.hi - xr.lo) *
-                                                  (area.x1 - area.x0)));
-  };
-  auto py = [&](double y) {
-    return area.y1 - static_cast<int>(std::lround((y - yr.lo) / (yr.hi - yr.lo) *
-                                                  (area.y1 - area.y0)));
-  };
+  auto px = [&](double x) { return area.x0 + (x - xr.lo) / (xr.hi - xr.lo) * (area.x1 - area.x0); };
+  auto py = [&](double y) { return area.y1 - (y - yr.lo) / (yr.hi - yr.lo) * (area.y1 - area.y0); };
 
-  Canvas canvas(w, h);
-  // Grid and tick labels.
+  // Grid, ticks and their labels.
   for (double t : xticks) {
-    const int x = px(t);
-    for (int y = area.y0; y <= area.y1; ++y) canvas.Set(x, y, kGrid);
-    for (int y = area.y1; y <= area.y1 + 4; ++y) canvas.Set(x, y, kBlack);
+    const double x = px(t);
+    canvas.Rule(x, area.y0, x, area.y1, kGrid);
+    canvas.Rule(x, area.y1, x, area.y1 + 4, kBlack);
     const std::string label = TickLabel(t, xstep);
-    canvas.Text(x - TextWidth(label) / 2, area.y1 + 8, label, kText);
+    canvas.Text(x - canvas.TextWidth(label) / 2, area.y1 + 7, label, kText);
   }
   for (double t : yticks) {
-    const int y = py(t);
-    for (int x = area.x0; x <= area.x1; ++x) canvas.Set(x, y, kGrid);
-    for (int x = area.x0 - 4; x <= area.x0; ++x) canvas.Set(x, y, kBlack);
+    const double y = py(t);
+    canvas.Rule(area.x0, y, area.x1, y, kGrid);
+    canvas.Rule(area.x0 - 4, y, area.x0, y, kBlack);
     const std::string label = TickLabel(t, ystep);
-    canvas.Text(area.x0 - 8 - TextWidth(label), y - kCharHeight / 2, label, kText);
+    canvas.Text(area.x0 - 8 - canvas.TextWidth(label), y - text_h / 2, label, kText);
   }
   if (!options.x_label.empty()) {
-    canvas.Text((area.x0 + area.x1 - TextWidth(options.x_label)) / 2,
-                area.y1 + 8 + kCharHeight + 10, options.x_label, kText);
+    canvas.Text((area.x0 + area.x1 - canvas.TextWidth(options.x_label)) / 2,
+                area.y1 + 7 + text_h + 8, options.x_label, kText);
   }
-  if (!options.title.empty()) canvas.Text(area.x0, 10, options.title, kText);
+  if (!options.title.empty()) canvas.Text(area.x0, 8, options.title, kText);
 
-  // Traces, clipped to the plot area; a non-finite point breaks the line.
-  const Rect clip{area.x0 + 1, area.y0 + 1, area.x1 - 1, area.y1 - 1};
+  // Traces, antialiased and clipped to the plot area; a non-finite point breaks the line.
+  cairo_save(cr);
+  cairo_rectangle(cr, area.x0 + 1, area.y0 + 1, area.x1 - area.x0 - 1, area.y1 - area.y0 - 1);
+  cairo_clip(cr);
+  cairo_set_line_join(cr, CAIRO_LINE_JOIN_ROUND);
+  cairo_set_line_cap(cr, CAIRO_LINE_CAP_ROUND);
   for (const PlotTrace& trace : traces) {
-    bool have_prev = false;
-    int prev_x = 0, prev_y = 0;
+    canvas.Color(trace.color);
+    // At least 2 px: a 1-px antialiased line is all partial pixels.
+    cairo_set_line_width(cr, std::max(2, trace.thickness_px + 1));
+    bool open = false;
     for (size_t i = 0; i < trace.x.size(); ++i) {
       if (!std::isfinite(trace.x[i]) || !std::isfinite(trace.y[i])) {
-        have_prev = false;
+        if (open) cairo_stroke(cr);
+        open = false;
         continue;
       }
-      const int x = px(trace.x[i]), y = py(trace.y[i]);
-      if (trace.marker_px > 0) {
-        const int lo = -(trace.marker_px - 1) / 2;
-        for (int oy = lo; oy < lo + trace.marker_px; ++oy) {
-          for (int ox = lo; ox < lo + trace.marker_px; ++ox) {
-            canvas.Set(x + ox, y + oy, trace.color, &clip);
-          }
-        }
-      }
-      if (have_prev) {
-        canvas.Line(prev_x, prev_y, x, y, trace.color, std::max(1, trace.thickness_px), &clip);
+      const double x = px(trace.x[i]), y = py(trace.y[i]);
+      if (open) {
+        cairo_line_to(cr, x, y);
       } else {
-        canvas.Line(x, y, x, y, trace.color, std::max(1, trace.thickness_px), &clip);
+        cairo_move_to(cr, x, y);
+        cairo_line_to(cr, x, y);  // a lone point still shows (round cap)
+        open = true;
       }
-      prev_x = x;
-      prev_y = y;
-      have_prev = true;
+    }
+    if (open) cairo_stroke(cr);
+    if (trace.marker_px > 0) {
+      for (size_t i = 0; i < trace.x.size(); ++i) {
+        if (!std::isfinite(trace.x[i]) || !std::isfinite(trace.y[i])) continue;
+        const double m = trace.marker_px;
+        cairo_rectangle(cr, std::round(px(trace.x[i]) - m / 2), std::round(py(trace.y[i]) - m / 2),
+                        m, m);
+      }
+      cairo_fill(cr);
     }
   }
+  cairo_restore(cr);
   canvas.Frame(area, kBlack);
 
   // Legend in the top-right corner.
   std::vector<const PlotTrace*> labelled;
-  int legend_text = 0;
+  double legend_text = 0;
   for (const PlotTrace& t : traces) {
     if (t.label.empty()) continue;
     labelled.push_back(&t);
-    legend_text = std::max(legend_text, TextWidth(t.label));
+    legend_text = std::max(legend_text, canvas.TextWidth(t.label));
   }
   if (!labelled.empty()) {
-    const int row_h = kCharHeight + 8;
-    const int box_w = 10 + 28 + 8 + legend_text + 10;
-    const int box_h = 8 + static_cast<int>(labelled.size()) * row_h;
-    Rect box{area.x1 - 10 - box_w, area.y0 + 10, area.x1 - 10, area.y0 + 10 + box_h};
-    canvas.Fill(box, kPlotBackground);
+    const double row_h = text_h + 6;
+    const double box_w = 10 + 28 + 8 + std::ceil(legend_text) + 10;
+    const double box_h = 8 + labelled.size() * row_h;
+    const Rect box{std::floor(area.x1 - 10 - box_w), area.y0 + 10, area.x1 - 10,
+                   std::ceil(area.y0 + 10 + box_h)};
+    canvas.Color(kPlotBackground);
+    cairo_rectangle(cr, box.x0, box.y0, box.x1 - box.x0, box.y1 - box.y0);
+    cairo_fill(cr);
     canvas.Frame(box, kLegendBorder);
     for (size_t i = 0; i < labelled.size(); ++i) {
-      const int y = box.y0 + 8 + static_cast<int>(i) * row_h;
-      const int mid = y + kCharHeight / 2;
-      canvas.Line(box.x0 + 10, mid, box.x0 + 38, mid, labelled[i]->color,
-                  std::max(2, labelled[i]->thickness_px), nullptr);
+      const double y = box.y0 + 6 + i * row_h;
+      const double mid = std::floor(y + text_h / 2) + 0.5;
+      canvas.Color(labelled[i]->color);
+      cairo_set_line_width(cr, std::max(2, labelled[i]->thickness_px + 1));
+      cairo_move_to(cr, box.x0 + 10, mid);
+      cairo_line_to(cr, box.x0 + 38, mid);
+      cairo_stroke(cr);
       canvas.Text(box.x0 + 46, y, labelled[i]->label, kText);
     }
   }
-  return std::move(canvas).Take();
+  FRESNEL_RETURN_IF_ERROR(canvas.status());
+  return canvas.Take(w, h);
 }
 
 absl::Status WritePlotPng(const std::string& path, const std::vector<PlotTrace>& traces,

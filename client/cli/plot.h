@@ -1,6 +1,6 @@
-// A small line-plot rasteriser for `fresnel interp --png`: white background, a framed plot area
-// with a light grid, numeric tick labels (a built-in 5x7 pixel font), one polyline per trace and
-// a legend. Output is an RGB image for fresnel::WritePng. Pure CPU, no dependencies.
+// Line plots for `fresnel interp --png`, drawn with cairo: white background, a framed plot area
+// with a light grid, numeric tick labels in fontconfig's sans font, one antialiased polyline per
+// trace and a legend. Output is an RGB image for fresnel::WritePng.
 #pragma once
 
 #include <cstdint>
@@ -34,7 +34,7 @@ struct PlotTrace {
 struct PlotOptions {
   int width_px = 1200;
   int height_px = 500;
-  std::string x_label;  // drawn under the x axis; lower-case letters, digits and ()[]:/.=-+
+  std::string x_label;  // drawn under the x axis
   std::string title;    // drawn above the plot area
 };
 
