@@ -352,7 +352,7 @@ class Reader {
     uint64_t n;
     if (!Get(&n) || n > max_elements || in_.size() < n * sizeof(T)) return false;
     v->resize(n);
-    std::memcpy(v->data(), in_.data(), n * sizeof(T));
+    if (n > 0) std::memcpy(v->data(), in_.data(), n * sizeof(T));  // data() may be null at 0
     in_.remove_prefix(n * sizeof(T));
     return true;
   }
