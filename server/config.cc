@@ -119,6 +119,11 @@ absl::StatusOr<ServerConfig> ParseConfig(int argc, char** argv) {
                  "are RESOURCE_EXHAUSTED, so several servers or other programs can share a GPU")
       ->envname("FRESNEL_GPU_MEMORY_BYTES")->check(CLI::Range(int64_t{0}, int64_t{1} << 50))
       ->capture_default_str();
+  app.add_option("--gpu-partitions", c.gpu_partitions,
+                 "present each GPU as this many pool devices (cuda:0.0, cuda:0.1, ...), each with "
+                 "its own streams, queue and 1/N of the GPU's memory: multi-device placement on "
+                 "one GPU, or hard memory shares")
+      ->envname("FRESNEL_GPU_PARTITIONS")->check(CLI::Range(1, 16))->capture_default_str();
   app.add_option("--session-gpu-memory-bytes", c.session_gpu_memory_bytes,
                  "device memory sessions may reserve on each GPU (0: 90% of its memory)")
       ->envname("FRESNEL_SESSION_GPU_MEMORY_BYTES")->check(CLI::Range(int64_t{0}, int64_t{1} << 50))

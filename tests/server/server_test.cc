@@ -7,6 +7,7 @@
 #include <complex>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <set>
 #include <future>
 #include <thread>
@@ -1157,6 +1158,55 @@ TEST_CASE("GPU pool: results over gRPC equal the CPU oracle", "[server][gpu]") {
   CHECK(devices.count("cpu") == 0);
   INFO("devices used: " << devices.size());
   CHECK(static_cast<int>(devices.size()) == GpuCount());
+}
+
+// Issue 14 on one GPU: two partitions of cuda:0 are two pool devices: concurrent work lands on
+// both; one made unhealthy through the fault switch shows in metrics and gets no more work.
+TEST_CASE("GPU partitions: work spreads over both; an unhealthy one is avoided",
+          "[server][gpu]") {
+  if (SkipWithoutGpu()) return;
+  server::ServerConfig config = TestServer::CpuConfig();
+  config.gpus = "0";
+  config.gpu_partitions = 2;
+  config.fault_injection = true;
+  TestServer ts(config);
+  HostArray x = RandomArray(DType::kFloat32, {4, 1 << 20});
+  std::vector<double> taps(64, 1.0 / 64);
+  auto run_many = [&](int n) {
+    std::vector<std::future<std::pair<grpc::Status, std::string>>> calls;
+    for (int i = 0; i < n; ++i) {
+      calls.push_back(std::async(std::launch::async, [&] {
+        v1::InterpolationResponse resp;
+        auto ctx = Ctx();
+        v1::UpfirdnRequest req = UpfirdnReq(x, taps, 4, 1);
+        req.mutable_device()->set_kind(v1::DEVICE_KIND_GPU);
+        grpc::Status st = ts.interp->Upfirdn(ctx.get(), req, &resp);
+        return std::make_pair(st, resp.info().device());
+      }));
+    }
+    std::map<std::string, int> used;
+    for (auto& c : calls) {
+      auto [st, device] = c.get();
+      CHECK(st.ok());
+      used[device] += 1;
+    }
+    return used;
+  };
+  std::map<std::string, int> before = run_many(16);
+  CHECK(before["cuda:0.0"] > 0);
+  CHECK(before["cuda:0.1"] > 0);
+  v1::InjectFaultRequest req;
+  req.set_device_id("cuda:0.1");
+  req.set_kind(v1::FAULT_KIND_UNHEALTHY);
+  v1::InjectFaultResponse resp;
+  auto ctx = Ctx();
+  REQUIRE(ts.admin->InjectFault(ctx.get(), req, &resp).ok());
+  const std::string metrics = ts.server->MetricsText();
+  CHECK_THAT(metrics, Catch::Contains("fresnel_device_healthy{device=\"cuda:0.1\"} 0"));
+  CHECK_THAT(metrics, Catch::Contains("fresnel_device_healthy{device=\"cuda:0.0\"} 1"));
+  std::map<std::string, int> after = run_many(8);
+  CHECK(after["cuda:0.0"] == 8);
+  CHECK(after.count("cuda:0.1") == 0);
 }
 
 }  // namespace
