@@ -7,6 +7,7 @@ list(APPEND FRESNEL_KERNEL_SOURCES
 )
 list(APPEND FRESNEL_KERNEL_CUDA_SOURCES
   src/interp/interp_cuda.cu
+  src/interp/phase_groups_cuda.cu
   src/interp/resample_cuda.cu
 )
 list(APPEND FRESNEL_KERNEL_CUDA_LINK_LIBS CUDA::cufft)

@@ -81,6 +81,19 @@ std::vector<Config> KernelConfigs() {
   cs.push_back({2, 1, 1000, 5000, 1, DType::kFloat32, 0.0});
   cs.push_back({1, 3, 4000, 7000, 2, DType::kFloat64, 0.0});
   cs.push_back({3, 5, 2000, 3000, 1, DType::kComplex64, 1.0});
+  // kPhaseGroups (float32): rational rates with many phases (one tile and many, several
+  // channels), long bands (R = 8 periods per lane) for up 1, 2, 3 and 5, decimation, and rates
+  // that reduce by their gcd.
+  cs.push_back({160, 147, 3201, 3000017, 1, DType::kFloat32, 0.0});
+  cs.push_back({160, 147, 3218, 200003, 3, DType::kFloat32, 0.5});
+  cs.push_back({147, 160, 3201, 100003, 1, DType::kFloat32, 0.0});
+  cs.push_back({3, 2, 1024, 1000003, 1, DType::kFloat32, 0.0});
+  cs.push_back({3, 2, 3 * 2048, 100003, 2, DType::kFloat32, -0.5});
+  cs.push_back({2, 1, 256, 1000003, 1, DType::kFloat32, 0.0});
+  cs.push_back({1, 3, 400, 300007, 2, DType::kFloat32, 0.0});
+  cs.push_back({5, 3, 333, 200003, 1, DType::kFloat32, 0.25});
+  cs.push_back({4, 6, 90, 100003, 2, DType::kFloat32, 0.0});
+  cs.push_back({11, 7, 7, 50021, 1, DType::kFloat32, 1.0});
   // complex128 (double2): kSmemTile with and without the staged span, and kWarpPerOutput.
   cs.push_back({4, 1, 64, 8191, 2, DType::kComplex128, 0.25});
   cs.push_back({2, 61, 300, 40000, 1, DType::kComplex128, 0.0});
@@ -207,7 +220,7 @@ TEST_CASE("every CUDA kernel agrees with the CPU oracle on windows", "[gpu][inte
                                            out_count);
     REQUIRE(want.ok());
     for (CudaKernel kernel : {CudaKernel::kRegisterBlocked, CudaKernel::kSmemTile,
-                              CudaKernel::kWarpPerOutput}) {
+                              CudaKernel::kWarpPerOutput, CudaKernel::kPhaseGroups}) {
       if (!internal::CudaPolyphase::Supports(kernel, c.up, c.down, p, c.dtype)) continue;
       INFO(Describe(c) << " kernel " << internal::CudaKernelName(kernel) << " x_first "
                        << x_first << " out_first " << out_first);
@@ -334,7 +347,9 @@ TEST_CASE("GPU streaming equals the GPU one-shot result exactly", "[gpu][interp]
       {8, 1, 200, DType::kFloat32},    // kRegisterBlocked, P = 25 padded to 32
       {3, 2, 61, DType::kComplex64},   // kSmemTile
       {2, 1, 1000, DType::kFloat64},   // kWarpPerOutput
-      {160, 147, 0, DType::kFloat32},  // resample_poly, kSmemTile
+      {160, 147, 0, DType::kFloat32},  // resample_poly, kPhaseGroups (V = 4, R = 2)
+      {3, 2, 1024, DType::kFloat32},   // kPhaseGroups, long band (R = 8)
+      {160, 147, 0, DType::kComplex64},  // kSmemTile
       {2, 3, 0, DType::kFloat64},
   };
   for (const StreamCase& c : cases) {
