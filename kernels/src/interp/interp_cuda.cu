@@ -329,8 +329,13 @@ absl::StatusOr<CudaPolyphase> CudaPolyphase::Create(const Device& device, const 
   } else {
     impl->htf_f.assign(htf.begin(), htf.end());
     if (kernel == CudaKernel::kPhaseGroups) {
-      FRESNEL_ASSIGN_OR_RETURN(impl->pg,
-                               PlanPhaseGroups(filter.up, filter.down, impl->p, impl->htf_f));
+      PhaseGroupsChoice choice;
+      choice.widen = options.pg_widen;
+      if (choice.widen < 0 || choice.widen > 2) {
+        return absl::InvalidArgumentError("pg_widen: 0, 1 or 2");
+      }
+      FRESNEL_ASSIGN_OR_RETURN(
+          impl->pg, PlanPhaseGroups(filter.up, filter.down, impl->p, impl->htf_f, choice));
       FRESNEL_ASSIGN_OR_RETURN(impl->pg_blocks_per_sm, PhaseGroupsOccupancy(impl->pg));
       FRESNEL_RETURN_IF_ERROR(
           impl->pg_table.Allocate(device, static_cast<int64_t>(impl->pg.table.size())));
@@ -489,7 +494,7 @@ absl::StatusOr<HostArray> UpfirdnWindowCuda(const Device& device, const Polyphas
   cuda::StageClock clock(stream);
   FRESNEL_RETURN_IF_ERROR(clock.Mark());
   FRESNEL_ASSIGN_OR_RETURN(CudaPolyphase plan,
-                           CudaPolyphase::Create(device, filter, x.dtype, options.kernel));
+                           CudaPolyphase::Create(device, filter, x.dtype, options.plan));
   cuda::DeviceBuffer<unsigned char> xd, yd;
   FRESNEL_RETURN_IF_ERROR(xd.Allocate(device, x.channels * x.len * static_cast<int64_t>(es)));
   FRESNEL_RETURN_IF_ERROR(yd.Allocate(device, x.channels * out_count * static_cast<int64_t>(es)));

@@ -155,12 +155,15 @@ struct CudaPlanOptions {
   // "" (the default, bulk), block, block_cs, warp, warp_cs, bulk, bulk_cs or direct.
   std::string rb_store;
   int rb_max_blocks_per_sm = 0;  // 0: as many as fit
+  // kPhaseGroups (phase_groups.h, PhaseGroupsChoice): period widening, 1: never, 2: by the
+  // cost model, 0: the default (2). Same bits either way.
+  int pg_widen = 0;
 };
 
 // Test hooks of the host-level CUDA call.
 struct CudaWindowOptions {
-  CudaKernel kernel = CudaKernel::kAuto;  // force a kernel (must support the filter)
-  bool poison_output = false;             // fill y with NaN first: unwritten outputs show
+  CudaPlanOptions plan;        // force a kernel (must support the filter) and its variant
+  bool poison_output = false;  // fill y with NaN first: unwritten outputs show
 };
 
 #if defined(FRESNEL_WITH_CUDA)

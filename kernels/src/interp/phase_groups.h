@@ -31,7 +31,21 @@
 
 namespace fresnel::interp::internal {
 
+// Planner choice (CudaPlanOptions::pg_widen): 0 means the default (2).
+struct PhaseGroupsChoice {
+  int widen = 0;  // 1: never widen the period; 2: widen when the cost model says so (below)
+};
+
 // The geometry of one filter's kPhaseGroups launch, fixed at plan creation.
+//
+// Widening: the period may be taken M times longer (u' = M*u outputs per d' = M*d inputs,
+// M = 4/gcd(u, 4)) so that groups of V = 4 outputs are full: 3/2 then runs 12 outputs per 8
+// inputs in 3 full groups instead of 3 outputs per 2 inputs in one group with a zero fourth
+// column (25% of the FMAs wasted), up 2 runs 4 outputs per 2 inputs with V = 4 instead of V = 2
+// (half the loads per FMA). The price is a band longer by up to 3*d' (Dmax grows); the planner
+// takes the candidate with fewer issued instructions per output, counted as
+// groups * K * (R*(1 + V) + 6) / (R*u') (per band step: R input loads, one tap load, R*V FMAs and
+// about 6 index and loop instructions).
 struct PhaseGroupsPlan {
   int v = 4;           // outputs per group (template: 1, 2 or 4)
   int r = 2;           // periods per lane (template: 2 or 8)
@@ -51,7 +65,8 @@ struct PhaseGroupsPlan {
 // (FailedPrecondition) when the filter does not suit it: its tap table and tile must fit in
 // shared memory with every warp of a block busy. An empty htf plans the geometry only (no table).
 absl::StatusOr<PhaseGroupsPlan> PlanPhaseGroups(int up, int down, int64_t p,
-                                                const std::vector<float>& htf);
+                                                const std::vector<float>& htf,
+                                                PhaseGroupsChoice choice = {});
 
 // Enqueues the kernel on `stream`; `table` is the plan's table on the device, x and y float32.
 // blocks_per_sm is the occupancy measured at plan creation (PhaseGroupsOccupancy).

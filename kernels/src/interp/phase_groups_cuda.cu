@@ -39,6 +39,8 @@ constexpr int kPgSmemMax = 200 * 1024;
 // Taps per phase from which a lane owns 8 periods rather than 2 (long bands amortise the wider
 // tile; short ones need the tasks to balance across warps).
 constexpr int kPgLongTaps = 48;
+// Default of PhaseGroupsChoice::widen (docs/bench/interp.md has the measurements).
+constexpr int kPgDefaultWiden = 2;
 
 int AlignUp4(int v) { return (v + 3) / 4 * 4; }
 
@@ -226,21 +228,17 @@ int SmemBytes(const PhaseGroupsPlan& pl) {
   return 4 * (AlignUp4(pl.table_floats) + AlignUp4(pl.d * pl.ld) + pl.periods * pl.sr);
 }
 
-}  // namespace
-
-absl::StatusOr<PhaseGroupsPlan> PlanPhaseGroups(int up, int down, int64_t p,
-                                                const std::vector<float>& htf) {
+// The plan for period multiple m (u = m*up/g0 outputs per d = m*down/g0 inputs) with the table
+// filled from htf when it is not empty.
+absl::StatusOr<PhaseGroupsPlan> PlanFor(int up, int down, int64_t p, const std::vector<float>& htf,
+                                        int m, int v) {
   PhaseGroupsPlan pl;
   const int g0 = std::gcd(up, down);
-  pl.u = up / g0;
-  pl.d = down / g0;
-  pl.v = pl.u == 1 ? 1 : pl.u == 2 ? 2 : 4;
+  pl.u = m * (up / g0);
+  pl.d = m * (down / g0);
+  pl.v = v;
   pl.r = p >= kPgLongTaps ? 8 : 2;
   pl.groups = (pl.u + pl.v - 1) / pl.v;
-  if (p > (1 << 16) ||
-      (!htf.empty() && static_cast<int64_t>(htf.size()) != static_cast<int64_t>(up) * p)) {
-    return absl::FailedPreconditionError("phase_groups: filter too long");
-  }
   pl.p = static_cast<int>(p);
   // q_j = floor(j*down/up) < d and t_j = j*down mod up for j in [0, u).
   std::vector<int> q(pl.u), t(pl.u);
@@ -262,15 +260,15 @@ absl::StatusOr<PhaseGroupsPlan> PlanPhaseGroups(int up, int down, int64_t p,
   pl.table_floats = static_cast<int>(tap_floats) + pl.groups;
   pl.table.assign(htf.empty() ? 0 : static_cast<size_t>(pl.table_floats), 0.f);
   for (int gr = 0; gr < pl.groups && !htf.empty(); ++gr) {
-    for (int v = 0; v < pl.v; ++v) {
-      const int j = gr * pl.v + v;
+    for (int vv = 0; vv < pl.v; ++vv) {
+      const int j = gr * pl.v + vv;
       if (j >= pl.u) continue;  // padding: zero taps
       const int dv = q[j] - q[gr * pl.v];
       for (int i = 0; i < pl.k; ++i) {
-        const int m = dv + pl.p - 1 - i;
-        if (m >= 0 && m < pl.p) {
-          pl.table[(static_cast<size_t>(gr) * pl.k + i) * pl.v + v] =
-              htf[static_cast<size_t>(t[j]) * pl.p + m];
+        const int mm = dv + pl.p - 1 - i;
+        if (mm >= 0 && mm < pl.p) {
+          pl.table[(static_cast<size_t>(gr) * pl.k + i) * pl.v + vv] =
+              htf[static_cast<size_t>(t[j]) * pl.p + mm];
         }
       }
     }
@@ -283,10 +281,11 @@ absl::StatusOr<PhaseGroupsPlan> PlanPhaseGroups(int up, int down, int64_t p,
   for (;;) {
     pl.periods = chunks * 32 * pl.r;
     const int64_t span = static_cast<int64_t>(pl.periods) * pl.d + pl.k - 1;
-    if (span > (int64_t{1} << 24)) return absl::FailedPreconditionError("phase_groups: tile");
+    if (span > (int64_t{1} << 24) || static_cast<int64_t>(pl.periods) * pl.u > (1 << 24)) {
+      return absl::FailedPreconditionError("phase_groups: tile too large");
+    }
     pl.ld = static_cast<int>((span + pl.d - 1) / pl.d);
-    pl.smem_bytes = static_cast<int64_t>(pl.periods) * pl.u > (1 << 24) ? kPgSmemMax + 1
-                                                                         : SmemBytes(pl);
+    pl.smem_bytes = SmemBytes(pl);
     if (pl.smem_bytes <= kPgSmemTarget || chunks == 1) break;
     chunks /= 2;
   }
@@ -297,6 +296,32 @@ absl::StatusOr<PhaseGroupsPlan> PlanPhaseGroups(int up, int down, int64_t p,
     return absl::FailedPreconditionError("phase_groups: too few tasks per tile");
   }
   return pl;
+}
+
+// Issued instructions per output (the model in phase_groups.h).
+double IssueCost(const PhaseGroupsPlan& pl) {
+  return static_cast<double>(pl.groups) * pl.k * (pl.r * (1 + pl.v) + 6) / (pl.r * pl.u);
+}
+
+}  // namespace
+
+absl::StatusOr<PhaseGroupsPlan> PlanPhaseGroups(int up, int down, int64_t p,
+                                                const std::vector<float>& htf,
+                                                PhaseGroupsChoice choice) {
+  if (p > (1 << 16) ||
+      (!htf.empty() && static_cast<int64_t>(htf.size()) != static_cast<int64_t>(up) * p)) {
+    return absl::FailedPreconditionError("phase_groups: filter too long");
+  }
+  const int widen = choice.widen == 0 ? kPgDefaultWiden : choice.widen;
+  const int u = up / std::gcd(up, down);
+  const int v1 = u == 1 ? 1 : u == 2 ? 2 : 4;
+  absl::StatusOr<PhaseGroupsPlan> plain = PlanFor(up, down, p, htf, 1, v1);
+  const int m = 4 / std::gcd(u, 4);
+  if (widen == 1 || m == 1 || u > (1 << 14)) return plain;
+  absl::StatusOr<PhaseGroupsPlan> wide = PlanFor(up, down, p, htf, m, 4);
+  if (!wide.ok()) return plain;
+  if (!plain.ok() || IssueCost(*wide) < IssueCost(*plain)) return wide;
+  return plain;
 }
 
 absl::StatusOr<int> PhaseGroupsOccupancy(const PhaseGroupsPlan& plan) {

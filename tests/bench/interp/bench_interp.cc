@@ -183,6 +183,7 @@ class Bench {
     auto plan = CudaPolyphase::Create(device_, f, DType::kFloat32, options);
     BENCH_CHECK(plan.status());
     r.kernel = internal::CudaKernelName(plan->kernel());
+    if (options.pg_widen != 0) r.kernel = absl::StrCat("phase_groups/widen", options.pg_widen);
     internal::DeviceSignal s;
     s.channels = channels;
     s.x = x.get();
@@ -240,6 +241,14 @@ class Bench {
   double copy_gbps_ = 0;
   double fma_peak_ = 0, clock_mhz_ = 0;
 };
+
+// kPhaseGroups forced with a variant (0: the default).
+internal::CudaPlanOptions PgOptions(int widen) {
+  internal::CudaPlanOptions o;
+  o.kernel = CudaKernel::kPhaseGroups;
+  o.pg_widen = widen;
+  return o;
+}
 
 std::vector<double> Taps(int64_t l) {
   std::vector<float> r = RandomFloats(static_cast<size_t>(l), 99 + l);
@@ -507,6 +516,7 @@ int Main(int argc, char** argv) {
     HostArray x = b.HostSignal(1, n26);
     b.EndToEnd(r, [&](StageTimes* t) { BENCH_CHECK(ResamplePoly(b.device(), x, o, t).status()); });
     rows.push_back(r);
+    rows.push_back(b.Kernel("b: (forced)", d->filter, 1, n26, d->skip, out, PgOptions(1)));
     rows.push_back(b.Kernel("b: (forced)", d->filter, 1, n26, d->skip, out,
                             CudaKernel::kSmemTile));
     rows.push_back(b.Kernel("b: (forced)", d->filter, 1, n26, d->skip, out,
@@ -544,9 +554,11 @@ int Main(int argc, char** argv) {
   for (auto [up, down, l] : {std::tuple{3, 2, 1024}, std::tuple{2, 1, 256}}) {
     Polyphase f{Taps(l), up, down};
     const int64_t out = UpfirdnOutputLength(n22, l, up, down);
-    for (CudaKernel k : {CudaKernel::kAuto, CudaKernel::kSmemTile, CudaKernel::kWarpPerOutput}) {
-      rows.push_back(b.Kernel(absl::StrCat("long: ", up, "/", down, " ", l, "t 2^22"), f, 1, n22,
-                              0, out, k));
+    const std::string name = absl::StrCat("long: ", up, "/", down, " ", l, "t 2^22");
+    rows.push_back(b.Kernel(name, f, 1, n22, 0, out, CudaKernel::kAuto));
+    rows.push_back(b.Kernel(name, f, 1, n22, 0, out, PgOptions(1)));
+    for (CudaKernel k : {CudaKernel::kSmemTile, CudaKernel::kWarpPerOutput}) {
+      rows.push_back(b.Kernel(name, f, 1, n22, 0, out, k));
     }
   }
   for (int64_t p : {8, 64, 256, 1024, 2048}) {
