@@ -143,6 +143,7 @@ void RunCpuReal(const Polyphase& filter, const HostSignalView& x, int64_t x_firs
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, x.channels * blocks),
                     [&](const tbb::blocked_range<int64_t>& range) {
     std::vector<double> w(static_cast<size_t>(ld * d));
+    std::vector<double> st(static_cast<size_t>(np * u));  // the task's outputs, period-major
     for (int64_t task = range.begin(); task != range.end(); ++task) {
       const int64_t c = task / blocks;
       const int64_t n0 = n_first + (task % blocks) * np;
@@ -166,6 +167,7 @@ void RunCpuReal(const Polyphase& filter, const HostSignalView& x, int64_t x_firs
       }
       const int64_t k_lo = std::max(out_first, n0 * u);
       const int64_t k_hi = std::min(out_first + out_count, (n0 + np) * u);
+      const bool whole = k_lo == n0 * u && k_hi == (n0 + np) * u;  // every output requested
       for (int64_t j = 0; j < u; ++j) {
         const double* h = htf.data() + tj[j] * p;
         const int64_t* o = off.data() + j * p;
@@ -173,11 +175,18 @@ void RunCpuReal(const Polyphase& filter, const HostSignalView& x, int64_t x_firs
           if ((n0 + nb + kLanes - 1) * u + j < k_lo || (n0 + nb) * u + j >= k_hi) continue;
           double acc[kLanes];
           AccumulateLanes(h, o, w.data() + nb, p, acc);
-          for (int l = 0; l < kLanes; ++l) {
-            const int64_t k = (n0 + nb + l) * u + j;
-            if (k >= k_lo && k < k_hi) yc[k] = static_cast<T>(acc[l]);
+          if (whole) {
+            T* yl = yc + (n0 + nb) * u + j;
+            for (int l = 0; l < kLanes; ++l) yl[l * u] = static_cast<T>(acc[l]);
+          } else {
+            for (int l = 0; l < kLanes; ++l) st[(nb + l) * u + j] = acc[l];
           }
         }
+      }
+      // Edge tasks: outputs [k_lo, k_hi) leave in order (staged outputs outside it are unused).
+      if (!whole) {
+        const double* sk = st.data() + (k_lo - n0 * u);
+        for (int64_t k = k_lo; k < k_hi; ++k) yc[k] = static_cast<T>(sk[k - k_lo]);
       }
     }
   });

@@ -9,7 +9,7 @@
 // 256 MiB and writing 1 GiB (one float4 in, four out per thread) without arithmetic.
 //
 //   fresnel_bench_interp [--json] [--no-e2e] [--variants all|V1,V2,...]
-//   fresnel_bench_interp --cpu [--cpu-log2n N] [--python PATH]
+//   fresnel_bench_interp --cpu [--cpu-log2n N] [--cpu-case PREFIX] [--python PATH]
 //
 // --variants also times kRegisterBlocked's store variants (CudaPlanOptions::rb_store values,
 // optionally with a blocks-per-SM cap, e.g. bulk or warp:3; interp_cuda.cu) on case (a) and the
@@ -20,8 +20,9 @@
 // filters over 2^N samples (default 2^22), and scipy.signal's single-threaded upfirdn /
 // resample_poly on the same data through `python3 -c` (when python3 with scipy is installed;
 // otherwise it prints "scipy not available"; --python names the interpreter, default python3),
-// side by side with the speed-up.
+// side by side with the speed-up. --cpu-case keeps the cases whose name starts with PREFIX.
 #include <cuda_runtime.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -312,13 +313,22 @@ f = (lambda: signal.upfirdn(h, x, up, down)) if kind == "upfirdn" else \
     (lambda: signal.resample_poly(x, up, down))
 y = f()
 t = []
+c0 = time.process_time()
 for _ in range(3):
     t0 = time.perf_counter(); f(); t.append(time.perf_counter() - t0)
+cpu = (time.process_time() - c0) / 3
 y.astype(np.float32).tofile(yp)
-print(sorted(t)[1], signal.__name__, __import__("scipy").__version__)
+print(sorted(t)[1], cpu, signal.__name__, __import__("scipy").__version__)
 )PY";
 
-int CpuMain(int log2n, const std::string& python) {
+// User + system CPU seconds of this process (all threads).
+double ProcessCpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+int CpuMain(int log2n, const std::string& python, const std::string& only) {
   const int64_t n = int64_t{1} << log2n;
   const std::string dir = "/tmp/fresnel_bench_interp_cpu";
   if (std::system(("mkdir -p " + dir).c_str()) != 0) return 1;
@@ -341,8 +351,8 @@ int CpuMain(int log2n, const std::string& python) {
   std::printf("CPU back end (%u hardware threads) against scipy.signal (single-threaded), "
               "2^%d float32 samples, median of 3 after one warm-up\n",
               std::thread::hardware_concurrency(), log2n);
-  std::printf("%-28s %10s %10s %12s %9s %10s\n", "case", "fresnel ms", "scipy ms", "MFMA/s",
-              "speed-up", "max |dy|");
+  std::printf("%-28s %10s %10s %12s %9s | %9s %9s %9s | %10s\n", "case", "fresnel ms",
+              "scipy ms", "MFMA/s", "speed-up", "f cpu ms", "s cpu ms", "cpu ratio", "max |dy|");
   const std::vector<float> xv = RandomFloats(static_cast<size_t>(n), 5);
   HostArray x(DType::kFloat32, {n});
   std::memcpy(x.raw(), xv.data(), xv.size() * 4);
@@ -352,6 +362,7 @@ int CpuMain(int log2n, const std::string& python) {
   }
   std::string scipy_version;
   for (const CpuCase& c : cases) {
+    if (c.name.rfind(only, 0) != 0) continue;
     std::vector<double> taps;
     std::vector<float> taps_f;
     if (c.taps > 0) {
@@ -378,11 +389,13 @@ int CpuMain(int log2n, const std::string& python) {
     absl::StatusOr<HostArray> y = call();
     BENCH_CHECK(y.status());
     std::vector<double> t;
+    const double cpu0 = ProcessCpuSeconds();
     for (int i = 0; i < 3; ++i) {
       auto t0 = std::chrono::steady_clock::now();
       BENCH_CHECK(call().status());
       t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
+    const double ours_cpu = (ProcessCpuSeconds() - cpu0) / 3;
     const double ours = Median(t);
     // Useful FMAs: outputs x taps per phase.
     const int64_t taps_len = c.taps > 0 ? c.taps : -1;
@@ -402,20 +415,22 @@ int CpuMain(int log2n, const std::string& python) {
                             std::to_string(c.up) + " " + std::to_string(c.down) + " " +
                             (c.taps > 0 ? "upfirdn" : "resample") + " " + dir +
                             "/y.f32 2>/dev/null";
-    double scipy_s = -1;
+    double scipy_s = -1, scipy_cpu = 0;
     std::string line;
     if (FILE* p = popen(cmd.c_str(), "r")) {
       char buf[256] = {0};
       if (std::fgets(buf, sizeof buf, p) != nullptr) line = buf;
       pclose(p);
       scipy_s = line.empty() ? -1 : std::atof(line.c_str());
+      const size_t sp1 = line.find(' ');
+      if (sp1 != std::string::npos) scipy_cpu = std::atof(line.c_str() + sp1 + 1);
     }
     if (scipy_s <= 0) {
       std::printf("%-28s %10.1f %10s %12.0f %9s %10s   scipy not available\n", c.name.c_str(),
                   ours * 1e3, "-", fmas / ours * 1e-6, "-", "-");
       continue;
     }
-    const size_t sp = line.find(' ');
+    const size_t sp = line.find(' ', line.find(' ') + 1);
     if (sp != std::string::npos) scipy_version = line.substr(sp + 1);
     // The largest difference to SciPy's float32 result (SciPy sums in float32, Fresnel's CPU
     // back end in double).
@@ -426,22 +441,26 @@ int CpuMain(int log2n, const std::string& python) {
     for (size_t i = 0; f && i < ys.size(); ++i) {
       maxd = std::max(maxd, std::abs(static_cast<double>(ys[i]) - y->data<float>()[i]));
     }
-    std::printf("%-28s %10.1f %10.1f %12.0f %8.2fx %10.2e\n", c.name.c_str(), ours * 1e3,
-                scipy_s * 1e3, fmas / ours * 1e-6, scipy_s / ours, maxd);
+    std::printf("%-28s %10.1f %10.1f %12.0f %8.2fx | %9.1f %9.1f %8.2fx | %10.2e\n",
+                c.name.c_str(), ours * 1e3, scipy_s * 1e3, fmas / ours * 1e-6, scipy_s / ours,
+                ours_cpu * 1e3, scipy_cpu * 1e3, scipy_cpu / ours_cpu, maxd);
   }
   if (!scipy_version.empty()) std::printf("scipy: %s", scipy_version.c_str());
+  std::printf("cpu ms: user + system CPU time per call (all threads); cpu ratio = scipy's / "
+              "Fresnel's, i.e. work per call, independent of how busy the machine is\n");
   return 0;
 }
 
 int Main(int argc, char** argv) {
   bool json = false, e2e = true, cpu = false;
   int cpu_log2n = 22;
-  std::string python = "python3";
+  std::string python = "python3", cpu_case;
   std::vector<std::string> variants;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--json") == 0) json = true;
     else if (std::strcmp(argv[i], "--cpu") == 0) cpu = true;
     else if (std::strcmp(argv[i], "--python") == 0 && i + 1 < argc) python = argv[++i];
+    else if (std::strcmp(argv[i], "--cpu-case") == 0 && i + 1 < argc) cpu_case = argv[++i];
     else if (std::strcmp(argv[i], "--cpu-log2n") == 0 && i + 1 < argc) cpu_log2n = std::atoi(argv[++i]);
     else if (std::strcmp(argv[i], "--no-e2e") == 0) e2e = false;
     else if (std::strcmp(argv[i], "--variants") == 0 && i + 1 < argc) {
@@ -463,12 +482,12 @@ int Main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s [--json] [--no-e2e] [--variants all|V1,V2,...] | --cpu "
-                   "[--cpu-log2n N] [--python PATH]\n",
+                   "[--cpu-log2n N] [--cpu-case PREFIX] [--python PATH]\n",
                    argv[0]);
       return 2;
     }
   }
-  if (cpu) return CpuMain(cpu_log2n, python);
+  if (cpu) return CpuMain(cpu_log2n, python, cpu_case);
   if (GpuCount() == 0) {
     std::fprintf(stderr, "fresnel_bench_interp: no CUDA device visible\n");
     return 1;
