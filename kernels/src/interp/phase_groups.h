@@ -17,8 +17,9 @@
 // m = 0 leave acc at +0, those after m = P-1 add +0): the same sum in the same order as the
 // other kernels, independent of tiles and windows. Per i a warp loads one A[gr][i][0..V) (one
 // broadcast shared-memory load) and one input per lane and period it owns, and does V FMAs per
-// input: for 160/147 (P = 21, V = 4) that is 24 FMAs per output (21 useful) for 6.25 shared
-// loads, against kSmemTile's 2 loads per FMA, which bound it at 23% of the copy bandwidth.
+// input: for 160/147 (P = 21, V = 4, R = 2 periods per lane) that is 24 FMAs per output (21
+// useful) for 9 shared loads (24 * (1/4 input + 1/8 tap)), against kSmemTile's 42 (a tap and an
+// input per FMA), which bound it at 23% of the copy bandwidth.
 #pragma once
 
 #include <cuda_runtime.h>
