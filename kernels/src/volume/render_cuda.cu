@@ -37,6 +37,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/cuda_util.cuh"
 #include "fresnel/core/status.h"
+#include "volume/scan_math.h"
 #include "volume/volume_internal.h"
 #include "volume/volume_math.h"
 
@@ -289,14 +290,21 @@ __device__ __forceinline__ bool LoadWork(const int4* __restrict__ tets, int64_t 
   return true;
 }
 
-__device__ __forceinline__ bool HitPixel(const Work& w, const math::CameraFrame& cam, int x, int y,
-                                         math::TetHit* hit) {
+// The exact ray test of pixel (x, y); `a_eye` = RayOffsets at the eye (perspective only).
+__device__ __forceinline__ bool HitPixelPlanes(const math::TetPlanes& tp, const float a_eye[4],
+                                               const math::CameraFrame& cam, int x, int y,
+                                               math::TetHit* hit) {
   V3 o, d;
   math::PixelRay(cam, x, y, &o, &d);
-  if (!cam.orthographic) return math::IntersectWithOffsets(w.tp, w.a, o, d, hit);
+  if (!cam.orthographic) return math::IntersectWithOffsets(tp, a_eye, o, d, hit);
   float a[4];
-  math::RayOffsets(w.tp, o, a);
-  return math::IntersectWithOffsets(w.tp, a, o, d, hit);
+  math::RayOffsets(tp, o, a);
+  return math::IntersectWithOffsets(tp, a, o, d, hit);
+}
+
+__device__ __forceinline__ bool HitPixel(const Work& w, const math::CameraFrame& cam, int x, int y,
+                                         math::TetHit* hit) {
+  return HitPixelPlanes(w.tp, w.a, cam, x, y, hit);
 }
 
 // Screen-space test before the exact one (kScanFilter): the projection of a tetrahedron (every
@@ -433,6 +441,28 @@ __device__ __forceinline__ unsigned long long MakeKey<unsigned long long>(const 
   return (static_cast<unsigned long long>(local_pixel) << 32) | __float_as_uint(t_mid);
 }
 
+// Writes the record of pixel (x, y) into `slot`: key (local pixel of its hash block, depth of
+// the segment's midpoint), its index, and the segment's premultiplied RGBA. `valid` false: a
+// transparent record (the identity of "over") for a slot whose hit did not repeat.
+template <class Key>
+__device__ __forceinline__ void EmitRecord(const FrameParams& f, const math::TfTable& tf, int x,
+                                           int y, unsigned long long slot,
+                                           const math::TetHit& hit, bool valid,
+                                           Key* __restrict__ keys,
+                                           uint32_t* __restrict__ values,
+                                           float4* __restrict__ rgba) {
+  const int stride = 1 << f.bits, m = stride - 1;
+  const int bx = x & m;
+  const uint32_t lattice_w = static_cast<uint32_t>((f.cam.width - bx + stride - 1) >> f.bits);
+  const uint32_t local = static_cast<uint32_t>(y >> f.bits) * lattice_w +
+                         static_cast<uint32_t>(x >> f.bits);
+  keys[slot] = MakeKey<Key>(f, local, valid ? 0.5f * (hit.t_in + hit.t_out) : 0.0f);
+  values[slot] = static_cast<uint32_t>(slot);
+  rgba[slot] = valid ? ToFloat4(math::IntegrateSegment(tf, hit.s_in, hit.s_out,
+                                                       hit.t_out - hit.t_in))
+                     : make_float4(0, 0, 0, 0);
+}
+
 // Pass 2, for the hash blocks [block_begin, block_end): every hit becomes a record in its
 // block's region of the pass buffers. Slots: the thread block counts its hits per hash block in
 // shared memory, takes one range per hash block from the global cursors (set by the host to each
@@ -461,8 +491,7 @@ RecordKernel(const int4* __restrict__ tets, int64_t n, const float4* __restrict_
     for (int i = threadIdx.x; i < kBins; i += blockDim.x) count[i] = cursor[i] = 0;
   }
   __syncthreads();
-  const int stride = 1 << f.bits, m = stride - 1;
-  const int width = f.cam.width;
+  const int m = (1 << f.bits) - 1;
   Work w;
   const int64_t gid = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   // Chunks without masks intersect every candidate (count here, then write below).
@@ -508,13 +537,7 @@ RecordKernel(const int4* __restrict__ tets, int64_t n, const float4* __restrict_
   if (!active) return;
   auto emit = [&](int x, int y, int i, const math::TetHit& hit) {
     const unsigned long long slot = base[i] + atomicAdd(&cursor[i], 1u);
-    const int bx = x & m;
-    const uint32_t lattice_w = static_cast<uint32_t>((width - bx + stride - 1) >> f.bits);
-    const uint32_t local = static_cast<uint32_t>(y >> f.bits) * lattice_w +
-                           static_cast<uint32_t>(x >> f.bits);
-    keys[slot] = MakeKey<Key>(f, local, 0.5f * (hit.t_in + hit.t_out));
-    values[slot] = static_cast<uint32_t>(slot);
-    rgba[slot] = ToFloat4(math::IntegrateSegment(tf, hit.s_in, hit.s_out, hit.t_out - hit.t_in));
+    EmitRecord(f, tf, x, y, slot, hit, true, keys, values, rgba);
   };
   if (walk_all) {
     for (int k = w.k; k < w.k_end; k += w.dk) {
@@ -537,6 +560,339 @@ RecordKernel(const int4* __restrict__ tets, int64_t n, const float4* __restrict_
     }
     math::TetHit hit;
     if (HitPixel(w, f.cam, x, y, &hit)) emit(x, y, i, hit);
+  }
+}
+
+// ---- ScanConversion::kWarpList: spans and a warp-shared candidate list -------------------------
+//
+// The thread-per-tetrahedron path runs the exact ray test on every pixel of a box (2-4 box
+// pixels per hit), and a warp runs as long as its largest box. Here each lane (one small
+// tetrahedron) first finds its candidate pixels from the projected hull, row by row (cheap, no
+// division per pixel), writes its planes to shared memory and appends its candidates to the
+// warp's list; the 32 lanes then take the list 32 items at a time, each item the exact test of
+// one (tetrahedron, pixel). The count pass leaves the same per-box-pixel hit masks as the thread
+// path; the record pass lists the hits of the pass the same way (the exact test again, then the
+// segment's integration and the record).
+// What ScanConversion::kAuto picks. Not measured yet: the thread path, as before.
+constexpr ScanConversion kAutoScanConversion = ScanConversion::kThread;
+constexpr int kListThreads = 128;  // 4 warps: the lists fit static shared memory with the TF
+constexpr int kListWarps = kListThreads / 32;
+// Per lane: normals n[4] (12 floats), face points q[4] (12), 1/D (4), scalars (4), eye offsets (4).
+constexpr int kPlaneFloats = 36;
+
+struct WarpList {
+  float planes[kPlaneFloats][32];                 // field-major: lane l's field f at [f][l]
+  short box_x[32], box_y[32], box_w[32];
+  unsigned long long hits[32];                    // count pass: hits found per lane's box
+  uint16_t items[32 * kSmallTetPixels];           // lane << 6 | box pixel, grouped by lane
+};
+
+__device__ __forceinline__ void StoreLane(WarpList& L, int lane, const Work& w) {
+  for (int i = 0; i < 4; ++i) {
+    L.planes[3 * i][lane] = w.tp.n[i].x;
+    L.planes[3 * i + 1][lane] = w.tp.n[i].y;
+    L.planes[3 * i + 2][lane] = w.tp.n[i].z;
+    L.planes[12 + 3 * i][lane] = w.tp.q[i].x;
+    L.planes[13 + 3 * i][lane] = w.tp.q[i].y;
+    L.planes[14 + 3 * i][lane] = w.tp.q[i].z;
+    L.planes[24 + i][lane] = w.tp.inv[i];
+    L.planes[28 + i][lane] = w.tp.s[i];
+    L.planes[32 + i][lane] = w.a[i];
+  }
+  L.box_x[lane] = w.box.x;
+  L.box_y[lane] = w.box.z;
+  L.box_w[lane] = static_cast<short>(w.bw);
+}
+
+__device__ __forceinline__ void LoadLane(const WarpList& L, int lane, math::TetPlanes* tp,
+                                         float a[4]) {
+  for (int i = 0; i < 4; ++i) {
+    tp->n[i] = {L.planes[3 * i][lane], L.planes[3 * i + 1][lane], L.planes[3 * i + 2][lane]};
+    tp->q[i] = {L.planes[12 + 3 * i][lane], L.planes[13 + 3 * i][lane],
+                L.planes[14 + 3 * i][lane]};
+    tp->inv[i] = L.planes[24 + i][lane];
+    tp->s[i] = L.planes[28 + i][lane];
+    a[i] = L.planes[32 + i][lane];
+  }
+}
+
+// Candidate pixels of a small tetrahedron's box (bit k = box pixel k, row-major): the row spans
+// of its projected hull widened by kHullMarginPx (scan_math.h), or every box pixel when a point
+// projects past kHullMaxCoord.
+__device__ __forceinline__ unsigned long long SpanCandidates(const int4* __restrict__ tets,
+                                                             const float2* __restrict__ screen,
+                                                             const Work& w) {
+  const int4 v = tets[w.t];
+  const int ids[4] = {v.x, v.y, v.z, v.w};
+  float px[4], py[4];
+  bool valid = true;
+  for (int i = 0; i < 4; ++i) {
+    const float2 p = screen[ids[i]];
+    px[i] = p.x, py[i] = p.y;
+    valid = valid && fabsf(p.x) < kHullMaxCoord && fabsf(p.y) < kHullMaxCoord;  // NaN: false
+  }
+  if (!valid) {
+    const int area = w.bw * (w.box.w - w.box.z + 1);
+    return area >= 64 ? ~0ull : (1ull << area) - 1;
+  }
+  return math::SpanCandidates(px, py, w.box.x, w.box.y, w.box.z, w.box.w, kHullMarginPx);
+}
+
+// Appends each lane's bits of `mine` to the warp's list (grouped by lane); returns the total.
+__device__ __forceinline__ int FillList(WarpList& L, int lane, unsigned long long mine) {
+  const int c = __popcll(mine);
+  int incl = c;
+  for (int o = 1; o < 32; o <<= 1) {
+    const int up = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += up;
+  }
+  const int total = __shfl_sync(0xffffffffu, incl, 31);
+  int pos = incl - c;
+  for (unsigned long long rest = mine; rest != 0; rest &= rest - 1)
+    L.items[pos++] = static_cast<uint16_t>((lane << 6) | (__ffsll(static_cast<long long>(rest)) - 1));
+  __syncwarp();
+  return total;
+}
+
+// Pass 1 of kWarpList for the small tetrahedra: the same hit masks and bins as CountKernel<0>.
+__global__ void __launch_bounds__(kListThreads)
+CountListKernel(const int4* __restrict__ tets, int64_t n, const float4* __restrict__ points,
+                const float2* __restrict__ screen, const short4* __restrict__ boxes,
+                math::CameraFrame cam, unsigned long long* __restrict__ masks,
+                unsigned long long* __restrict__ bins) {
+  __shared__ unsigned int hist[kBins];
+  __shared__ WarpList lists[kListWarps];
+  for (int i = threadIdx.x; i < kBins; i += blockDim.x) hist[i] = 0;
+  const int lane = threadIdx.x & 31;
+  WarpList& L = lists[threadIdx.x >> 5];
+  L.hits[lane] = 0;
+  __syncthreads();
+  Work w;
+  unsigned long long cand = 0;
+  if (LoadWork(tets, n, points, boxes, nullptr, 0, false, cam, true, &w)) {
+    cand = SpanCandidates(tets, screen, w);
+    if (cand != 0) StoreLane(L, lane, w);
+  }
+  const int total = FillList(L, lane, cand);
+  for (int base = 0; base < total; base += 32) {
+    const int item = base + lane;
+    if (item >= total) break;
+    const int e = L.items[item], o = e >> 6, k = e & 63;
+    const int bw = L.box_w[o];
+    const int x = L.box_x[o] + k % bw, y = L.box_y[o] + k / bw;
+    math::TetPlanes tp;
+    float a[4];
+    LoadLane(L, o, &tp, a);
+    math::TetHit hit;
+    if (HitPixelPlanes(tp, a, cam, x, y, &hit)) {
+      atomicAdd(&hist[((y & 7) << kCountBits) | (x & 7)], 1u);
+      atomicOr(&L.hits[o], 1ull << k);
+    }
+  }
+  __syncwarp();
+  const int64_t gid = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (gid < n) masks[gid] = L.hits[lane];
+  __syncthreads();
+  for (int i = threadIdx.x; i < kBins; i += blockDim.x)
+    if (hist[i] > 0) atomicAdd(&bins[i], static_cast<unsigned long long>(hist[i]));
+}
+
+// Pass 2 of kWarpList for the small tetrahedra: the hits of the count pass that fall in the
+// hash blocks [block_begin, block_end) become records, slots as in RecordKernel.
+template <class Key>
+__global__ void __launch_bounds__(kListThreads)
+RecordListKernel(const int4* __restrict__ tets, int64_t n, const float4* __restrict__ points,
+                 const short4* __restrict__ boxes, const unsigned long long* __restrict__ masks,
+                 FrameParams f, math::TfTable tf_param, int block_begin, int block_end,
+                 unsigned long long* __restrict__ cursors, Key* __restrict__ keys,
+                 uint32_t* __restrict__ values, float4* __restrict__ rgba) {
+  __shared__ math::TfTable tf;
+  __shared__ unsigned int count[kBins], cursor[kBins];
+  __shared__ unsigned long long base[kBins];
+  __shared__ WarpList lists[kListWarps];
+  {
+    const int words = sizeof(math::TfTable) / 4;
+    const uint32_t* src = reinterpret_cast<const uint32_t*>(&tf_param);
+    uint32_t* dst = reinterpret_cast<uint32_t*>(&tf);
+    for (int i = threadIdx.x; i < words; i += blockDim.x) dst[i] = src[i];
+    for (int i = threadIdx.x; i < kBins; i += blockDim.x) count[i] = cursor[i] = 0;
+  }
+  __syncthreads();
+  const int m = (1 << f.bits) - 1;
+  auto in_pass = [&](int x, int y) {
+    const int block = ((y & m) << f.bits) | (x & m);
+    return block >= block_begin && block < block_end ? block - block_begin : -1;
+  };
+  const int lane = threadIdx.x & 31;
+  WarpList& L = lists[threadIdx.x >> 5];
+  const int64_t gid = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  const unsigned long long mask = gid < n ? masks[gid] : 0;
+  Work w;
+  unsigned long long mine = 0;  // hits in this pass
+  if (mask != 0 && LoadWork(tets, n, points, boxes, nullptr, 0, false, f.cam, false, &w)) {
+    for (unsigned long long rest = mask; rest != 0; rest &= rest - 1) {
+      const int k = __ffsll(static_cast<long long>(rest)) - 1;
+      const int i = in_pass(w.box.x + k % w.bw, w.box.z + k / w.bw);
+      if (i >= 0) {
+        atomicAdd(&count[i], 1u);
+        mine |= 1ull << k;
+      }
+    }
+    // Same inputs and float operations as the count pass: the hits repeat exactly.
+    if (mine != 0 && LoadWork(tets, n, points, boxes, nullptr, 0, false, f.cam, true, &w))
+      StoreLane(L, lane, w);
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < block_end - block_begin; i += blockDim.x)
+    if (count[i] > 0) base[i] = atomicAdd(&cursors[i], static_cast<unsigned long long>(count[i]));
+  __syncthreads();
+  const int total = FillList(L, lane, mine);
+  for (int b = 0; b < total; b += 32) {
+    const int item = b + lane;
+    if (item >= total) break;
+    const int e = L.items[item], o = e >> 6, k = e & 63;
+    const int bw = L.box_w[o];
+    const int x = L.box_x[o] + k % bw, y = L.box_y[o] + k / bw;
+    const int i = in_pass(x, y);
+    math::TetPlanes tp;
+    float a[4];
+    LoadLane(L, o, &tp, a);
+    math::TetHit hit;
+    const bool ok = HitPixelPlanes(tp, a, f.cam, x, y, &hit);
+    const unsigned long long slot = base[i] + atomicAdd(&cursor[i], 1u);
+    EmitRecord(f, tf, x, y, slot, hit, ok, keys, values, rgba);
+  }
+}
+
+// Chunks under kWarpList (with kScanFilter): the lanes of a chunk's warp first mark its pixels
+// inside the projected hull (HullCovers, 16 steps each as in CountKernel<1>), then take the
+// warp's candidates 32 at a time, so the exact tests run on full warps. All lanes hold the same
+// tetrahedron's planes, so any lane can test any pixel of the chunk. Hit masks as CountKernel<1>
+// (bit j of lane l = chunk pixel l + 32·j).
+// Appends (step j, lane) of each lane's bits of `mine` to the warp's list; returns the total.
+__device__ __forceinline__ int FillChunkList(uint16_t* items, int lane, unsigned mine) {
+  const int c = __popc(mine);
+  int incl = c;
+  for (int o = 1; o < 32; o <<= 1) {
+    const int up = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += up;
+  }
+  const int total = __shfl_sync(0xffffffffu, incl, 31);
+  int pos = incl - c;
+  for (unsigned rest = mine; rest != 0; rest &= rest - 1)
+    items[pos++] = static_cast<uint16_t>(((__ffs(rest) - 1) << 5) | lane);
+  __syncwarp();
+  return total;
+}
+
+__global__ void __launch_bounds__(kThreads)
+CountChunkListKernel(const int4* __restrict__ tets, int64_t n, const float4* __restrict__ points,
+                     const float2* __restrict__ screen, const short4* __restrict__ boxes,
+                     const int2* __restrict__ chunks, unsigned chunk_count,
+                     math::CameraFrame cam, ChunkMask* __restrict__ chunk_masks,
+                     unsigned long long* __restrict__ bins) {
+  __shared__ unsigned int hist[kBins];
+  __shared__ uint16_t items[kThreads / 32][kChunkPixels];
+  __shared__ unsigned int hits[kThreads];
+  for (int i = threadIdx.x; i < kBins; i += blockDim.x) hist[i] = 0;
+  hits[threadIdx.x] = 0;
+  __syncthreads();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  Work w;
+  unsigned cand = 0;
+  // Warp-uniform: every lane loads the same chunk.
+  const bool active = LoadWork(tets, n, points, boxes, chunks, chunk_count, true, cam, true, &w);
+  if (active) {
+    Hull hull;
+    LoadHull(tets, w.t, screen, &hull);
+    for (int k = w.k, j = 0; k < w.k_end; k += w.dk, ++j)
+      if (HullCovers(hull, static_cast<float>(w.box.x + k % w.bw),
+                     static_cast<float>(w.box.z + k / w.bw)))
+        cand |= 1u << j;
+  }
+  const int total = FillChunkList(items[warp], lane, cand);
+  const int first = w.k - lane;  // the chunk's first box pixel (valid when active)
+  for (int b = 0; b < total; b += 32) {
+    const int item = b + lane;
+    if (item >= total) break;
+    const int e = items[warp][item], j = e >> 5, l = e & 31;
+    const int k = first + l + 32 * j;
+    const int x = w.box.x + k % w.bw, y = w.box.z + k / w.bw;
+    math::TetHit hit;
+    if (HitPixel(w, cam, x, y, &hit)) {
+      atomicAdd(&hist[((y & 7) << kCountBits) | (x & 7)], 1u);
+      atomicOr(&hits[(warp << 5) | l], 1u << j);
+    }
+  }
+  __syncwarp();
+  const int64_t gid = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if ((gid >> 5) < chunk_count) chunk_masks[gid] = static_cast<ChunkMask>(hits[threadIdx.x]);
+  __syncthreads();
+  for (int i = threadIdx.x; i < kBins; i += blockDim.x)
+    if (hist[i] > 0) atomicAdd(&bins[i], static_cast<unsigned long long>(hist[i]));
+}
+
+// The records of a chunk's hits in the hash blocks [block_begin, block_end), from the warp's
+// list of them; slots as in RecordKernel.
+template <class Key>
+__global__ void __launch_bounds__(kThreads)
+RecordChunkListKernel(const int4* __restrict__ tets, int64_t n, const float4* __restrict__ points,
+                      const short4* __restrict__ boxes, const int2* __restrict__ chunks,
+                      unsigned chunk_count, const ChunkMask* __restrict__ chunk_masks,
+                      FrameParams f, math::TfTable tf_param, int block_begin, int block_end,
+                      unsigned long long* __restrict__ cursors, Key* __restrict__ keys,
+                      uint32_t* __restrict__ values, float4* __restrict__ rgba) {
+  __shared__ math::TfTable tf;
+  __shared__ unsigned int count[kBins], cursor[kBins];
+  __shared__ unsigned long long base[kBins];
+  __shared__ uint16_t items[kThreads / 32][kChunkPixels];
+  {
+    const int words = sizeof(math::TfTable) / 4;
+    const uint32_t* src = reinterpret_cast<const uint32_t*>(&tf_param);
+    uint32_t* dst = reinterpret_cast<uint32_t*>(&tf);
+    for (int i = threadIdx.x; i < words; i += blockDim.x) dst[i] = src[i];
+    for (int i = threadIdx.x; i < kBins; i += blockDim.x) count[i] = cursor[i] = 0;
+  }
+  __syncthreads();
+  const int m = (1 << f.bits) - 1;
+  auto in_pass = [&](int x, int y) {
+    const int block = ((y & m) << f.bits) | (x & m);
+    return block >= block_begin && block < block_end ? block - block_begin : -1;
+  };
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t gid = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  const unsigned mask = (gid >> 5) < chunk_count ? chunk_masks[gid] : 0u;
+  Work w;
+  unsigned mine = 0;  // hits in this pass
+  // Warp-uniform: the planes when any lane of the chunk has a hit.
+  if (__any_sync(0xffffffffu, mask != 0) &&
+      LoadWork(tets, n, points, boxes, chunks, chunk_count, true, f.cam, true, &w)) {
+    for (unsigned rest = mask; rest != 0; rest &= rest - 1) {
+      const int k = w.k + (__ffs(rest) - 1) * w.dk;
+      const int i = in_pass(w.box.x + k % w.bw, w.box.z + k / w.bw);
+      if (i >= 0) {
+        atomicAdd(&count[i], 1u);
+        mine |= rest & (~rest + 1);
+      }
+    }
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < block_end - block_begin; i += blockDim.x)
+    if (count[i] > 0) base[i] = atomicAdd(&cursors[i], static_cast<unsigned long long>(count[i]));
+  __syncthreads();
+  const int total = FillChunkList(items[warp], lane, mine);
+  const int first = w.k - lane;
+  for (int b = 0; b < total; b += 32) {
+    const int item = b + lane;
+    if (item >= total) break;
+    const int e = items[warp][item], j = e >> 5, l = e & 31;
+    const int k = first + l + 32 * j;
+    const int x = w.box.x + k % w.bw, y = w.box.z + k / w.bw;
+    const int i = in_pass(x, y);
+    math::TetHit hit;
+    const bool ok = HitPixel(w, f.cam, x, y, &hit);
+    const unsigned long long slot = base[i] + atomicAdd(&cursor[i], 1u);
+    EmitRecord(f, tf, x, y, slot, hit, ok, keys, values, rgba);
   }
 }
 
@@ -723,6 +1079,7 @@ struct Setup {
   unsigned chunk_count;
   const unsigned long long* masks;
   const ChunkMask* chunk_masks;
+  ScanConversion scan_conversion;
   std::vector<int64_t> block_records;  // per hash block
   float4* image;
   std::function<void(int64_t)> track;  // per-frame device bytes allocated (+) or freed (-)
@@ -820,12 +1177,26 @@ absl::Status RenderBlocks(Setup& s) {
       FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(cursors.get(), offsets.data(),
                                                    (b1 - b0) * sizeof(unsigned long long),
                                                    cudaMemcpyHostToDevice, stream));
-      RecordKernel<Key, kSmallPath><<<cuda::BlocksFor(nt, kThreads), kThreads, 0, stream>>>(
-          s.mesh->tets, nt, s.mesh->points, s.boxes, s.chunks, s.chunk_count, false, s.masks,
-          s.chunk_masks, s.frame, job.tf, b0, b1, cursors.get(), keys.get(), values.get(),
-          rgba.get());
-      FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR((RecordKernel<Key, kSmallPath>));
-      if (s.chunk_count > 0) {
+      if (s.scan_conversion == ScanConversion::kWarpList) {
+        RecordListKernel<Key><<<cuda::BlocksFor(nt, kListThreads), kListThreads, 0, stream>>>(
+            s.mesh->tets, nt, s.mesh->points, s.boxes, s.masks, s.frame, job.tf, b0, b1,
+            cursors.get(), keys.get(), values.get(), rgba.get());
+        FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(RecordListKernel<Key>);
+      } else {
+        RecordKernel<Key, kSmallPath><<<cuda::BlocksFor(nt, kThreads), kThreads, 0, stream>>>(
+            s.mesh->tets, nt, s.mesh->points, s.boxes, s.chunks, s.chunk_count, false, s.masks,
+            s.chunk_masks, s.frame, job.tf, b0, b1, cursors.get(), keys.get(), values.get(),
+            rgba.get());
+        FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR((RecordKernel<Key, kSmallPath>));
+      }
+      if (s.chunk_count > 0 && kScanFilter && s.scan_conversion == ScanConversion::kWarpList) {
+        RecordChunkListKernel<Key>
+            <<<cuda::BlocksFor(int64_t{s.chunk_count} * 32, kThreads), kThreads, 0, stream>>>(
+                s.mesh->tets, nt, s.mesh->points, s.boxes, s.chunks, s.chunk_count,
+                s.chunk_masks, s.frame, job.tf, b0, b1, cursors.get(), keys.get(), values.get(),
+                rgba.get());
+        FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(RecordChunkListKernel<Key>);
+      } else if (s.chunk_count > 0) {
         RecordKernel<Key, kBigPath>
             <<<cuda::BlocksFor(int64_t{s.chunk_count} * 32, kThreads), kThreads, 0, stream>>>(
                 s.mesh->tets, nt, s.mesh->points, s.boxes, s.chunks, s.chunk_count, true,
@@ -983,12 +1354,27 @@ absl::Status RenderCuda(const Device& device, const CudaMesh& mesh, int64_t mesh
   }
 
   // Exact hit counts per (x mod 8, y mod 8).
+  stats.scan_conversion =
+      job.scan_conversion == ScanConversion::kAuto ? kAutoScanConversion : job.scan_conversion;
   FRESNEL_RETURN_IF_ERROR(timer.Start(&stats.records_s));
-  CountKernel<kSmallPath><<<cuda::BlocksFor(nt, kThreads), kThreads, 0, stream>>>(
-      mesh.tets, nt, mesh.points, screen.get(), boxes.get(), chunks.get(), nchunks, false, cam,
-      masks.get(), chunk_masks.get(), counters.get());
-  FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(CountKernel<kSmallPath>);
-  if (nchunks > 0) {
+  if (stats.scan_conversion == ScanConversion::kWarpList) {
+    CountListKernel<<<cuda::BlocksFor(nt, kListThreads), kListThreads, 0, stream>>>(
+        mesh.tets, nt, mesh.points, screen.get(), boxes.get(), cam, masks.get(),
+        counters.get());
+    FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(CountListKernel);
+  } else {
+    CountKernel<kSmallPath><<<cuda::BlocksFor(nt, kThreads), kThreads, 0, stream>>>(
+        mesh.tets, nt, mesh.points, screen.get(), boxes.get(), chunks.get(), nchunks, false, cam,
+        masks.get(), chunk_masks.get(), counters.get());
+    FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(CountKernel<kSmallPath>);
+  }
+  if (nchunks > 0 && kScanFilter && stats.scan_conversion == ScanConversion::kWarpList) {
+    CountChunkListKernel<<<cuda::BlocksFor(int64_t{nchunks} * 32, kThreads), kThreads, 0,
+                           stream>>>(mesh.tets, nt, mesh.points, screen.get(), boxes.get(),
+                                     chunks.get(), nchunks, cam, chunk_masks.get(),
+                                     counters.get());
+    FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(CountChunkListKernel);
+  } else if (nchunks > 0) {
     CountKernel<kBigPath>
         <<<cuda::BlocksFor(int64_t{nchunks} * 32, kThreads), kThreads, 0, stream>>>(
         mesh.tets, nt, mesh.points, screen.get(), boxes.get(), chunks.get(), nchunks, true, cam,
@@ -1043,6 +1429,7 @@ absl::Status RenderCuda(const Device& device, const CudaMesh& mesh, int64_t mesh
   s.chunk_count = nchunks;
   s.masks = masks.get();
   s.chunk_masks = chunk_masks.get();
+  s.scan_conversion = stats.scan_conversion;
   s.image = image.get();
   s.track = track;
   s.frame.cam = cam;
