@@ -4,14 +4,14 @@
 // the image's copy to the host included).
 //
 //   fresnel_bench_volume [--data DIR] [--size N] [--frames K] [--meshes fin,1m,6m,35m] [--cpu]
-//                        [--scans thread,list] [--quick] [--pass-records N,...]
+//                        [--scans thread,list,one] [--quick] [--pass-records N,...]
 //
 // --data: the folder holding volume/bluntfin_tets.vtk (default: the build's FRESNEL_DATA_DIR).
 // --cpu: also time the CPU ray caster on Blunt Fin at 512².
-// --scans: the ScanConversion variants to time (thread = kThread, list = kWarpList; default
-//   both). --quick: per scan only the default options with RGBA8 out (the turntable's frame),
+// --scans: the ScanConversion variants to time (thread = kThread, list = kWarpList, one =
+//   kWarpListOnePass; default all three). --quick: per scan only the default options with RGBA8 out (the turntable's frame),
 //   not the four f32 rows (16/64 blocks × pairwise/segmented scan). --pass-records: the
-//   RenderOptions::max_pass_records values to time the RGBA8 row with (default 2^27).
+//   RenderOptions::max_pass_records values to time the RGBA8 row with (default: the default, 2^28).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -36,7 +36,10 @@ double Now() {
 }
 
 const char* ScanName(ScanConversion s) {
-  return s == ScanConversion::kThread ? "thread" : s == ScanConversion::kWarpList ? "list" : "auto";
+  return s == ScanConversion::kThread             ? "thread"
+         : s == ScanConversion::kWarpList         ? "list"
+         : s == ScanConversion::kWarpListOnePass ? "one"
+                                                  : "auto";
 }
 
 const char* ModeName(Compositing c) {
@@ -90,7 +93,7 @@ int main(int argc, char** argv) {
   bool cpu = false, quick = false;
   std::vector<int64_t> pass_records = {RenderOptions{}.max_pass_records};
   std::vector<std::string> meshes = {"fin", "1m", "6m", "35m"};
-  std::vector<std::string> scan_names = {"thread", "list"};
+  std::vector<std::string> scan_names = {"thread", "list", "one"};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--data" && i + 1 < argc) data = argv[++i];
@@ -106,17 +109,19 @@ int main(int argc, char** argv) {
         pass_records.push_back(std::atoll(std::string(v).c_str()));
     }
     else {
-      std::fprintf(stderr, "usage: %s [--data DIR] [--size N] [--frames K] [--meshes fin,1m,6m,35m] [--cpu] [--scans thread,list] [--quick] [--pass-records N,...]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--data DIR] [--size N] [--frames K] [--meshes fin,1m,6m,35m] [--cpu] [--scans thread,list,one] [--quick] [--pass-records N,...]\n", argv[0]);
       return 2;
     }
   }
   std::vector<ScanConversion> scans;
   for (const std::string& n : scan_names) {
-    if (n != "thread" && n != "list") {
-      std::fprintf(stderr, "--scans: thread or list, got '%s'\n", n.c_str());
+    if (n != "thread" && n != "list" && n != "one") {
+      std::fprintf(stderr, "--scans: thread, list or one, got '%s'\n", n.c_str());
       return 2;
     }
-    scans.push_back(n == "thread" ? ScanConversion::kThread : ScanConversion::kWarpList);
+    scans.push_back(n == "thread" ? ScanConversion::kThread
+                    : n == "list" ? ScanConversion::kWarpList
+                                  : ScanConversion::kWarpListOnePass);
   }
   if (GpuCount() < 1) {
     std::fprintf(stderr, "no CUDA device\n");
