@@ -157,6 +157,10 @@ absl::Status ValidateConfig(const FusionConfig& c) {
   if (c.clearing_interval_frames < 1)
     return Invalid("clearing_interval_frames", "must be >= 1");
   for (int l = 0; l < 3; ++l)
+    if (!(std::isfinite(c.cuda_icp_stop_xi2[l]) && c.cuda_icp_stop_xi2[l] >= 0 &&
+          c.cuda_icp_stop_xi2[l] <= 1))
+      return Invalid("cuda_icp_stop_xi2", "must be finite and in [0, 1]");
+  for (int l = 0; l < 3; ++l)
     if (c.icp_iterations[l] < 0 || c.icp_iterations[l] > 100)
       return Invalid(absl::StrCat("icp_iterations[", l, "]"), "must be in [0, 100]");
   if (c.max_depth_m / c.voxel_size_m / 8 > kMaxCoordinateBricks / 2)

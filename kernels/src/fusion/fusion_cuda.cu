@@ -33,7 +33,7 @@ constexpr int kMaxIcpBlocks = 1024;
 // Frame preparation
 
 // Per-level ICP convergence thresholds that replace kIcpStopXi2 where > 0 (A/B measurements:
-// FRESNEL_FUSION_ICP_STOP, see CudaBackend::Init).
+// FusionConfig::cuda_icp_stop_xi2, see CudaBackend::Init).
 struct IcpStop {
   double xi2[kLevels];
 };
@@ -445,10 +445,9 @@ __global__ void ApronKernel(VolumeView v, const Counters* c, const TrackState* s
 // ---------------------------------------------------------------------------------------------
 // Raycasting
 
-// Model-raycast options (bits of RaycastModelKernel's `opts`), all on. For A/B measurements the
-// environment variable FRESNEL_FUSION_OFF (read when a volume is created; a number) turns
-// optimisations off by these bits and by kOffApronIlp / kOffCull (`fresnel_bench_fusion
-// --variants`). What turning one off cost per 848x480 frame on the H200 (2026-12-01, GPU time,
+// Model-raycast options (bits of RaycastModelKernel's `opts`), all on. For A/B measurements
+// FusionConfig::cuda_disable turns optimisations off by these bits and by kOffApronIlp / kOffCull
+// (`fresnel_bench_fusion --variants`). What turning one off cost per 848x480 frame on the H200 (2026-12-01, GPU time,
 // against 0.79 ms with all on and the old ICP stop; docs/fusion.md): end 0.125 ms, resume 0.118,
 // tiles 0.055, apron ILP 0.035, cull 0.027, tight start 0.028 (0.018 with secant), secant 0.060.
 constexpr unsigned kRayEndNearDepth = 1;  // end each hinted ray at NearDepthEnd(z)
@@ -719,18 +718,10 @@ class CudaBackend : public VolumeBackend {
     FRESNEL_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
     FRESNEL_CUDA_RETURN_IF_ERROR(
         cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, ordinal_));
-    if (const char* off = std::getenv("FRESNEL_FUSION_OFF"))
-      off_ = static_cast<unsigned>(std::strtoul(off, nullptr, 0));
+    off_ = config_.cuda_disable;
     model_ray_opts_ = kRayDefault & ~off_;
-    // FRESNEL_FUSION_ICP_STOP="a,b,c": |xi|^2 thresholds of levels 0, 1, 2 (0 = default).
-    if (const char* stop = std::getenv("FRESNEL_FUSION_ICP_STOP")) {
-      const char* p = stop;
-      for (int l = 0; l < kLevels && *p != 0; ++l) {
-        char* end = nullptr;
-        icp_stop_.xi2[l] = std::strtod(p, &end);
-        if (end == p) break;
-        p = *end == ',' ? end + 1 : end;
-      }
+    for (int l = 0; l < kLevels; ++l) {
+      if (config_.cuda_icp_stop_xi2[l] > 0) icp_stop_.xi2[l] = config_.cuda_icp_stop_xi2[l];
     }
     const int64_t cap = sizes_.capacity, px = sizes_.pixels;
     FRESNEL_RETURN_IF_ERROR(Alloc(&keys_, sizes_.slots));
@@ -1243,8 +1234,8 @@ class CudaBackend : public VolumeBackend {
   Counters* counters_ = nullptr;
   TrackState* state_ = nullptr;
   double* partials_ = nullptr;
-  unsigned off_ = 0;  // FRESNEL_FUSION_OFF
-  IcpStop icp_stop_{};  // FRESNEL_FUSION_ICP_STOP
+  unsigned off_ = 0;    // FusionConfig::cuda_disable
+  IcpStop icp_stop_{};  // defaults, or FusionConfig::cuda_icp_stop_xi2
   unsigned model_ray_opts_ = kRayDefault;
   cudaGraphExec_t icp_graph_ = nullptr;  // the ICP loop, captured at the first tracked frame
   bool icp_graph_failed_ = false;

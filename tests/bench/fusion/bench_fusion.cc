@@ -5,15 +5,16 @@
 // Prints, per size: average and p99 of the GPU time per frame (CUDA events around the three
 // stages), the host wall time per ProcessFrame call (upload, launches, synchronisation), the
 // per-stage averages, bricks in use, device memory and the ATE against the true trajectory.
-// --variants runs each size once per token on the same frames, with FRESNEL_FUSION_OFF=OFF (bits
-// of the CUDA optimisations to turn off, fusion_cuda.cu) and FRESNEL_FUSION_ICP_STOP=STOP (per
-// level |xi|^2 convergence thresholds) set while the volume is created: the A/B table.
+// --variants runs each size once per token on the same frames, with FusionConfig::cuda_disable =
+// OFF (bits of the CUDA optimisations to turn off, fusion_cuda.cu) and cuda_icp_stop_xi2 = STOP
+// ("a,b,c": per level |xi|^2 convergence thresholds): the A/B table.
 // --sessions N runs N volumes at once at 848x480 (a stream and a host thread each, frames offered
 // at F fps, default 90, staggered across the period; F = 0: back to back) and prints the latency
 // from each frame's scheduled arrival to its result (p99 <= 1000/F ms keeps up) and the GPU time.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -68,17 +69,25 @@ Input MakeInput(int width, int height, int frames, int64_t budget_bytes) {
   return in;
 }
 
-// Sets (or with an empty value clears) an environment variable read by Volume::Create.
-void SetEnv(const char* name, const std::string& value) {
-  if (value.empty()) {
-    unsetenv(name);
-  } else {
-    setenv(name, value.c_str(), 1);
+// Applies a --variants token "OFF[:a,b,c]" to the config.
+FusionConfig WithVariant(FusionConfig c, const std::string& variant) {
+  const size_t colon = variant.find(':');
+  const std::string off = variant.substr(0, colon);
+  c.cuda_disable = off.empty() ? 0u : static_cast<unsigned>(std::strtoul(off.c_str(), nullptr, 0));
+  if (colon != std::string::npos) {
+    const char* p = variant.c_str() + colon + 1;
+    for (int l = 0; l < 3 && *p != 0; ++l) {
+      char* end = nullptr;
+      c.cuda_icp_stop_xi2[l] = std::strtod(p, &end);
+      if (end == p) break;
+      p = *end == ',' ? end + 1 : end;
+    }
   }
+  return c;
 }
 
 int Run(const Device& dev, const Input& input, const std::string& variant) {
-  const FusionConfig& c = input.c;
+  const FusionConfig c = WithVariant(input.c, variant);
   const int frames = static_cast<int>(input.frames.size());
   auto v = Volume::Create(dev, c);
   if (!v.ok()) {
@@ -256,9 +265,6 @@ int main(int argc, char** argv) {
   for (int size = 0; size < 2; ++size) {
     Input input = MakeInput(size == 0 ? 848 : 640, 480, frames, int64_t{1} << 30);
     for (const std::string& var : variants) {
-      const size_t colon = var.find(':');
-      SetEnv("FRESNEL_FUSION_OFF", var.substr(0, colon));
-      SetEnv("FRESNEL_FUSION_ICP_STOP", colon == std::string::npos ? "" : var.substr(colon + 1));
       rc |= Run(dev, input, var);
     }
   }
