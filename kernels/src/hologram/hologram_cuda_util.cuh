@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cuda_runtime.h>
+#include <tbb/parallel_for.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -58,11 +59,24 @@ inline HostStaging& ThreadStaging() {
 // `v` must stay alive and unchanged until then.
 class PackedUpload {
  public:
+  // Offsets of several tables in one buffer, each 256-byte aligned (also for device-only tables).
+  class Layout {
+   public:
+    template <class T>
+    size_t Reserve(size_t count) {
+      const size_t offset = static_cast<size_t>(RoundUp(static_cast<int64_t>(size_), 256));
+      size_ = offset + count * sizeof(T);
+      return offset;
+    }
+    size_t size() const { return size_; }
+
+   private:
+    size_t size_ = 0;
+  };
+
   template <class T>
   size_t Reserve(size_t count) {
-    const size_t offset = static_cast<size_t>(RoundUp(static_cast<int64_t>(size_), 256));
-    size_ = offset + count * sizeof(T);
-    return offset;
+    return layout_.Reserve<T>(count);
   }
   template <class T>
   size_t Add(const std::vector<T>& v) {
@@ -74,11 +88,12 @@ class PackedUpload {
   // left the staging buffer. Layouts over kMaxRetainedBytes (clouds of millions of points) use a
   // pageable buffer of their own instead, so that no worker keeps gigabytes pinned.
   absl::Status Stage() {
-    if (size_ > kMaxRetainedBytes) {
-      own_.reset(new (std::nothrow) char[size_]);
+    const size_t total = layout_.size();
+    if (total > kMaxRetainedBytes) {
+      own_.reset(new (std::nothrow) char[total]);
       if (own_ == nullptr) {
         return absl::ResourceExhaustedError(
-            absl::StrCat("host staging: cannot allocate ", size_, " bytes"));
+            absl::StrCat("host staging: cannot allocate ", total, " bytes"));
       }
       host_ = own_.get();
       return absl::OkStatus();
@@ -88,8 +103,8 @@ class PackedUpload {
       FRESNEL_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(s.done));
       s.pending = false;
     }
-    if (s.capacity < size_) {
-      const size_t capacity = std::max({size_, s.capacity * 3 / 2, size_t{1} << 20});
+    if (s.capacity < total) {
+      const size_t capacity = std::max({total, s.capacity * 3 / 2, size_t{1} << 20});
       if (s.data != nullptr) s.pinned ? static_cast<void>(cudaFreeHost(s.data)) : std::free(s.data);
       s.data = nullptr;
       s.capacity = 0;
@@ -115,12 +130,24 @@ class PackedUpload {
   }
   absl::Status Upload(const Device& device) {
     if (host_ == nullptr) FRESNEL_RETURN_IF_ERROR(Stage());
-    for (const Copy& c : copies_) std::memcpy(host_ + c.offset, c.source, c.bytes);
-    FRESNEL_RETURN_IF_ERROR(dev_.Allocate(device, static_cast<int64_t>(size_)));
-    if (size_ == 0) return absl::OkStatus();
+    const size_t total = layout_.size();
+    // Megabytes of per-point arrays a frame: the copies run on all cores, in slices.
+    constexpr size_t kSlice = size_t{256} << 10;
+    std::vector<Copy> slices;
+    for (const Copy& c : copies_) {
+      for (size_t o = 0; o < c.bytes; o += kSlice) {
+        slices.push_back({c.offset + o, static_cast<const char*>(c.source) + o,
+                          std::min(kSlice, c.bytes - o)});
+      }
+    }
+    tbb::parallel_for(size_t{0}, slices.size(), [&](size_t i) {
+      std::memcpy(host_ + slices[i].offset, slices[i].source, slices[i].bytes);
+    });
+    FRESNEL_RETURN_IF_ERROR(dev_.Allocate(device, static_cast<int64_t>(total)));
+    if (total == 0) return absl::OkStatus();
     const cudaStream_t stream = StreamOf(device);
     FRESNEL_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(dev_.get(), host_, size_, cudaMemcpyHostToDevice, stream));
+        cudaMemcpyAsync(dev_.get(), host_, total, cudaMemcpyHostToDevice, stream));
     // From pageable memory the call returns once the source has been read; our own buffer is
     // then free to go with this object.
     if (own_ != nullptr) return absl::OkStatus();
@@ -149,7 +176,7 @@ class PackedUpload {
     size_t bytes;
   };
   static constexpr size_t kMaxRetainedBytes = size_t{256} << 20;
-  size_t size_ = 0;
+  Layout layout_;
   std::vector<Copy> copies_;
   char* host_ = nullptr;
   std::unique_ptr<char[]> own_;
