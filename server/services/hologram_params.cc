@@ -17,14 +17,6 @@ absl::Status Invalid(absl::string_view field, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
 }
 
-// The per-point phase tables the kernels build (TA/PA: (width + height) bytes per point; the
-// reference and tensor paths need less) are batched to fit the free device memory, so the
-// estimate counts them only up to this budget: enough to keep a GPU from being picked when it
-// cannot hold even the field, without sending every large cloud to the CPU.
-constexpr int64_t kTableBudgetBytes = int64_t{512} << 20;
-// Host-side point record the kernels upload (five doubles plus the prepared pixel ranges).
-constexpr int64_t kBytesPerPoint = 64;
-
 absl::StatusOr<hologram::Algorithm> AlgorithmFromProto(v1::HologramAlgorithm a,
                                                        absl::string_view field) {
   switch (a) {
@@ -236,27 +228,6 @@ absl::StatusOr<hologram::PointCloud> PointsFromImage(const v1::ImageSource& imag
   options.depth_m = image.depth_m();
   options.skip_zero = image.skip_zero();
   return hologram::ImageToPointCloud(gray, options);
-}
-
-int64_t HologramOutputBytes(const hologram::HologramOptions& o) {
-  const int64_t pixels = o.width * o.height;
-  int64_t per_pixel = 0;
-  if (o.outputs.field) per_pixel += 8;
-  if (o.outputs.phase) per_pixel += 1;
-  if (o.outputs.amplitude) per_pixel += 4;
-  if (o.reconstruction.enabled) per_pixel += 1;
-  return pixels * per_pixel;
-}
-
-int64_t HologramDeviceBytes(const hologram::HologramOptions& o, int64_t points) {
-  const int64_t pixels = o.width * o.height;
-  // The float field accumulator (complex64) and the outputs.
-  int64_t bytes = pixels * 8 + HologramOutputBytes(o);
-  // ASM: the spectrum and the propagated field (complex64 each) plus the cuFFT work area.
-  if (o.reconstruction.enabled) bytes += pixels * 8 * 3;
-  bytes += points * kBytesPerPoint;
-  bytes += std::min<int64_t>(kTableBudgetBytes, points * (o.width + o.height));
-  return bytes;
 }
 
 absl::Status CheckAlgorithmPlacement(const hologram::HologramOptions& options,

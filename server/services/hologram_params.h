@@ -46,14 +46,6 @@ absl::StatusOr<hologram::PointCloud> PointsFromProto(const v1::NdArray& points,
 absl::StatusOr<hologram::PointCloud> PointsFromImage(const v1::ImageSource& image,
                                                      const hologram::Limits& limits);
 
-// Device memory a render needs (Job::device_bytes). A named heuristic, not a bound: the
-// field accumulator and the outputs, the reconstruction's FFT buffers, the point records, and
-// the per-point phase tables, which the kernels batch to fit the free memory and so count here
-// only up to kTableBudgetBytes.
-int64_t HologramDeviceBytes(const hologram::HologramOptions& options, int64_t points);
-// Bytes of the arrays a render returns.
-int64_t HologramOutputBytes(const hologram::HologramOptions& options);
-
 // The algorithm a request may run with, given where it can run. TENSOR on a request that can
 // only run on the CPU is INVALID_ARGUMENT ("algorithm"); `gpus` is the server's GPU count.
 absl::Status CheckAlgorithmPlacement(const hologram::HologramOptions& options,

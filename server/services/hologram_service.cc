@@ -111,7 +111,7 @@ std::shared_ptr<Job> MakeRenderJob(std::shared_ptr<RenderWork> work, const char*
   job->method = method;
   job->preference = preference;
   job->deadline = deadline;
-  job->device_bytes = HologramDeviceBytes(work->options, work->cloud.size());
+  job->device_bytes = hologram::DeviceBytes(work->options, work->cloud.size());
   // The job outlives its run function, so the render may poll it: a cancelled (or timed-out)
   // request stops between rows / point batches and frees its worker.
   const Job* self = job.get();

@@ -2,6 +2,7 @@
 // path, and the comparison metrics.
 #include "fresnel/hologram/hologram.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <complex>
@@ -272,6 +273,35 @@ absl::StatusOr<HologramResult> ComputeHologram(const Device& device, const Prepa
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
   return result;
+}
+
+int64_t OutputBytes(const HologramOptions& o) {
+  const int64_t pixels = o.width * o.height;
+  int64_t per_pixel = 0;
+  if (o.outputs.field) per_pixel += 8;
+  if (o.outputs.phase) per_pixel += 1;
+  if (o.outputs.amplitude) per_pixel += 4;
+  if (o.reconstruction.enabled) per_pixel += 1;
+  return pixels * per_pixel;
+}
+
+int64_t DeviceBytes(const HologramOptions& o, int64_t points) {
+  // The matrix operands (TA/PA and tensor: about (width + height) bytes per point per pass) are
+  // batched to fit the free device memory, so only this much of them counts: enough to keep a
+  // GPU from being picked when it cannot hold even the field.
+  constexpr int64_t kOperandBudgetBytes = int64_t{512} << 20;
+  // Per point: the uploaded arrays of PreparedPoints (five doubles, four int32 pixel bounds), the
+  // tables the tensor path builds from them on the device (two 24-byte axis polynomials and a
+  // float amplitude), and merged groups' member copies (three doubles, two bounds).
+  constexpr int64_t kBytesPerPoint = (5 * 8 + 4 * 4) + (2 * 24 + 4) + (3 * 8 + 2 * 4);
+  const int64_t pixels = o.width * o.height;
+  // The float field accumulator (complex64) and the outputs.
+  int64_t bytes = pixels * 8 + OutputBytes(o);
+  // ASM: the spectrum and the propagated field (complex64 each) plus the cuFFT work area.
+  if (o.reconstruction.enabled) bytes += pixels * 8 * 3;
+  bytes += points * kBytesPerPoint;
+  bytes += std::min<int64_t>(kOperandBudgetBytes, points * (o.width + o.height));
+  return bytes;
 }
 
 absl::StatusOr<Reconstruction> ReconstructAsm(const Device& device, const HostArray& field,

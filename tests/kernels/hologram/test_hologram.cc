@@ -651,5 +651,28 @@ TEST_CASE("ValidateOptions checks what ValidateHologram checks before the points
   }
 }
 
+TEST_CASE("DeviceBytes counts the field, the outputs, the reconstruction and the points",
+          "[hologram]") {
+  HologramOptions o = SmallOptions(2048, 1024, Algorithm::kTensor);
+  o.outputs.field = false;
+  o.outputs.phase = true;
+  const int64_t pixels = 2048 * 1024;
+  CHECK(OutputBytes(o) == pixels);
+  const int64_t one = DeviceBytes(o, 1);
+  CHECK(one >= pixels * 8 + OutputBytes(o));
+  CHECK(DeviceBytes(o, 1001) - one >= 1000 * (5 * 8 + 4 * 4));  // at least the uploaded arrays
+  o.reconstruction.enabled = true;
+  CHECK(DeviceBytes(o, 1) - one >= pixels * 8 * 3 + pixels);  // + spectra and the 8-bit image
+  // The largest request the default limits allow stays far from overflow.
+  const Limits limits;
+  HologramOptions big = o;
+  big.width = 16384;
+  big.height = limits.max_pixels / 16384;
+  big.outputs.field = big.outputs.amplitude = true;
+  const int64_t most = DeviceBytes(big, limits.max_points);
+  CHECK(most > 0);
+  CHECK(most < (int64_t{1} << 40));
+}
+
 }  // namespace
 }  // namespace fresnel::hologram

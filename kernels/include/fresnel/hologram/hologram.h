@@ -245,6 +245,16 @@ absl::StatusOr<HologramResult> ComputeHologram(const Device& device, const Prepa
                                                const HologramOptions& options,
                                                StageTimes* times = nullptr);
 
+// Device memory a render of `points` points with `options` needs on a GPU (for placement: a
+// named estimate, not a bound): the complex64 accumulator and the outputs, the reconstruction's
+// spectrum, propagated field and cuFFT work area, the uploaded point arrays and the per-point
+// tables built from them, and the batched matrix operands, counted up to 512 MiB because the
+// kernels batch larger ones to fit the free memory (counting them whole would send every large
+// cloud to the CPU). Pure arithmetic; overflow-free for options within Limits.
+int64_t DeviceBytes(const HologramOptions& options, int64_t points);
+// Bytes of the arrays a render returns.
+int64_t OutputBytes(const HologramOptions& options);
+
 struct AsmOptions {
   double pitch_m = 0;
   double wavelength_m = 0;
