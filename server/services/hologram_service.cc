@@ -255,7 +255,7 @@ class StreamCall : public OrderedStream<v1::HologramFrameRequest, v1::HologramFr
         ctx_(ctx),
         limits_(limits),
         context_(context) {
-    absl::Status open = ReserveIn(ctx->streams, 1, "a hologram Stream", &stream_slot_);
+    absl::Status open = ReserveStream(ctx, context, "a hologram Stream", &stream_slot_);
     if (open.ok() && ctx->drain != nullptr) {
       open = ctx->drain->Register("hologram Stream", [this](const absl::Status& st) { Abort(st); },
                                   &ticket_);
@@ -518,7 +518,7 @@ class StreamCall : public OrderedStream<v1::HologramFrameRequest, v1::HologramFr
   ServiceContext* ctx_;
   hologram::Limits limits_;
   grpc::CallbackServerContext* context_;
-  Budget::Reservation stream_slot_;
+  StreamSlot stream_slot_;
   DrainGate::Ticket ticket_;  // while open: SIGTERM's drain may end it (server/drain.h)
   // Reader side (OnRequest and OnHalfClose run one at a time).
   bool configured_ = false;
