@@ -285,8 +285,11 @@ class Client {
   int64_t MessageCap(const CallOptions& call);
   // The channel, for services whose calls live in their own source file (hologram_client.cc).
   std::shared_ptr<grpc::Channel> channel() const;
-  // Channel `index` of a chunked transfer: 0 is channel(), 1.. each its own connection (made on
-  // first use, kept for the client's life).
+  // The SharedMemoryService stub of chunked-transfer channel `index`: 0 is channel()'s, 1.. each
+  // on its own connection (made on first use, kept for the client's life, like the stubs).
+  v1::SharedMemoryService::Stub* ShmStub(int index);
+  // The channel of that stub (the chunked transfer writes and reads raw RegionChunk buffers on
+  // it, fresnel/v1/region_wire.h).
   std::shared_ptr<grpc::Channel> TransferChannel(int index);
   // The path choice behind UpfirdnArray / ResamplePolyArray: `call_fn` runs the request with x
   // (inline, or naming the staging region) and y_shm (null: y inline).
