@@ -118,16 +118,20 @@ int64_t DeviceBytes(const HostArray& x, const OutputSize& out, size_t taps) {
 using Compute =
     std::function<absl::StatusOr<HostArray>(const Device&, const HostArray&, StageTimes*)>;
 
-// The common tail of the unary calls once the request is parsed and validated: checks that the
-// answer fits in one message, submits `compute` as a pool job and fills the response from it.
-void SubmitOneShot(ServiceContext* ctx, UnaryJobCall* call, HostArray x, const OutputSize& out,
-                   size_t taps, const v1::DeviceHint& hint, const std::string& request_id,
-                   const ShmResolver& resolver, bool has_y_shm, const v1::ShmRef& y_shm,
-                   v1::InterpolationResponse* response, Compute compute) {
+// What both one-shot paths check before submitting: y's region when the request names one, that
+// an inline y fits one message, and the device hint. nullopt after rejecting the call.
+struct Accepted {
+  ShmSpan y_span;  // empty: y travels inline
+  DevicePreference preference = DevicePreference::kAny;
+};
+std::optional<Accepted> AcceptOneShot(ServiceContext* ctx, UnaryJobCall* call,
+                                      const OutputSize& out, const v1::DeviceHint& hint,
+                                      const ShmResolver& resolver, bool has_y_shm,
+                                      const v1::ShmRef& y_shm) {
   absl::StatusOr<ShmSpan> y_span = OutputSpan(has_y_shm, y_shm, resolver, out);
   if (!y_span.ok()) {
     call->Reject(y_span.status());
-    return;
+    return std::nullopt;
   }
   const bool y_in_shm = y_span->keepalive != nullptr;
   absl::Status fits = y_in_shm ? absl::OkStatus()
@@ -137,8 +141,20 @@ void SubmitOneShot(ServiceContext* ctx, UnaryJobCall* call, HostArray x, const O
   absl::StatusOr<DevicePreference> preference = PreferenceOf(hint);
   if (!fits.ok() || !preference.ok()) {
     call->Reject(!fits.ok() ? fits : preference.status());
-    return;
+    return std::nullopt;
   }
+  return Accepted{*std::move(y_span), *preference};
+}
+
+// The common tail of the unary calls once the request is parsed and validated: checks that the
+// answer fits in one message, submits `compute` as a pool job and fills the response from it.
+void SubmitOneShot(ServiceContext* ctx, UnaryJobCall* call, HostArray x, const OutputSize& out,
+                   size_t taps, const v1::DeviceHint& hint, const std::string& request_id,
+                   const ShmResolver& resolver, bool has_y_shm, const v1::ShmRef& y_shm,
+                   v1::InterpolationResponse* response, Compute compute) {
+  std::optional<Accepted> accepted =
+      AcceptOneShot(ctx, call, out, hint, resolver, has_y_shm, y_shm);
+  if (!accepted) return;
   Metrics* metrics = ctx->metrics;
   if (metrics) metrics->AddPayload(kService, call->method(), "in", static_cast<double>(x.nbytes()));
   response->set_request_id(RequestIdOr(request_id));
@@ -147,9 +163,9 @@ void SubmitOneShot(ServiceContext* ctx, UnaryJobCall* call, HostArray x, const O
     ShmSpan y_span;  // the output region's bytes (and mapping) when y goes to shared memory
   };
   auto state = std::make_shared<State>();
-  state->y_span = *std::move(y_span);
+  state->y_span = std::move(accepted->y_span);
   auto job = std::make_shared<Job>();
-  job->preference = *preference;
+  job->preference = accepted->preference;
   job->device_bytes = DeviceBytes(x, out, taps);
   state->x = std::move(x);
   job->run = [state, compute = std::move(compute)](const Device& device,
@@ -220,6 +236,20 @@ absl::Status BindX(const v1::NdArray& x, const ShmResolver& resolver, DirectX* d
   return absl::OkStatus();
 }
 
+// The answer's size on the direct path: x's dtype, `samples` along the (normalised) axis.
+OutputSize DirectOutput(const DirectX& x, int axis, int64_t samples) {
+  OutputSize out;
+  for (int d = 0; d < static_cast<int>(x.shape.size()); ++d) {
+    if (d != axis) out.channels *= x.shape[d];
+  }
+  out.samples = samples;
+  out.dtype = x.dtype;
+  return out;
+}
+int NormalAxis(const DirectX& x, int axis) {
+  return axis < 0 ? axis + static_cast<int>(x.shape.size()) : axis;
+}
+
 using DirectCompute = std::function<absl::Status(const Device&, const interp::HostSignalRef&,
                                                  void* y, int64_t y_bytes, StageTimes*)>;
 
@@ -229,20 +259,9 @@ void SubmitDirect(ServiceContext* ctx, UnaryJobCall* call, DirectX x, const Outp
                   int axis, size_t taps, const v1::DeviceHint& hint, const std::string& request_id,
                   const ShmResolver& resolver, bool has_y_shm, const v1::ShmRef& y_shm,
                   v1::InterpolationResponse* response, DirectCompute compute) {
-  absl::StatusOr<ShmSpan> y_span = OutputSpan(has_y_shm, y_shm, resolver, out);
-  if (!y_span.ok()) {
-    call->Reject(y_span.status());
-    return;
-  }
-  absl::Status fits = has_y_shm ? absl::OkStatus()
-                                : CheckResponseFits(out.channels, out.samples, out.dtype,
-                                                    ctx->max_message_bytes,
-                                                    "use ResampleStream or y_shm for long signals");
-  absl::StatusOr<DevicePreference> preference = PreferenceOf(hint);
-  if (!fits.ok() || !preference.ok()) {
-    call->Reject(!fits.ok() ? fits : preference.status());
-    return;
-  }
+  std::optional<Accepted> accepted =
+      AcceptOneShot(ctx, call, out, hint, resolver, has_y_shm, y_shm);
+  if (!accepted) return;
   std::vector<int64_t> y_shape = x.shape;
   const int nd = static_cast<int>(y_shape.size());
   y_shape[axis < 0 ? axis + nd : axis] = out.samples;
@@ -258,9 +277,9 @@ void SubmitDirect(ServiceContext* ctx, UnaryJobCall* call, DirectX x, const Outp
   };
   auto state = std::make_shared<State>();
   state->x = std::move(x);
-  state->y_span = *std::move(y_span);
+  state->y_span = std::move(accepted->y_span);
   auto job = std::make_shared<Job>();
-  job->preference = *preference;
+  job->preference = accepted->preference;
   job->device_bytes = x_bytes + y_bytes + static_cast<int64_t>(taps * sizeof(double));
   job->run = [state, y_shape, y_bytes, compute = std::move(compute)](
                  const Device& device, StageTimes* times) -> absl::Status {
@@ -311,18 +330,11 @@ grpc::ServerUnaryReactor* InterpolationService::Upfirdn(grpc::CallbackServerCont
                                         ctx_->interp_limits);
       if (st.ok()) st = BindX(request->x(), resolver, &x);
       if (st.ok()) {
-        OutputSize out;
-        out.channels = 1;
-        const int nd = static_cast<int>(x.shape.size());
-        const int axis = parsed->options.axis < 0 ? parsed->options.axis + nd
-                                                  : parsed->options.axis;
-        for (int d = 0; d < nd; ++d) {
-          if (d != axis) out.channels *= x.shape[d];
-        }
-        out.samples = interp::UpfirdnOutputLength(
-            x.shape[axis], static_cast<int64_t>(parsed->taps.size()), parsed->options.up,
-            parsed->options.down);
-        out.dtype = x.dtype;
+        const int axis = NormalAxis(x, parsed->options.axis);
+        const OutputSize out = DirectOutput(
+            x, axis,
+            interp::UpfirdnOutputLength(x.shape[axis], static_cast<int64_t>(parsed->taps.size()),
+                                        parsed->options.up, parsed->options.down));
         const size_t taps = parsed->taps.size();
         SubmitDirect(ctx_, call, std::move(x), out, axis, taps, request->device(),
                      request->request_id(), resolver, request->has_y_shm(), request->y_shm(),
@@ -382,15 +394,9 @@ grpc::ServerUnaryReactor* InterpolationService::ResamplePoly(
       st = interp::ValidateResamplePolyShape(x.dtype, x.shape, *options, ctx_->interp_limits);
       if (st.ok()) st = BindX(request->x(), resolver, &x);
       if (st.ok()) {
-        OutputSize out;
-        out.channels = 1;
-        const int nd = static_cast<int>(x.shape.size());
-        const int axis = options->axis < 0 ? options->axis + nd : options->axis;
-        for (int d = 0; d < nd; ++d) {
-          if (d != axis) out.channels *= x.shape[d];
-        }
-        out.samples = interp::ResamplePolyOutputLength(x.shape[axis], options->up, options->down);
-        out.dtype = x.dtype;
+        const int axis = NormalAxis(x, options->axis);
+        const OutputSize out = DirectOutput(
+            x, axis, interp::ResamplePolyOutputLength(x.shape[axis], options->up, options->down));
         const size_t taps = options->taps.empty()
                                 ? interp::ResamplePolyDefaultNumtaps(options->up, options->down)
                                 : options->taps.size();

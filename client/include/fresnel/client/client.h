@@ -185,7 +185,7 @@ class Client {
                                                          const CallOptions& call = {});
 
   // Upfirdn / ResamplePoly of an x of any size, returning y. `request.x` is ignored (x is sent
-  // here). Small payloads (TransferOptions) go in one unary call; larger ones through a staging
+  // here; leave it empty: the request is taken by value, so an inline x would be copied). Small payloads (TransferOptions) go in one unary call; larger ones through a staging
   // region the server allocates (SharedMemoryService with an empty shm_name, counted against its
   // --shm-bytes): x is written in chunk_bytes messages over one or `streams` parallel
   // WriteRegion streams on separate connections, the call names the region for x and y, and y
