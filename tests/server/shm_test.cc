@@ -388,6 +388,69 @@ TEST_CASE("Upfirdn and ResamplePoly through a shared region equal the gRPC path 
   CHECK(mixed->y().data() == want->y().data());
 }
 
+// On a GPU server: pinned regions and the direct path give the inline (HostArray) path's bits.
+TEST_CASE("GPU server: pinned regions, direct path = inline bits", "[server][shm][gpu]") {
+  if (SkipWithoutGpu()) return;
+  server::ServerConfig config = TestServer::CpuConfig();
+  config.gpus = "all";  // regions are pinned (--pin-regions) and the calls run on the GPU
+  TestServer ts(config);
+  auto client = Connect(ts);
+  const DType dtype = GENERATE(DType::kFloat32, DType::kComplex64, DType::kFloat64);
+  HostArray x = RandomArray(dtype, {2, 300001}, 17);
+  v1::UpfirdnRequest req = UpfirdnShape(x, 4, 1);
+  req.mutable_device()->set_kind(v1::DEVICE_KIND_GPU);
+  v1::UpfirdnRequest inline_req = req;
+  ToProto(x, inline_req.mutable_x());
+  auto want = client->Upfirdn(inline_req);  // the HostArray path, on the GPU
+  REQUIRE(want.ok());
+  CHECK(want->info().device().rfind("cuda", 0) == 0);
+  auto y_want = FromProto(want->y(), "y");
+  REQUIRE(y_want.ok());
+
+  // x and y in one shared region (pinned by the server), the direct path.
+  const int64_t y_off = (static_cast<int64_t>(x.nbytes()) + 4095) / 4096 * 4096;
+  auto region = SharedRegion::Create(client.get(), "gpu-io", y_off + y_want->nbytes());
+  REQUIRE(region.ok());
+  REQUIRE((*region)->Write(x, 0).ok());
+  auto got = client->Upfirdn(req, **region, 0, y_off);
+  REQUIRE(got.ok());
+  CHECK(got->info().device().rfind("cuda", 0) == 0);
+  auto y = (*region)->Read(got->y());
+  REQUIRE(y.ok());
+  CHECK(y->bytes() == y_want->bytes());
+
+  // The chunked path: a staging region (pinned, kept and reused on the second call).
+  v1::UpfirdnRequest shape_only = req;
+  TransferOptions parallel;
+  parallel.unary_max_bytes = 0;
+  parallel.parallel_min_bytes = 0;
+  parallel.streams = 3;
+  parallel.chunk_bytes = 1 << 20;
+  for (int call = 0; call < 2; ++call) {
+    TransferReport report;
+    auto chunked = client->UpfirdnArray(shape_only, x, parallel, {}, &report);
+    REQUIRE(chunked.ok());
+    CHECK(std::string(report.path) == "parallel");
+    CHECK(report.info.device().rfind("cuda", 0) == 0);
+    CHECK(chunked->bytes() == y_want->bytes());
+  }
+
+  // ResamplePoly the same way.
+  v1::ResamplePolyRequest rp;
+  rp.mutable_x()->set_dtype(ToProto(x.dtype()));
+  rp.mutable_x()->mutable_shape()->Assign(x.shape().begin(), x.shape().end());
+  rp.set_up(160);
+  rp.set_down(147);
+  rp.mutable_device()->set_kind(v1::DEVICE_KIND_GPU);
+  v1::ResamplePolyRequest rp_inline = rp;
+  ToProto(x, rp_inline.mutable_x());
+  auto rp_want = client->ResamplePoly(rp_inline);
+  REQUIRE(rp_want.ok());
+  auto rp_chunked = client->ResamplePolyArray(rp, x, parallel, {});
+  REQUIRE(rp_chunked.ok());
+  CHECK(rp_chunked->bytes() == FromProto(rp_want->y(), "y")->bytes());
+}
+
 TEST_CASE("shm requests: bad regions get the right codes and the server survives",
           "[server][shm]") {
   TestServer ts;
