@@ -46,7 +46,7 @@ class WriteRegionCall : public grpc::ServerReadReactor<grpc::ByteBuffer> {
         response_(response),
         record_(ctx->metrics, kService, "WriteRegion") {
     absl::Status st = ctx->shm == nullptr ? Unavailable()
-                                          : ReserveIn(ctx->streams, 1, "a WriteRegion", &slot_);
+                                          : ReserveStream(ctx, context, "a WriteRegion", &slot_);
     if (!st.ok()) {
       FinishWith(st);
       return;
@@ -111,7 +111,7 @@ class WriteRegionCall : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   const std::string client_;
   grpc::ByteBuffer* response_;
   RpcRecord record_;
-  Budget::Reservation slot_;
+  StreamSlot slot_;
   grpc::ByteBuffer buffer_;
   v1::RegionChunkView chunk_;
   std::string region_name_;
@@ -163,7 +163,7 @@ class ReadRegionCall : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       return absl::InvalidArgumentError(
           absl::StrCat("length_bytes: must be >= 0 (got ", request.length_bytes(), ")"));
     }
-    FRESNEL_RETURN_IF_ERROR(ReserveIn(ctx->streams, 1, "a ReadRegion", &slot_));
+    FRESNEL_RETURN_IF_ERROR(ReserveStream(ctx, context, "a ReadRegion", &slot_));
     FRESNEL_ASSIGN_OR_RETURN(span_, ctx->shm->Resolve(ClientOf(context),
                                                       RefTo(region_, offset_),
                                                       request.length_bytes(), "request"));
@@ -192,7 +192,7 @@ class ReadRegionCall : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   RpcRecord record_;
   const std::string region_;
   const int64_t offset_;
-  Budget::Reservation slot_;
+  StreamSlot slot_;
   ShmSpan span_;
   int64_t chunk_ = 0;
   int64_t pos_ = 0;

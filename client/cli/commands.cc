@@ -458,8 +458,13 @@ absl::Status PlotSignals(const InterpOptions& o, const HostArray& x, const HostA
   plot.width_px = o.plot_width;
   plot.height_px = o.plot_height;
   plot.x_label = "time (s)";
-  plot.title = absl::StrCat(o.mode == "upfirdn" ? "upfirdn" : "resample_poly", " up=", o.up,
-                            " down=", o.down, ", channel 0");
+  const char* op = o.mode == "upfirdn"  ? "upfirdn"
+                   : o.mode == "fft"    ? "resample (FFT)"
+                   : o.mode == "decimate" ? "decimate"
+                                          : "resample_poly";
+  plot.title = o.mode == "decimate"
+                   ? absl::StrCat(op, " q=", o.down, ", channel 0")
+                   : absl::StrCat(op, " up=", o.up, " down=", o.down, ", channel 0");
   return WritePlotPng(o.png, {in_trace, out_trace}, plot);
 }
 

@@ -238,6 +238,18 @@ absl::StatusOr<v1::ServerStats> Client::GetStats(const CallOptions& call) {
       });
 }
 
+absl::StatusOr<v1::InjectFaultResponse> Client::InjectFault(const std::string& device_id,
+                                                            v1::FaultKind kind,
+                                                            const CallOptions& call) {
+  v1::InjectFaultRequest request;
+  request.set_device_id(device_id);
+  request.set_kind(kind);
+  return Unary<v1::InjectFaultRequest, v1::InjectFaultResponse>(
+      options_, call, request, [this](grpc::ClientContext* c, const auto& req, auto* resp) {
+        return impl_->admin->InjectFault(c, req, resp);
+      });
+}
+
 absl::StatusOr<v1::InterpolationResponse> Client::Upfirdn(const v1::UpfirdnRequest& request,
                                                           const CallOptions& call) {
   return Unary<v1::UpfirdnRequest, v1::InterpolationResponse>(

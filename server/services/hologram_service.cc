@@ -255,7 +255,7 @@ class StreamCall
         context_(context),
         record_(ctx->metrics, kService, "Stream"),
         depth_(PipelineDepth(*ctx->pool)) {
-    absl::Status slot = ReserveIn(ctx->streams, 1, "a hologram Stream", &stream_slot_);
+    absl::Status slot = ReserveStream(ctx, context, "a hologram Stream", &stream_slot_);
     if (slot.ok() && ctx->drain != nullptr) {
       slot = ctx->drain->Register("hologram Stream", [this](const absl::Status& st) { Fail(st); },
                                   &ticket_);
@@ -675,7 +675,7 @@ class StreamCall
   hologram::Limits limits_;
   grpc::CallbackServerContext* context_;
   RpcRecord record_;
-  Budget::Reservation stream_slot_;
+  StreamSlot stream_slot_;
   DrainGate::Ticket ticket_;  // while open: SIGTERM's drain may end it (server/drain.h)
   const int depth_;
   // Reader side (OnReadDone runs one at a time).

@@ -17,6 +17,7 @@ absl::Status GpuStream::Synchronize() { return NoCuda(); }
 absl::Status GpuContextStatus(int, void*) { return absl::OkStatus(); }
 absl::Status PinHostMemory(void*, int64_t) { return NoCuda(); }
 void UnpinHostMemory(void*) {}
+absl::Status GpuInjectStickyError(int, void*) { return NoCuda(); }
 
 absl::StatusOr<std::unique_ptr<GpuMemPool>> GpuMemPool::Create(int, int64_t, int64_t) {
   return NoCuda();

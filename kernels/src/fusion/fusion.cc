@@ -177,7 +177,9 @@ int64_t DeviceBytes(const FusionConfig& config) {
   int64_t lists = s.capacity * 8;
   int64_t px = s.pixels;
   int64_t levels = px + px / 4 + px / 16 + 3;
-  int64_t frame = px * 4 + px * 3 + levels * 4 + levels * 32 + px * 32 + px * 4;
+  // Per-frame depth tiles of 8 x 8 pixels (largest depth, float) and the update count.
+  int64_t tiles = ((config.camera.width + 7) / 8) * ((config.camera.height + 7) / 8);
+  int64_t frame = px * 4 + px * 3 + levels * 4 + levels * 32 + px * 32 + px * 4 + tiles * 4 + 4;
   // ICP block partials (1024 x 29 doubles).
   return vox + table + lists + frame + 1024 * 29 * 8 + 4096;
 }
