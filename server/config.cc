@@ -103,6 +103,15 @@ absl::StatusOr<ServerConfig> ParseConfig(int argc, char** argv) {
   app.add_option("--shm-ttl", c.shm_ttl_s,
                  "seconds a shared-memory region stays registered without a request naming it")
       ->envname("FRESNEL_SHM_TTL")->check(CLI::Range(0.01, 1e7))->capture_default_str();
+  app.add_option("--staging-cache-bytes", c.staging_cache_bytes,
+                 "bytes of unregistered staging-region buffers kept (mapped, faulted in, pinned) "
+                 "for the next chunked transfer; counted in --shm-bytes (0: keep none)")
+      ->envname("FRESNEL_STAGING_CACHE_BYTES")->check(CLI::Range(int64_t{0}, int64_t{1} << 50))
+      ->capture_default_str();
+  app.add_option("--pin-regions", c.pin_regions,
+                 "page-lock shared-memory and staging regions for DMA when the server has GPUs "
+                 "(costs a one-time fault-in of each region)")
+      ->envname("FRESNEL_PIN_REGIONS")->capture_default_str();
   app.add_option("--session-ttl", c.session_ttl_s,
                  "seconds a session (fusion volume, cached mesh) lives without a call")
       ->envname("FRESNEL_SESSION_TTL")->check(CLI::Range(0.01, 1e7))->capture_default_str();

@@ -46,6 +46,8 @@ struct ServerConfig {
   // Shared-memory regions of same-host clients (server/shm.h).
   int64_t shm_bytes = int64_t{8} << 30;            // FRESNEL_SHM_BYTES: all regions mapped; 0 = off
   double shm_ttl_s = 600;                          // FRESNEL_SHM_TTL: idle time before expiry
+  int64_t staging_cache_bytes = int64_t{4} << 30;  // FRESNEL_STAGING_CACHE_BYTES: kept staging
+  bool pin_regions = true;                         // FRESNEL_PIN_REGIONS: page-lock regions (GPUs)
   // Sessions (server/sessions.h): state kept on one device across calls.
   double session_ttl_s = 300;                      // FRESNEL_SESSION_TTL: idle time before expiry
   int max_sessions_per_device = 64;                // FRESNEL_MAX_SESSIONS_PER_DEVICE

@@ -166,6 +166,8 @@ absl::StatusOr<std::unique_ptr<FresnelServer>> FresnelServer::Start(const Server
   ShmRegistryOptions shm_options;
   shm_options.cap_bytes = config.shm_bytes;
   shm_options.ttl_s = config.shm_ttl_s;
+  shm_options.staging_cache_bytes = config.staging_cache_bytes;
+  shm_options.pin = config.pin_regions && !gpus->empty();
   impl->shm = std::make_unique<ShmRegistry>(shm_options, observe("--shm-bytes", config.shm_bytes));
   impl->ctx.shm = impl->shm.get();
   impl->ctx.drain = &impl->drain;

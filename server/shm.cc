@@ -6,9 +6,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "fresnel/core/status.h"
+#include "fresnel/core/gpu.h"
 
 namespace fresnel::server {
 
@@ -16,15 +19,63 @@ namespace fresnel::server {
 // last holder — the registry or a request's ShmSpan — lets go.
 struct ShmRegistry::Mapping {
   void* addr = MAP_FAILED;
-  int64_t size = 0;
-  int fd = -1;  // kept open to check the object's size before each use
+  int64_t size = 0;      // the registered size (what requests may address)
+  int64_t capacity = 0;  // the mapped length (a reused staging buffer may be larger)
+  int fd = -1;  // kept open to check the object's size before each use; -1 for staging
   dev_t dev = 0;
   ino_t ino = 0;
+  bool pinned = false;
+  std::string client;  // the last client whose region this was (staging buffers)
   Budget::Reservation reservation;
 
   ~Mapping() {
-    if (addr != MAP_FAILED) munmap(addr, static_cast<size_t>(size));
+    if (pinned) UnpinHostMemory(addr);
+    if (addr != MAP_FAILED) munmap(addr, static_cast<size_t>(capacity));
     if (fd >= 0) close(fd);
+  }
+};
+
+// Staging buffers whose region is gone, kept (mapped, faulted in, pinned) for the next staging
+// region. Shared with the deleters of live staging mappings, which give their buffer back here
+// when the last holder lets go (or delete it when the registry is gone).
+struct ShmRegistry::StagingCache {
+  explicit StagingCache(int64_t keep) : keep_bytes(keep) {}
+  const int64_t keep_bytes;
+  mutable std::mutex mu;
+  int64_t idle_bytes = 0;
+  int64_t reuses = 0;
+  std::vector<std::unique_ptr<Mapping>> idle;
+
+  void Return(Mapping* m) {
+    std::unique_ptr<Mapping> owned(m);
+    std::lock_guard<std::mutex> lock(mu);
+    if (owned->capacity > keep_bytes - idle_bytes) return;  // deleted (unmapped) here
+    idle_bytes += owned->capacity;
+    idle.push_back(std::move(owned));
+  }
+
+  // The smallest kept buffer of capacity in [size, 2 * size], or null.
+  std::unique_ptr<Mapping> Take(int64_t size) {
+    std::lock_guard<std::mutex> lock(mu);
+    int best = -1;
+    for (int i = 0; i < static_cast<int>(idle.size()); ++i) {
+      const int64_t c = idle[i]->capacity;
+      if (c >= size && c / 2 <= size && (best < 0 || c < idle[best]->capacity)) best = i;
+    }
+    if (best < 0) return nullptr;
+    std::unique_ptr<Mapping> m = std::move(idle[best]);
+    idle.erase(idle.begin() + best);
+    idle_bytes -= m->capacity;
+    ++reuses;
+    return m;
+  }
+
+  // Unmaps every kept buffer (their bytes go back to the budget).
+  void Clear() {
+    std::vector<std::unique_ptr<Mapping>> dropped;
+    std::lock_guard<std::mutex> lock(mu);
+    dropped.swap(idle);
+    idle_bytes = 0;
   }
 };
 
@@ -73,9 +124,75 @@ absl::Status OpenError(int err, const std::string& shm_name) {
 
 ShmRegistry::ShmRegistry(ShmRegistryOptions options, Budget::Observer observer)
     : options_(std::move(options)),
-      budget_("--shm-bytes", options_.cap_bytes, std::move(observer)) {}
+      budget_("--shm-bytes", options_.cap_bytes, std::move(observer)),
+      cache_(std::make_shared<StagingCache>(std::max<int64_t>(0, options_.staging_cache_bytes))) {}
 
-ShmRegistry::~ShmRegistry() = default;
+ShmRegistry::~ShmRegistry() {
+  std::lock_guard<std::mutex> lock(mu_);
+  regions_.clear();
+  cache_->Clear();
+}
+
+int64_t ShmRegistry::staging_cached_bytes() const {
+  std::lock_guard<std::mutex> lock(cache_->mu);
+  return cache_->idle_bytes;
+}
+
+int64_t ShmRegistry::staging_reuses() const {
+  std::lock_guard<std::mutex> lock(cache_->mu);
+  return cache_->reuses;
+}
+
+void ShmRegistry::Pin(Mapping* mapping) {
+  if (!options_.pin || mapping->pinned) return;
+  mapping->pinned = PinHostMemory(mapping->addr, mapping->capacity).ok();
+  if (!mapping->pinned) pin_failures_.fetch_add(1);
+}
+
+// A staging buffer of `size` bytes for `client`: a kept one when one fits (zeroed first when it
+// was another client's, so no client reads another's bytes), else a fresh anonymous mapping
+// (zero pages; huge pages where the kernel allows, so filling it takes few faults).
+absl::StatusOr<std::shared_ptr<ShmRegistry::Mapping>> ShmRegistry::NewStaging(
+    const std::string& client, int64_t size, const std::string& name) {
+  std::unique_ptr<Mapping> mapping = cache_->Take(size);
+  if (mapping != nullptr) {
+    if (mapping->client != client) {
+      std::memset(mapping->addr, 0, static_cast<size_t>(mapping->capacity));
+    }
+  } else {
+    const std::string what = absl::StrCat("shared-memory region '", name, "'");
+    absl::StatusOr<Budget::Reservation> reservation = budget_.Reserve(size, what);
+    if (!reservation.ok()) {
+      cache_->Clear();  // kept buffers are only a cache: give their bytes to this region
+      reservation = budget_.Reserve(size, what);
+    }
+    if (!reservation.ok()) return reservation.status();
+    mapping = std::make_unique<Mapping>();
+    mapping->reservation = *std::move(reservation);
+    mapping->capacity = size;
+    mapping->addr = mmap(nullptr, static_cast<size_t>(size), PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (mapping->addr == MAP_FAILED) {
+      const int err = errno;
+      return absl::ResourceExhaustedError(absl::StrCat("cannot map region '", name, "' (", size,
+                                                       " bytes): ", strerror(err)));
+    }
+#ifdef MADV_HUGEPAGE
+    madvise(mapping->addr, static_cast<size_t>(size), MADV_HUGEPAGE);
+#endif
+    Pin(mapping.get());
+  }
+  mapping->size = size;
+  mapping->client = client;
+  std::weak_ptr<StagingCache> cache = cache_;
+  return std::shared_ptr<Mapping>(mapping.release(), [cache](Mapping* m) {
+    if (std::shared_ptr<StagingCache> c = cache.lock()) {
+      c->Return(m);
+    } else {
+      delete m;
+    }
+  });
+}
 
 Clock::time_point ShmRegistry::Now() const { return options_.now ? options_.now() : Clock::now(); }
 
@@ -126,20 +243,23 @@ absl::StatusOr<v1::SharedRegionInfo> ShmRegistry::Register(
           "the server holds its limit of ", options_.max_regions, " shared-memory regions"));
     }
   }
-  // Reserve before mapping: a client cannot make the server map more than --shm-bytes.
-  absl::StatusOr<Budget::Reservation> reservation =
-      budget_.Reserve(request.size_bytes(), absl::StrCat("shared-memory region '", request.name(),
-                                                         "'"));
-  if (!reservation.ok()) return reservation.status();
-
-  auto mapping = std::make_shared<Mapping>();
-  mapping->reservation = *std::move(reservation);
-  mapping->size = request.size_bytes();
+  std::shared_ptr<Mapping> mapping;
   if (request.shm_name().empty()) {
-    // A staging buffer of the server's own: pages materialize as WriteRegion fills them.
-    mapping->addr = mmap(nullptr, static_cast<size_t>(mapping->size), PROT_READ | PROT_WRITE,
-                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    // A staging buffer of the server's own (kept ones are reused).
+    FRESNEL_ASSIGN_OR_RETURN(mapping, NewStaging(client, request.size_bytes(), request.name()));
   } else {
+    // Reserve before mapping: a client cannot make the server map more than --shm-bytes.
+    const std::string what = absl::StrCat("shared-memory region '", request.name(), "'");
+    absl::StatusOr<Budget::Reservation> reservation = budget_.Reserve(request.size_bytes(), what);
+    if (!reservation.ok()) {
+      cache_->Clear();
+      reservation = budget_.Reserve(request.size_bytes(), what);
+    }
+    if (!reservation.ok()) return reservation.status();
+    mapping = std::make_shared<Mapping>();
+    mapping->reservation = *std::move(reservation);
+    mapping->size = request.size_bytes();
+    mapping->capacity = request.size_bytes();
     mapping->fd = shm_open(request.shm_name().c_str(), O_RDWR, 0);
     if (mapping->fd < 0) return OpenError(errno, request.shm_name());
     struct stat st;
@@ -153,11 +273,13 @@ absl::StatusOr<v1::SharedRegionInfo> ShmRegistry::Register(
     mapping->ino = st.st_ino;
     mapping->addr = mmap(nullptr, static_cast<size_t>(mapping->size), PROT_READ | PROT_WRITE,
                          MAP_SHARED, mapping->fd, 0);
-  }
-  if (mapping->addr == MAP_FAILED) {
-    const int err = errno;
-    return absl::ResourceExhaustedError(absl::StrCat("cannot map region '", request.name(), "' (",
-                                                     mapping->size, " bytes): ", strerror(err)));
+    if (mapping->addr == MAP_FAILED) {
+      const int err = errno;
+      return absl::ResourceExhaustedError(absl::StrCat("cannot map region '", request.name(),
+                                                       "' (", mapping->size,
+                                                       " bytes): ", strerror(err)));
+    }
+    Pin(mapping.get());
   }
 
   std::lock_guard<std::mutex> lock(mu_);
@@ -243,6 +365,11 @@ absl::StatusOr<ShmSpan> ShmRegistry::Resolve(const std::string& client, const v1
   span.size = nbytes;
   span.keepalive = std::move(mapping);
   return span;
+}
+
+int64_t ShmRegistry::RegionSize(const ShmSpan& span) const {
+  const auto* mapping = static_cast<const Mapping*>(span.keepalive.get());
+  return mapping != nullptr ? mapping->size : 0;
 }
 
 ShmResolver ShmRegistry::ResolverFor(std::string client) {

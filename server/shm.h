@@ -9,6 +9,7 @@
 // request. Thread-safe.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -32,6 +33,16 @@ struct ShmRegistryOptions {
   int64_t cap_bytes = int64_t{8} << 30;  // --shm-bytes: what all regions may map together
   double ttl_s = 600;                    // --shm-ttl: idle time before a region is forgotten
   int max_regions = 4096;                // regions of all clients together
+  // --staging-cache-bytes: staging buffers (RegisterRegion with an empty shm_name) whose region
+  // was unregistered are kept, up to this many bytes, and handed to the next staging region
+  // that fits (capacity in [size, 2 * size]) instead of a fresh mapping: no page faults, no
+  // kernel zeroing, no munmap and no re-pinning per transfer. They stay counted against
+  // cap_bytes while kept; a registration that would not fit drops them first. 0 = keep none.
+  int64_t staging_cache_bytes = int64_t{4} << 30;
+  // --pin-regions (on when the server has GPUs): page-lock every region (fresnel::PinHostMemory)
+  // so host<->device copies from and to it are DMA. A region that cannot be pinned is used
+  // unpinned (counted in pin_failures()).
+  bool pin = false;
   std::function<Clock::time_point()> now;  // the clock (tests); empty = Clock::now
 };
 
@@ -57,15 +68,27 @@ class ShmRegistry {
   // Marks the region used (its TTL starts again).
   absl::StatusOr<ShmSpan> Resolve(const std::string& client, const v1::ShmRef& ref,
                                   int64_t nbytes, absl::string_view field);
+  // The registered size of the region a span Resolve returned lies in (0 for an empty span).
+  int64_t RegionSize(const ShmSpan& span) const;
   // Resolve bound to one client, for fresnel::FromProto.
   ShmResolver ResolverFor(std::string client);
 
   double ttl_s() const { return options_.ttl_s; }
   // Bytes mapped now, including regions unregistered but still in use by a request.
   int64_t mapped_bytes() const { return budget_.used(); }
+  // Staging buffers kept for reuse now (bytes), and how many registrations reused one.
+  int64_t staging_cached_bytes() const;
+  int64_t staging_reuses() const;
+  int64_t pin_failures() const { return pin_failures_.load(); }
+  // Whether regions are page-locked when registered (options.pin).
+  bool pins_regions() const { return options_.pin; }
 
  private:
   struct Mapping;
+  struct StagingCache;
+  absl::StatusOr<std::shared_ptr<Mapping>> NewStaging(const std::string& client, int64_t size,
+                                                       const std::string& name);
+  void Pin(Mapping* mapping);
   struct Region {
     std::string shm_name;
     std::shared_ptr<Mapping> mapping;
@@ -80,6 +103,8 @@ class ShmRegistry {
 
   const ShmRegistryOptions options_;
   Budget budget_;
+  std::shared_ptr<StagingCache> cache_;
+  std::atomic<int64_t> pin_failures_{0};
   std::mutex mu_;
   std::map<Key, Region> regions_;
 };

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "fresnel/v1/region_wire.h"
 #include "fresnel/v1/wire_limits.h"
 #include "fresnel/core/status.h"
 #include "server/status_util.h"
@@ -32,12 +33,14 @@ v1::ShmRef RefTo(const std::string& region, int64_t offset) {
   return ref;
 }
 
-// One WriteRegion call: each chunk is copied to its offset as it arrives (the region is the
-// preallocated buffer; nothing else is held), so parallel calls fill one region in place.
-class WriteRegionCall : public grpc::ServerReadReactor<v1::RegionChunk> {
+// One WriteRegion call: each chunk is parsed in place and its data copied once, from the
+// received slices to its offset, as it arrives (the region is the preallocated buffer; nothing
+// else is held), so parallel calls fill one region in place. The region is resolved again only
+// when a chunk names another one.
+class WriteRegionCall : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
   WriteRegionCall(ServiceContext* ctx, grpc::CallbackServerContext* context,
-                  v1::WriteRegionResponse* response)
+                  grpc::ByteBuffer* response)
       : ctx_(ctx),
         client_(ClientOf(context)),
         response_(response),
@@ -48,55 +51,86 @@ class WriteRegionCall : public grpc::ServerReadReactor<v1::RegionChunk> {
       FinishWith(st);
       return;
     }
-    StartRead(&chunk_);
+    StartRead(&buffer_);
   }
 
   void OnReadDone(bool ok) override {
     if (!ok) {
-      response_->set_bytes_written(written_);
+      v1::WriteRegionResponse response;
+      response.set_bytes_written(written_);
+      const std::string bytes = response.SerializeAsString();
+      grpc::Slice slice(bytes);
+      *response_ = grpc::ByteBuffer(&slice, 1);
       FinishWith(absl::OkStatus());
       return;
     }
-    const int64_t n = static_cast<int64_t>(chunk_.data().size());
-    absl::StatusOr<ShmSpan> span =
-        ctx_->shm->Resolve(client_, RefTo(chunk_.region(), chunk_.offset_bytes()), n, "chunk");
-    if (!span.ok()) {
-      FinishWith(span.status());
+    absl::Status parsed = chunk_.Parse(buffer_);
+    buffer_.Clear();
+    if (!parsed.ok()) {
+      FinishWith(parsed);
       return;
     }
-    if (n > 0) std::memcpy(span->data, chunk_.data().data(), static_cast<size_t>(n));
+    const int64_t n = chunk_.data_bytes();
+    // The whole region once per call (re-resolved when a chunk names another), each chunk's
+    // range checked against it; Resolve marks the region used.
+    if (region_.keepalive == nullptr || chunk_.region() != region_name_) {
+      region_ = ShmSpan();
+      absl::StatusOr<ShmSpan> whole = ctx_->shm->Resolve(client_, RefTo(chunk_.region(), 0), 0,
+                                                         "chunk");
+      if (!whole.ok()) {
+        FinishWith(whole.status());
+        return;
+      }
+      region_name_ = chunk_.region();
+      region_ = *std::move(whole);
+      region_size_ = ctx_->shm->RegionSize(region_);
+    }
+    const int64_t offset = chunk_.offset_bytes();
+    if (offset < 0 || offset > region_size_ || n > region_size_ - offset) {
+      FinishWith(absl::InvalidArgumentError(absl::StrCat(
+          "chunk.offset_bytes: ", n, " bytes at offset ", offset, " are not inside region '",
+          chunk_.region(), "' of ", region_size_, " bytes")));
+      return;
+    }
+    if (n > 0) chunk_.CopyData(region_.data + offset);
     written_ += n;
     record_.Payload("in", static_cast<double>(n));
-    StartRead(&chunk_);
+    StartRead(&buffer_);
   }
 
   void OnDone() override { delete this; }
 
  private:
   void FinishWith(const absl::Status& status) {
+    region_ = ShmSpan();
     record_.Done(status);
     Finish(ToGrpcStatus(status));
   }
 
   ServiceContext* ctx_;
   const std::string client_;
-  v1::WriteRegionResponse* response_;
+  grpc::ByteBuffer* response_;
   RpcRecord record_;
   StreamSlot slot_;
-  v1::RegionChunk chunk_;
+  grpc::ByteBuffer buffer_;
+  v1::RegionChunkView chunk_;
+  std::string region_name_;
+  ShmSpan region_;  // the region last written (its start and mapping)
+  int64_t region_size_ = 0;
   int64_t written_ = 0;
 };
 
 // One ReadRegion call: the range is resolved once (its mapping held for the call) and sent in
-// chunk_bytes messages, one copy each from the region into the message.
-class ReadRegionCall : public grpc::ServerWriteReactor<v1::RegionChunk> {
+// chunk_bytes messages whose data slice is the region itself (no copy; each slice holds the
+// mapping until gRPC has sent it).
+class ReadRegionCall : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   ReadRegionCall(ServiceContext* ctx, grpc::CallbackServerContext* context,
-                 const v1::ReadRegionRequest& request)
+                 const v1::ReadRegionRequest& request, const absl::Status& parsed)
       : record_(ctx->metrics, kService, "ReadRegion"),
         region_(request.region()),
         offset_(request.offset_bytes()) {
-    absl::Status st = Start(ctx, context, request);
+    absl::Status st = parsed.ok() ? Start(ctx, context, request) : parsed;
     if (!st.ok()) {
       FinishWith(st);
       return;
@@ -142,9 +176,8 @@ class ReadRegionCall : public grpc::ServerWriteReactor<v1::RegionChunk> {
       return;
     }
     const int64_t n = std::min(chunk_, span_.size - pos_);
-    out_.set_region(region_);
-    out_.set_offset_bytes(offset_ + pos_);
-    out_.set_data(span_.data + pos_, static_cast<size_t>(n));
+    out_ = v1::RegionChunkBuffer(region_, offset_ + pos_, span_.data + pos_,
+                                 static_cast<size_t>(n), span_.keepalive);
     pos_ += n;
     record_.Payload("out", static_cast<double>(n));
     StartWrite(&out_);
@@ -163,19 +196,31 @@ class ReadRegionCall : public grpc::ServerWriteReactor<v1::RegionChunk> {
   ShmSpan span_;
   int64_t chunk_ = 0;
   int64_t pos_ = 0;
-  v1::RegionChunk out_;
+  grpc::ByteBuffer out_;
 };
 
 }  // namespace
 
-grpc::ServerReadReactor<v1::RegionChunk>* SharedMemoryService::WriteRegion(
-    grpc::CallbackServerContext* context, v1::WriteRegionResponse* response) {
+grpc::ServerReadReactor<grpc::ByteBuffer>* SharedMemoryService::WriteRegion(
+    grpc::CallbackServerContext* context, grpc::ByteBuffer* response) {
   return new WriteRegionCall(ctx_, context, response);
 }
 
-grpc::ServerWriteReactor<v1::RegionChunk>* SharedMemoryService::ReadRegion(
-    grpc::CallbackServerContext* context, const v1::ReadRegionRequest* request) {
-  return new ReadRegionCall(ctx_, context, *request);
+grpc::ServerWriteReactor<grpc::ByteBuffer>* SharedMemoryService::ReadRegion(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
+  v1::ReadRegionRequest parsed;
+  std::vector<grpc::Slice> slices;
+  std::string bytes;
+  if (request->Dump(&slices).ok()) {
+    for (const grpc::Slice& slice : slices) {
+      bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+    }
+  }
+  if (!parsed.ParseFromString(bytes)) {
+    return new ReadRegionCall(ctx_, context, parsed,
+                              absl::InvalidArgumentError("request: not a ReadRegionRequest"));
+  }
+  return new ReadRegionCall(ctx_, context, parsed, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* SharedMemoryService::RegisterRegion(

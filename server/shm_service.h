@@ -8,7 +8,17 @@
 
 namespace fresnel::server {
 
-class SharedMemoryService final : public v1::SharedMemoryService::CallbackService {
+// WriteRegion and ReadRegion take and send raw RegionChunk buffers (fresnel/v1/region_wire.h):
+// chunk data goes from the received slices straight into the region, and out of the region
+// into the sent message without a copy.
+using SharedMemoryServiceBase = v1::SharedMemoryService::WithCallbackMethod_RegisterRegion<
+    v1::SharedMemoryService::WithCallbackMethod_UnregisterRegion<
+        v1::SharedMemoryService::WithCallbackMethod_ListRegions<
+            v1::SharedMemoryService::WithRawCallbackMethod_WriteRegion<
+                v1::SharedMemoryService::WithRawCallbackMethod_ReadRegion<
+                    v1::SharedMemoryService::Service>>>>>;
+
+class SharedMemoryService final : public SharedMemoryServiceBase {
  public:
   explicit SharedMemoryService(ServiceContext* ctx) : ctx_(ctx) {}
 
@@ -21,10 +31,10 @@ class SharedMemoryService final : public v1::SharedMemoryService::CallbackServic
   grpc::ServerUnaryReactor* ListRegions(grpc::CallbackServerContext* context,
                                         const v1::ListRegionsRequest* request,
                                         v1::ListRegionsResponse* response) override;
-  grpc::ServerReadReactor<v1::RegionChunk>* WriteRegion(
-      grpc::CallbackServerContext* context, v1::WriteRegionResponse* response) override;
-  grpc::ServerWriteReactor<v1::RegionChunk>* ReadRegion(
-      grpc::CallbackServerContext* context, const v1::ReadRegionRequest* request) override;
+  grpc::ServerReadReactor<grpc::ByteBuffer>* WriteRegion(grpc::CallbackServerContext* context,
+                                                        grpc::ByteBuffer* response) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* ReadRegion(grpc::CallbackServerContext* context,
+                                                         const grpc::ByteBuffer* request) override;
 
  private:
   ServiceContext* ctx_;

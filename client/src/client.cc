@@ -41,8 +41,10 @@ struct Client::Impl {
   std::string target;
   grpc::ChannelArguments args;
   std::shared_ptr<grpc::ChannelCredentials> credentials;  // the main channel's (TLS, tokens)
+  std::unique_ptr<v1::SharedMemoryService::Stub> shm;  // on `channel`
   std::mutex transfer_mu;
   std::vector<std::shared_ptr<grpc::Channel>> transfer_channels;
+  std::vector<std::unique_ptr<v1::SharedMemoryService::Stub>> transfer_shm;  // one per channel
 };
 
 absl::Status FromGrpcStatus(int code, const std::string& message) {
@@ -214,6 +216,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
   impl->admin = v1::AdminService::NewStub(impl->channel);
   impl->interpolation = v1::InterpolationService::NewStub(impl->channel);
   impl->unwrap = v1::UnwrapService::NewStub(impl->channel);
+  impl->shm = v1::SharedMemoryService::NewStub(impl->channel);
   impl->jobs = v1::UnwrapService::NewStub(impl->job_channel);
   impl->generic = std::make_unique<grpc::GenericStub>(impl->channel);
   return std::unique_ptr<Client>(new Client(options, std::move(impl)));
@@ -491,6 +494,13 @@ std::shared_ptr<grpc::Channel> Client::channel() const { return impl_->channel; 
 
 std::shared_ptr<grpc::Channel> Client::TransferChannel(int index) {
   if (index <= 0) return impl_->channel;
+  ShmStub(index);  // makes the channel
+  std::lock_guard<std::mutex> lock(impl_->transfer_mu);
+  return impl_->transfer_channels[index - 1];
+}
+
+v1::SharedMemoryService::Stub* Client::ShmStub(int index) {
+  if (index <= 0) return impl_->shm.get();
   std::lock_guard<std::mutex> lock(impl_->transfer_mu);
   while (static_cast<int>(impl_->transfer_channels.size()) < index) {
     grpc::ChannelArguments args = impl_->args;
@@ -501,8 +511,10 @@ std::shared_ptr<grpc::Channel> Client::TransferChannel(int index) {
     args.SetInt("fresnel.transfer_channel", static_cast<int>(impl_->transfer_channels.size()) + 1);
     impl_->transfer_channels.push_back(
         grpc::CreateCustomChannel(impl_->target, impl_->credentials, args));
+    impl_->transfer_shm.push_back(
+        v1::SharedMemoryService::NewStub(impl_->transfer_channels.back()));
   }
-  return impl_->transfer_channels[index - 1];
+  return impl_->transfer_shm[index - 1].get();
 }
 
 int64_t Client::MessageCap(const CallOptions& call) {

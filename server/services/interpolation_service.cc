@@ -9,6 +9,7 @@
 #include "fresnel/core/status.h"
 #include "fresnel/v1/wire_limits.h"
 #include "fresnel/v1/array_convert.h"
+#include "fresnel/interp/into.h"
 #include "server/services/interpolation_params.h"
 #include "server/shm.h"
 #include "server/status_util.h"
@@ -117,16 +118,20 @@ int64_t DeviceBytes(const HostArray& x, const OutputSize& out, size_t taps) {
 using Compute =
     std::function<absl::StatusOr<HostArray>(const Device&, const HostArray&, StageTimes*)>;
 
-// The common tail of the unary calls once the request is parsed and validated: checks that the
-// answer fits in one message, submits `compute` as a pool job and fills the response from it.
-void SubmitOneShot(ServiceContext* ctx, UnaryJobCall* call, HostArray x, const OutputSize& out,
-                   size_t taps, const v1::DeviceHint& hint, const std::string& request_id,
-                   const ShmResolver& resolver, bool has_y_shm, const v1::ShmRef& y_shm,
-                   v1::InterpolationResponse* response, Compute compute) {
+// What both one-shot paths check before submitting: y's region when the request names one, that
+// an inline y fits one message, and the device hint. nullopt after rejecting the call.
+struct Accepted {
+  ShmSpan y_span;  // empty: y travels inline
+  DevicePreference preference = DevicePreference::kAny;
+};
+std::optional<Accepted> AcceptOneShot(ServiceContext* ctx, UnaryJobCall* call,
+                                      const OutputSize& out, const v1::DeviceHint& hint,
+                                      const ShmResolver& resolver, bool has_y_shm,
+                                      const v1::ShmRef& y_shm) {
   absl::StatusOr<ShmSpan> y_span = OutputSpan(has_y_shm, y_shm, resolver, out);
   if (!y_span.ok()) {
     call->Reject(y_span.status());
-    return;
+    return std::nullopt;
   }
   const bool y_in_shm = y_span->keepalive != nullptr;
   absl::Status fits = y_in_shm ? absl::OkStatus()
@@ -136,8 +141,20 @@ void SubmitOneShot(ServiceContext* ctx, UnaryJobCall* call, HostArray x, const O
   absl::StatusOr<DevicePreference> preference = PreferenceOf(hint);
   if (!fits.ok() || !preference.ok()) {
     call->Reject(!fits.ok() ? fits : preference.status());
-    return;
+    return std::nullopt;
   }
+  return Accepted{*std::move(y_span), *preference};
+}
+
+// The common tail of the unary calls once the request is parsed and validated: checks that the
+// answer fits in one message, submits `compute` as a pool job and fills the response from it.
+void SubmitOneShot(ServiceContext* ctx, UnaryJobCall* call, HostArray x, const OutputSize& out,
+                   size_t taps, const v1::DeviceHint& hint, const std::string& request_id,
+                   const ShmResolver& resolver, bool has_y_shm, const v1::ShmRef& y_shm,
+                   v1::InterpolationResponse* response, Compute compute) {
+  std::optional<Accepted> accepted =
+      AcceptOneShot(ctx, call, out, hint, resolver, has_y_shm, y_shm);
+  if (!accepted) return;
   Metrics* metrics = ctx->metrics;
   if (metrics) metrics->AddPayload(kService, call->method(), "in", static_cast<double>(x.nbytes()));
   response->set_request_id(RequestIdOr(request_id));
@@ -146,9 +163,9 @@ void SubmitOneShot(ServiceContext* ctx, UnaryJobCall* call, HostArray x, const O
     ShmSpan y_span;  // the output region's bytes (and mapping) when y goes to shared memory
   };
   auto state = std::make_shared<State>();
-  state->y_span = *std::move(y_span);
+  state->y_span = std::move(accepted->y_span);
   auto job = std::make_shared<Job>();
-  job->preference = *preference;
+  job->preference = accepted->preference;
   job->device_bytes = DeviceBytes(x, out, taps);
   state->x = std::move(x);
   job->run = [state, compute = std::move(compute)](const Device& device,
@@ -181,6 +198,119 @@ void SubmitOneShot(ServiceContext* ctx, UnaryJobCall* call, HostArray x, const O
   });
 }
 
+// The direct path (fresnel/interp/into.h) of Upfirdn and ResamplePoly when x or y lies in a
+// region: x is read where it lies (a region, or the request's own bytes) and y written straight
+// into its region (or one new array for an inline answer) — no copy region -> HostArray ->
+// device -> HostArray -> region, nothing zero-filled, DMA when the region is pinned.
+struct DirectX {
+  DType dtype = DType::kFloat32;
+  std::vector<int64_t> shape;
+  ShmSpan span;   // x in a region (span.keepalive holds its mapping)
+  HostArray own;  // or x inline, moved out of the request
+  const void* data() const { return span.keepalive != nullptr ? span.data : own.raw(); }
+};
+
+// x for the direct path, when the call may take it: nullopt = use the HostArray path (x
+// neither in a region nor with y in one, or no resolver). Errors name the field as FromProto's.
+absl::StatusOr<std::optional<DirectX>> DirectInput(const v1::NdArray& x, bool has_y_shm,
+                                                   const ShmResolver& resolver) {
+  if (!resolver || (!x.has_shm() && !has_y_shm)) return std::optional<DirectX>();
+  DirectX d;
+  FRESNEL_ASSIGN_OR_RETURN(d.dtype, FromProto(x.dtype(), "x"));
+  d.shape.assign(x.shape().begin(), x.shape().end());
+  FRESNEL_RETURN_IF_ERROR(ArrayBytes(x.dtype(), d.shape, "x.shape").status());
+  return std::optional<DirectX>(std::move(d));
+}
+
+// Resolves or takes x's bytes once the call is known to go the direct way.
+absl::Status BindX(const v1::NdArray& x, const ShmResolver& resolver, DirectX* d) {
+  if (!x.has_shm()) {
+    FRESNEL_ASSIGN_OR_RETURN(d->own, TakeX(x, resolver));
+    return absl::OkStatus();
+  }
+  if (!x.data().empty()) {
+    return absl::InvalidArgumentError("x: set data or shm, not both");
+  }
+  FRESNEL_ASSIGN_OR_RETURN(const int64_t nbytes, ArrayBytes(x.dtype(), d->shape, "x.shape"));
+  FRESNEL_ASSIGN_OR_RETURN(d->span, resolver(x.shm(), nbytes, "x.shm"));
+  return absl::OkStatus();
+}
+
+// The answer's size on the direct path: x's dtype, `samples` along the (normalised) axis.
+OutputSize DirectOutput(const DirectX& x, int axis, int64_t samples) {
+  OutputSize out;
+  for (int d = 0; d < static_cast<int>(x.shape.size()); ++d) {
+    if (d != axis) out.channels *= x.shape[d];
+  }
+  out.samples = samples;
+  out.dtype = x.dtype;
+  return out;
+}
+int NormalAxis(const DirectX& x, int axis) {
+  return axis < 0 ? axis + static_cast<int>(x.shape.size()) : axis;
+}
+
+using DirectCompute = std::function<absl::Status(const Device&, const interp::HostSignalRef&,
+                                                 void* y, int64_t y_bytes, StageTimes*)>;
+
+// SubmitOneShot for the direct path: y goes to y_shm's span when set, else into one array that
+// becomes the inline answer.
+void SubmitDirect(ServiceContext* ctx, UnaryJobCall* call, DirectX x, const OutputSize& out,
+                  int axis, size_t taps, const v1::DeviceHint& hint, const std::string& request_id,
+                  const ShmResolver& resolver, bool has_y_shm, const v1::ShmRef& y_shm,
+                  v1::InterpolationResponse* response, DirectCompute compute) {
+  std::optional<Accepted> accepted =
+      AcceptOneShot(ctx, call, out, hint, resolver, has_y_shm, y_shm);
+  if (!accepted) return;
+  std::vector<int64_t> y_shape = x.shape;
+  const int nd = static_cast<int>(y_shape.size());
+  y_shape[axis < 0 ? axis + nd : axis] = out.samples;
+  const int64_t x_bytes = ShapeElements(x.shape) * static_cast<int64_t>(DTypeSize(x.dtype));
+  const int64_t y_bytes = out.channels * out.samples * static_cast<int64_t>(DTypeSize(out.dtype));
+  Metrics* metrics = ctx->metrics;
+  if (metrics) metrics->AddPayload(kService, call->method(), "in", static_cast<double>(x_bytes));
+  response->set_request_id(RequestIdOr(request_id));
+  struct State {
+    DirectX x;
+    ShmSpan y_span;
+    HostArray y;  // the inline answer
+  };
+  auto state = std::make_shared<State>();
+  state->x = std::move(x);
+  state->y_span = std::move(accepted->y_span);
+  auto job = std::make_shared<Job>();
+  job->preference = accepted->preference;
+  job->device_bytes = x_bytes + y_bytes + static_cast<int64_t>(taps * sizeof(double));
+  job->run = [state, y_shape, y_bytes, compute = std::move(compute)](
+                 const Device& device, StageTimes* times) -> absl::Status {
+    interp::HostSignalRef ref{state->x.dtype, state->x.shape, state->x.data()};
+    void* y = nullptr;
+    if (state->y_span.keepalive != nullptr) {
+      y = state->y_span.data;
+    } else {
+      state->y = HostArray(state->x.dtype, y_shape);
+      y = state->y.raw();
+    }
+    FRESNEL_RETURN_IF_ERROR(compute(device, ref, y, y_bytes, times));
+    state->x = DirectX();  // the input (and its region's mapping) is no longer needed
+    return absl::OkStatus();
+  };
+  std::string method = call->method();
+  const DType y_dtype = out.dtype;
+  call->Start(std::move(job), [state, response, metrics, method, y_shm, y_shape, y_bytes,
+                               y_dtype](const JobReport& report, double total) {
+    if (metrics) metrics->AddPayload(kService, method, "out", static_cast<double>(y_bytes));
+    if (state->y_span.keepalive != nullptr) {
+      *response->mutable_y() = ShmArray(y_dtype, y_shape, y_shm.region(), y_shm.offset_bytes());
+      state->y_span = ShmSpan();  // the mapping may go now (the region may be unregistered)
+    } else {
+      ToProto(std::move(state->y), response->mutable_y());
+    }
+    FillExecutionInfo(report, total, response->mutable_info());
+    return absl::OkStatus();
+  });
+}
+
 }  // namespace
 
 grpc::ServerUnaryReactor* InterpolationService::Upfirdn(grpc::CallbackServerContext* context,
@@ -189,6 +319,40 @@ grpc::ServerUnaryReactor* InterpolationService::Upfirdn(grpc::CallbackServerCont
   auto* call = new UnaryJobCall(ctx_, context, kService, "Upfirdn");
   auto parsed = ParseUpfirdn(*request, ctx_->interp_limits);
   const ShmResolver resolver = ResolverOf(ctx_, context);
+  if (parsed.ok()) {
+    absl::StatusOr<std::optional<DirectX>> direct =
+        DirectInput(request->x(), request->has_y_shm(), resolver);
+    absl::Status st = direct.status();
+    if (st.ok() && direct->has_value() &&
+        interp::UpfirdnIntoSupported((*direct)->dtype, (*direct)->shape, parsed->options)) {
+      DirectX& x = **direct;
+      st = interp::ValidateUpfirdnShape(parsed->taps, x.dtype, x.shape, parsed->options,
+                                        ctx_->interp_limits);
+      if (st.ok()) st = BindX(request->x(), resolver, &x);
+      if (st.ok()) {
+        const int axis = NormalAxis(x, parsed->options.axis);
+        const OutputSize out = DirectOutput(
+            x, axis,
+            interp::UpfirdnOutputLength(x.shape[axis], static_cast<int64_t>(parsed->taps.size()),
+                                        parsed->options.up, parsed->options.down));
+        const size_t taps = parsed->taps.size();
+        SubmitDirect(ctx_, call, std::move(x), out, axis, taps, request->device(),
+                     request->request_id(), resolver, request->has_y_shm(), request->y_shm(),
+                     response,
+                     [p = std::move(*parsed)](const Device& device,
+                                              const interp::HostSignalRef& in, void* y,
+                                              int64_t y_bytes, StageTimes* times) {
+                       return interp::UpfirdnInto(device, p.taps, in, p.options, y, y_bytes,
+                                                  times);
+                     });
+        return call;
+      }
+    }
+    if (!st.ok()) {
+      call->Reject(st);
+      return call;
+    }
+  }
   absl::StatusOr<HostArray> x = parsed.ok() ? TakeX(request->x(), resolver) : parsed.status();
   absl::Status valid = x.status();
   if (valid.ok()) {
@@ -220,6 +384,38 @@ grpc::ServerUnaryReactor* InterpolationService::ResamplePoly(
   auto* call = new UnaryJobCall(ctx_, context, kService, "ResamplePoly");
   auto options = ParseResamplePoly(*request);
   const ShmResolver resolver = ResolverOf(ctx_, context);
+  if (options.ok()) {
+    absl::StatusOr<std::optional<DirectX>> direct =
+        DirectInput(request->x(), request->has_y_shm(), resolver);
+    absl::Status st = direct.status();
+    if (st.ok() && direct->has_value() &&
+        interp::ResamplePolyIntoSupported((*direct)->dtype, (*direct)->shape, *options)) {
+      DirectX& x = **direct;
+      st = interp::ValidateResamplePolyShape(x.dtype, x.shape, *options, ctx_->interp_limits);
+      if (st.ok()) st = BindX(request->x(), resolver, &x);
+      if (st.ok()) {
+        const int axis = NormalAxis(x, options->axis);
+        const OutputSize out = DirectOutput(
+            x, axis, interp::ResamplePolyOutputLength(x.shape[axis], options->up, options->down));
+        const size_t taps = options->taps.empty()
+                                ? interp::ResamplePolyDefaultNumtaps(options->up, options->down)
+                                : options->taps.size();
+        SubmitDirect(ctx_, call, std::move(x), out, axis, taps, request->device(),
+                     request->request_id(), resolver, request->has_y_shm(), request->y_shm(),
+                     response,
+                     [o = std::move(*options)](const Device& device,
+                                               const interp::HostSignalRef& in, void* y,
+                                               int64_t y_bytes, StageTimes* times) {
+                       return interp::ResamplePolyInto(device, in, o, y, y_bytes, times);
+                     });
+        return call;
+      }
+    }
+    if (!st.ok()) {
+      call->Reject(st);
+      return call;
+    }
+  }
   absl::StatusOr<HostArray> x = options.ok() ? TakeX(request->x(), resolver) : options.status();
   absl::Status valid = x.status();
   if (valid.ok()) valid = interp::ValidateResamplePoly(*x, *options, ctx_->interp_limits);

@@ -22,6 +22,7 @@
 #include "fresnel/client/shm.h"
 #include "fresnel/interp/interp.h"
 #include "fresnel/v1/array_convert.h"
+#include "fresnel/v1/region_wire.h"
 #include "fresnel/v1/shm.grpc.pb.h"
 #include "server/shm.h"
 #include "server_fixture.h"
@@ -167,6 +168,76 @@ TEST_CASE("shm registry: registration is validated and capped by --shm-bytes", "
   CHECK(big.code() == absl::StatusCode::kInvalidArgument);  // the object is smaller
   CHECK(Contains(big, "size_bytes"));
   CHECK(roomy.mapped_bytes() == 0);
+}
+
+TEST_CASE("staging regions: buffers are kept, reused, bounded and never leak between clients",
+          "[server][shm][staging]") {
+  ShmRegistryOptions o;
+  o.cap_bytes = 8 << 20;
+  o.staging_cache_bytes = 3 << 20;
+  ShmRegistry reg(o);
+  // A staging region (empty shm_name), filled and given back: its buffer is kept.
+  REQUIRE(reg.Register("a", Req("s", "", 2 << 20)).ok());
+  auto span = reg.Resolve("a", Ref("s", 0), 2 << 20, "chunk");
+  REQUIRE(span.ok());
+  std::memset(span->data, 0x5a, 2 << 20);
+  *span = ShmSpan();
+  REQUIRE(reg.Unregister("a", "s").ok());
+  CHECK(reg.staging_cached_bytes() == (2 << 20));
+  CHECK(reg.mapped_bytes() == (2 << 20));  // kept buffers stay counted in --shm-bytes
+
+  // The same client gets it back (a size within [capacity / 2, capacity]).
+  REQUIRE(reg.Register("a", Req("t", "", (1 << 20) + 4096)).ok());
+  CHECK(reg.staging_reuses() == 1);
+  CHECK(reg.staging_cached_bytes() == 0);
+  auto again = reg.Resolve("a", Ref("t", 0), (1 << 20) + 4096, "chunk");
+  REQUIRE(again.ok());
+  CHECK(static_cast<unsigned char>(again->data[100]) == 0x5a);  // its own bytes: not re-zeroed
+  // ... bounded to the registered size, not the buffer's capacity.
+  CHECK(reg.Resolve("a", Ref("t", 0), (1 << 20) + 4097, "chunk").status().code() ==
+        absl::StatusCode::kInvalidArgument);
+  *again = ShmSpan();
+  REQUIRE(reg.Unregister("a", "t").ok());
+
+  // Another client reusing it reads zeros only.
+  REQUIRE(reg.Register("b", Req("u", "", 2 << 20)).ok());
+  CHECK(reg.staging_reuses() == 2);
+  auto other = reg.Resolve("b", Ref("u", 0), 2 << 20, "chunk");
+  REQUIRE(other.ok());
+  bool zero = true;
+  for (int64_t i = 0; i < (2 << 20); i += 4093) zero = zero && other->data[i] == 0;
+  CHECK(zero);
+  *other = ShmSpan();
+  REQUIRE(reg.Unregister("b", "u").ok());
+
+  // The cache holds at most staging_cache_bytes: a second buffer that does not fit is unmapped.
+  REQUIRE(reg.Register("a", Req("v", "", 2 << 20)).ok());   // reuses the kept one
+  REQUIRE(reg.Register("a", Req("w", "", 2 << 20)).ok());   // a fresh one
+  CHECK(reg.mapped_bytes() == (4 << 20));
+  REQUIRE(reg.Unregister("a", "v").ok());
+  REQUIRE(reg.Unregister("a", "w").ok());
+  CHECK(reg.staging_cached_bytes() == (2 << 20));
+  CHECK(reg.mapped_bytes() == (2 << 20));
+
+  // Kept buffers are only a cache: a registration that needs their budget drops them first; past
+  // --shm-bytes itself it is RESOURCE_EXHAUSTED (it does not wait).
+  REQUIRE(reg.Register("a", Req("big", "", 7 << 20)).ok());
+  CHECK(reg.staging_cached_bytes() == 0);
+  CHECK(reg.mapped_bytes() == (7 << 20));
+  auto over = reg.Register("a", Req("more", "", 2 << 20)).status();
+  CHECK(over.code() == absl::StatusCode::kResourceExhausted);
+  CHECK(Contains(over, "--shm-bytes"));
+  REQUIRE(reg.Unregister("a", "big").ok());
+  CHECK(reg.staging_cached_bytes() == 0);  // 7 MiB is more than the cache keeps
+  CHECK(reg.mapped_bytes() == 0);
+
+  ShmRegistryOptions none = o;
+  none.staging_cache_bytes = 0;
+  ShmRegistry uncached(none);
+  REQUIRE(uncached.Register("a", Req("s", "", 1 << 20)).ok());
+  REQUIRE(uncached.Unregister("a", "s").ok());
+  CHECK(uncached.mapped_bytes() == 0);
+  CHECK(uncached.staging_cached_bytes() == 0);
 }
 
 TEST_CASE("shm registry: a region unregistered while a request uses it stays mapped for it",
@@ -315,6 +386,69 @@ TEST_CASE("Upfirdn and ResamplePoly through a shared region equal the gRPC path 
   auto mixed = client->Upfirdn(x_only);
   REQUIRE(mixed.ok());
   CHECK(mixed->y().data() == want->y().data());
+}
+
+// On a GPU server: pinned regions and the direct path give the inline (HostArray) path's bits.
+TEST_CASE("GPU server: pinned regions, direct path = inline bits", "[server][shm][gpu]") {
+  if (SkipWithoutGpu()) return;
+  server::ServerConfig config = TestServer::CpuConfig();
+  config.gpus = "all";  // regions are pinned (--pin-regions) and the calls run on the GPU
+  TestServer ts(config);
+  auto client = Connect(ts);
+  const DType dtype = GENERATE(DType::kFloat32, DType::kComplex64, DType::kFloat64);
+  HostArray x = RandomArray(dtype, {2, 300001}, 17);
+  v1::UpfirdnRequest req = UpfirdnShape(x, 4, 1);
+  req.mutable_device()->set_kind(v1::DEVICE_KIND_GPU);
+  v1::UpfirdnRequest inline_req = req;
+  ToProto(x, inline_req.mutable_x());
+  auto want = client->Upfirdn(inline_req);  // the HostArray path, on the GPU
+  REQUIRE(want.ok());
+  CHECK(want->info().device().rfind("cuda", 0) == 0);
+  auto y_want = FromProto(want->y(), "y");
+  REQUIRE(y_want.ok());
+
+  // x and y in one shared region (pinned by the server), the direct path.
+  const int64_t y_off = (static_cast<int64_t>(x.nbytes()) + 4095) / 4096 * 4096;
+  auto region = SharedRegion::Create(client.get(), "gpu-io", y_off + y_want->nbytes());
+  REQUIRE(region.ok());
+  REQUIRE((*region)->Write(x, 0).ok());
+  auto got = client->Upfirdn(req, **region, 0, y_off);
+  REQUIRE(got.ok());
+  CHECK(got->info().device().rfind("cuda", 0) == 0);
+  auto y = (*region)->Read(got->y());
+  REQUIRE(y.ok());
+  CHECK(y->bytes() == y_want->bytes());
+
+  // The chunked path: a staging region (pinned, kept and reused on the second call).
+  v1::UpfirdnRequest shape_only = req;
+  TransferOptions parallel;
+  parallel.unary_max_bytes = 0;
+  parallel.parallel_min_bytes = 0;
+  parallel.streams = 3;
+  parallel.chunk_bytes = 1 << 20;
+  for (int call = 0; call < 2; ++call) {
+    TransferReport report;
+    auto chunked = client->UpfirdnArray(shape_only, x, parallel, {}, &report);
+    REQUIRE(chunked.ok());
+    CHECK(std::string(report.path) == "parallel");
+    CHECK(report.info.device().rfind("cuda", 0) == 0);
+    CHECK(chunked->bytes() == y_want->bytes());
+  }
+
+  // ResamplePoly the same way.
+  v1::ResamplePolyRequest rp;
+  rp.mutable_x()->set_dtype(ToProto(x.dtype()));
+  rp.mutable_x()->mutable_shape()->Assign(x.shape().begin(), x.shape().end());
+  rp.set_up(160);
+  rp.set_down(147);
+  rp.mutable_device()->set_kind(v1::DEVICE_KIND_GPU);
+  v1::ResamplePolyRequest rp_inline = rp;
+  ToProto(x, rp_inline.mutable_x());
+  auto rp_want = client->ResamplePoly(rp_inline);
+  REQUIRE(rp_want.ok());
+  auto rp_chunked = client->ResamplePolyArray(rp, x, parallel, {});
+  REQUIRE(rp_chunked.ok());
+  CHECK(rp_chunked->bytes() == FromProto(rp_want->y(), "y")->bytes());
 }
 
 TEST_CASE("shm requests: bad regions get the right codes and the server survives",
@@ -531,6 +665,48 @@ TEST_CASE("chunked transfer: unary, one stream and parallel streams give identic
   auto listed = client->ListRegions();
   REQUIRE(listed.ok());
   CHECK(listed->regions_size() == 0);
+}
+
+TEST_CASE("raw RegionChunk buffers are the protobuf encoding, both ways",
+          "[server][shm][transfer]") {
+  std::string data(100000, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 7 + 3);
+  // Built raw (data not copied), parsed by protobuf.
+  for (int64_t offset : {int64_t{0}, int64_t{5}, int64_t{1} << 40, int64_t{-3}}) {
+    grpc::ByteBuffer raw = v1::RegionChunkBuffer("stage-1", offset, data.data(), data.size());
+    std::vector<grpc::Slice> slices;
+    REQUIRE(raw.Dump(&slices).ok());
+    std::string wire;
+    for (const grpc::Slice& sl : slices) wire.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+    v1::RegionChunk parsed;
+    REQUIRE(parsed.ParseFromString(wire));
+    CHECK(parsed.region() == "stage-1");
+    CHECK(parsed.offset_bytes() == offset);
+    CHECK(parsed.data() == data);
+  }
+  // Encoded by protobuf (with an unknown field, fields out of order), cut into odd slices,
+  // parsed in place.
+  v1::RegionChunk chunk;
+  chunk.set_region("r");
+  chunk.set_offset_bytes(123456789);
+  chunk.set_data(data);
+  std::string wire = chunk.SerializeAsString();
+  wire = std::string("\x28\x07", 2) + wire.substr(wire.find('\x10')) + wire.substr(0, 3);
+  std::vector<grpc::Slice> parts;
+  for (size_t at = 0; at < wire.size(); at += 7777) parts.emplace_back(wire.substr(at, 7777));
+  grpc::ByteBuffer cut(parts.data(), parts.size());
+  v1::RegionChunkView view;
+  REQUIRE(view.Parse(cut).ok());
+  CHECK(view.region() == "r");
+  CHECK(view.offset_bytes() == 123456789);
+  REQUIRE(view.data_bytes() == static_cast<int64_t>(data.size()));
+  std::string back(data.size(), '\0');
+  view.CopyData(back.data());
+  CHECK(back == data);
+  // Garbage is INVALID_ARGUMENT.
+  grpc::Slice junk(std::string("\x1a\xff\xff\xff\x0f", 5));
+  grpc::ByteBuffer bad(&junk, 1);
+  CHECK(view.Parse(bad).code() == absl::StatusCode::kInvalidArgument);
 }
 
 TEST_CASE("WriteRegion and ReadRegion check regions and ranges", "[server][shm][transfer]") {

@@ -40,6 +40,21 @@ absl::StatusOr<int64_t> GpuFreeMemoryBytes(int ordinal) {
   return static_cast<int64_t>(free_b);
 }
 
+absl::Status PinHostMemory(void* data, int64_t bytes) {
+  if (data == nullptr || bytes <= 0) {
+    return absl::InvalidArgumentError("PinHostMemory: null pointer or non-positive size");
+  }
+  if (GpuCount() == 0) return absl::FailedPreconditionError("PinHostMemory: no CUDA device");
+  FRESNEL_CUDA_RETURN_IF_ERROR(
+      cudaHostRegister(data, static_cast<size_t>(bytes), cudaHostRegisterPortable));
+  return absl::OkStatus();
+}
+
+void UnpinHostMemory(void* data) {
+  if (data == nullptr) return;
+  if (cudaHostUnregister(data) != cudaSuccess) cudaGetLastError();  // was not pinned
+}
+
 absl::StatusOr<std::unique_ptr<GpuStream>> GpuStream::Create(int ordinal) {
   FRESNEL_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal));
   cudaStream_t s = nullptr;

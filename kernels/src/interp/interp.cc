@@ -1,6 +1,7 @@
 // Validation, SciPy's size and filter bookkeeping, signal extension, and device dispatch for
 // Upfirdn and ResamplePoly. The arithmetic lives in interp_cpu.cc and interp_cuda.cu.
 #include "fresnel/interp/interp.h"
+#include "fresnel/interp/into.h"
 
 #include <algorithm>
 #include <chrono>
@@ -199,11 +200,11 @@ bool IsKnownDType(DType d) {
 }
 
 // axis in [-ndim, ndim) -> [0, ndim). The array must have ndim >= 1.
-int NormalizeAxis(const HostArray& x, int axis) {
+int NormalizeAxis(const SignalShape& x, int axis) {
   return axis < 0 ? axis + static_cast<int>(x.ndim()) : axis;
 }
 
-absl::Status ValidateSignal(const HostArray& x, int axis) {
+absl::Status ValidateSignal(const SignalShape& x, int axis) {
   if (x.ndim() == 0) {
     return absl::InvalidArgumentError(
         "x.shape [] is 0-D: x needs at least one dimension (the filtered axis)");
@@ -233,7 +234,7 @@ absl::Status ValidateRule(DTypeRule rule) {
   return absl::OkStatus();
 }
 
-AxisGeometry GeometryOf(const HostArray& x, int axis) {
+AxisGeometry GeometryOf(const SignalShape& x, int axis) {
   AxisGeometry g;
   g.axis = NormalizeAxis(x, axis);
   for (int d = 0; d < static_cast<int>(x.ndim()); ++d) {
@@ -314,7 +315,7 @@ void AddTimes(StageTimes* total, const StageTimes& t) {
   total->d2h_s += t.d2h_s;
 }
 
-absl::Status CheckOutputSize(int64_t channels, int64_t per_channel, const HostArray& x,
+absl::Status CheckOutputSize(int64_t channels, int64_t per_channel, const SignalShape& x,
                              const Limits& limits) {
   if (per_channel < 0 ||
       (channels > 0 && per_channel > limits.max_output_samples / channels)) {
@@ -554,7 +555,8 @@ absl::Status ValidateTapsImag(const std::vector<double>& taps, const std::vector
 }
 
 // Shape checks shared by Upfirdn and ResamplePoly; returns the geometry along the axis.
-absl::StatusOr<internal::AxisGeometry> ValidateSignalAlong(const HostArray& x, int axis, int up) {
+absl::StatusOr<internal::AxisGeometry> ValidateSignalAlong(const internal::SignalShape& x, int axis,
+                                                           int up) {
   FRESNEL_RETURN_IF_ERROR(internal::ValidateSignal(x, axis));
   internal::AxisGeometry g = internal::GeometryOf(x, axis);
   // Guard the length formulas against int64 overflow: (n - 1) * up must fit.
@@ -623,6 +625,13 @@ DType ResamplePolyResultDType(DType x, const ResamplePolyOptions& options) {
 
 absl::Status ValidateUpfirdn(const std::vector<double>& taps, const HostArray& x,
                              const UpfirdnOptions& options, const Limits& limits) {
+  return ValidateUpfirdnShape(taps, x.dtype(), x.shape(), options, limits);
+}
+
+absl::Status ValidateUpfirdnShape(const std::vector<double>& taps, DType dtype,
+                                  const std::vector<int64_t>& shape,
+                                  const UpfirdnOptions& options, const Limits& limits) {
+  const internal::SignalShape x(dtype, shape);
   FRESNEL_RETURN_IF_ERROR(internal::ValidateRate(options.up, "up", limits));
   FRESNEL_RETURN_IF_ERROR(internal::ValidateRate(options.down, "down", limits));
   FRESNEL_RETURN_IF_ERROR(internal::ValidateTaps(taps, "taps", limits));
@@ -655,6 +664,13 @@ absl::Status ValidateUpfirdn(const std::vector<double>& taps, const HostArray& x
 
 absl::Status ValidateResamplePoly(const HostArray& x, const ResamplePolyOptions& options,
                                   const Limits& limits) {
+  return ValidateResamplePolyShape(x.dtype(), x.shape(), options, limits);
+}
+
+absl::Status ValidateResamplePolyShape(DType dtype, const std::vector<int64_t>& shape,
+                                       const ResamplePolyOptions& options,
+                                       const Limits& limits) {
+  const internal::SignalShape x(dtype, shape);
   FRESNEL_RETURN_IF_ERROR(internal::ValidateRate(options.up, "up", limits));
   FRESNEL_RETURN_IF_ERROR(internal::ValidateRate(options.down, "down", limits));
   FRESNEL_RETURN_IF_ERROR(internal::ValidateRule(options.dtype_rule));

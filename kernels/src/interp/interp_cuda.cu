@@ -485,11 +485,26 @@ absl::StatusOr<HostArray> UpfirdnWindowCuda(const Device& device, const Polyphas
     return absl::InvalidArgumentError(
         "device.stream is null: interp never enqueues on the legacy default stream");
   }
-  FRESNEL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device.ordinal));
   HostArray y(x.dtype, {x.channels, out_count});
   if (y.size() == 0) return y;
-  cudaStream_t stream = cuda::StreamOf(device);
+  FRESNEL_RETURN_IF_ERROR(UpfirdnWindowCudaInto(device, filter, x, x_first, cval, out_first,
+                                                out_count, y.raw(), times, options));
+  return y;
+}
+
+absl::Status UpfirdnWindowCudaInto(const Device& device, const Polyphase& filter,
+                                   const HostSignalView& x, int64_t x_first, double cval,
+                                   int64_t out_first, int64_t out_count, void* y_host,
+                                   StageTimes* times, const CudaWindowOptions& options) {
+  if (device.stream == nullptr) {
+    return absl::InvalidArgumentError(
+        "device.stream is null: interp never enqueues on the legacy default stream");
+  }
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device.ordinal));
   const size_t es = DTypeSize(x.dtype);
+  const size_t y_bytes = static_cast<size_t>(x.channels * out_count) * es;
+  if (y_bytes == 0) return absl::OkStatus();
+  cudaStream_t stream = cuda::StreamOf(device);
 
   cuda::StageClock clock(stream);
   FRESNEL_RETURN_IF_ERROR(clock.Mark());
@@ -500,7 +515,7 @@ absl::StatusOr<HostArray> UpfirdnWindowCuda(const Device& device, const Polyphas
   FRESNEL_RETURN_IF_ERROR(yd.Allocate(device, x.channels * out_count * static_cast<int64_t>(es)));
   FRESNEL_RETURN_IF_ERROR(UploadRowsAsync(x, xd.get(), stream));
   if (options.poison_output) {
-    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(yd.get(), 0xff, y.nbytes(), stream));  // NaN
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(yd.get(), 0xff, y_bytes, stream));  // NaN
   }
   FRESNEL_RETURN_IF_ERROR(clock.Mark());
   DeviceSignal s;
@@ -515,8 +530,7 @@ absl::StatusOr<HostArray> UpfirdnWindowCuda(const Device& device, const Polyphas
   s.out_first = out_first;
   s.out_count = out_count;
   FRESNEL_RETURN_IF_ERROR(plan.LaunchAsync(device, s));
-  FRESNEL_RETURN_IF_ERROR(FinishCall(clock, yd.get(), y, stream, times));
-  return y;
+  return FinishCall(clock, yd.get(), y_host, y_bytes, stream, times);
 }
 
 // Benchmark probe (see ProbeWriteKernel): kind 0 writes n_out floats to y; kind 1 reads n_out/4

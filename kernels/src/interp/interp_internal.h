@@ -104,13 +104,28 @@ bool IsDoubleLevel(DType d);  // needs float64 precision (float64, complex128, i
 DType RealOf(DType d);
 DType ComplexOf(DType d);
 
+// What the validators read of a signal: its dtype and shape (a HostArray converts implicitly;
+// UpfirdnInto's caller-owned buffers give theirs without one).
+struct SignalShape {
+  SignalShape(const HostArray& x) : dtype_(x.dtype()), shape_(x.shape()) {}  // NOLINT: implicit
+  SignalShape(DType dtype, const std::vector<int64_t>& shape) : dtype_(dtype), shape_(shape) {}
+  DType dtype() const { return dtype_; }
+  const std::vector<int64_t>& shape() const { return shape_; }
+  int ndim() const { return static_cast<int>(shape_.size()); }
+  int64_t dim(int i) const { return shape_[i]; }
+
+ private:
+  DType dtype_;
+  const std::vector<int64_t>& shape_;
+};
+
 // x has ndim >= 1, axis in [-ndim, ndim) and a known dtype (else InvalidArgument naming the
 // field).
-absl::Status ValidateSignal(const HostArray& x, int axis);
+absl::Status ValidateSignal(const SignalShape& x, int axis);
 absl::Status ValidateTapsDType(DType d, const char* field);
 absl::Status ValidateRule(DTypeRule rule);
 // ResourceExhausted when channels * per_channel exceeds limits.max_output_samples.
-absl::Status CheckOutputSize(int64_t channels, int64_t per_channel, const HostArray& x,
+absl::Status CheckOutputSize(int64_t channels, int64_t per_channel, const SignalShape& x,
                              const Limits& limits);
 
 // x seen as [channels, len] along `axis`: channels are the other dimensions in row-major order.
@@ -121,7 +136,7 @@ struct AxisGeometry {
   int64_t inner = 1;  // product of shape[axis+1:]
   int64_t channels() const { return outer * inner; }
 };
-AxisGeometry GeometryOf(const HostArray& x, int axis);  // x validated
+AxisGeometry GeometryOf(const SignalShape& x, int axis);  // x validated
 
 // The working signal: x itself when already contiguous [channels, n] of `dtype` (no copy),
 // otherwise a converted, axis-moved copy.
@@ -172,6 +187,12 @@ absl::StatusOr<HostArray> UpfirdnWindowCuda(const Device& device, const Polyphas
                                             double cval, int64_t out_first, int64_t out_count,
                                             StageTimes* times,
                                             const CudaWindowOptions& options = {});
+// The same, writing the [channels, out_count] result to host memory at y (nothing zero-filled;
+// a DMA when y is page-locked) instead of a new array. x is read completely before y is written.
+absl::Status UpfirdnWindowCudaInto(const Device& device, const Polyphase& filter,
+                                   const HostSignalView& x, int64_t x_first, double cval,
+                                   int64_t out_first, int64_t out_count, void* y,
+                                   StageTimes* times, const CudaWindowOptions& options = {});
 #endif
 
 // Device-resident signal: x and y are device pointers of the filter's dtype; rows are x_stride /

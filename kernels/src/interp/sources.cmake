@@ -2,6 +2,7 @@ list(APPEND FRESNEL_KERNEL_SOURCES
   src/interp/firwin.cc
   src/interp/interp.cc
   src/interp/interp_cpu.cc
+  src/interp/into.cc
   src/interp/resample.cc
   src/interp/streaming.cc
 )

@@ -37,11 +37,11 @@ inline absl::Status UploadRowsAsync(const HostSignalView& x, void* dst, cudaStre
 // After the compute stage's kernels are enqueued: marks the end of compute, copies yd (y.nbytes()
 // bytes) into y, synchronises the stream and reports the three stages of a clock marked before
 // H2D and after it (marks 0, 1; this adds 2 and 3).
-inline absl::Status FinishCall(cuda::StageClock& clock, const void* yd, HostArray& y,
-                               cudaStream_t stream, StageTimes* times) {
+inline absl::Status FinishCall(cuda::StageClock& clock, const void* yd, void* y_host,
+                               size_t y_bytes, cudaStream_t stream, StageTimes* times) {
   FRESNEL_RETURN_IF_ERROR(clock.Mark());
   FRESNEL_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(y.raw(), yd, y.nbytes(), cudaMemcpyDeviceToHost, stream));
+      cudaMemcpyAsync(y_host, yd, y_bytes, cudaMemcpyDeviceToHost, stream));
   FRESNEL_RETURN_IF_ERROR(clock.Mark());
   FRESNEL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
   if (times != nullptr) {
@@ -50,6 +50,10 @@ inline absl::Status FinishCall(cuda::StageClock& clock, const void* yd, HostArra
     times->d2h_s = clock.Seconds(2);
   }
   return absl::OkStatus();
+}
+inline absl::Status FinishCall(cuda::StageClock& clock, const void* yd, HostArray& y,
+                               cudaStream_t stream, StageTimes* times) {
+  return FinishCall(clock, yd, y.raw(), y.nbytes(), stream, times);
 }
 
 }  // namespace fresnel::interp::internal

@@ -22,11 +22,17 @@
 // {"bytes", "path", "echo_gbps", "fresnel_gbps", "ratio", "memcpy_gbps"}.
 //
 //   fresnel_bench_transport [--sizes 1,64,1024] [--reps 5] [--chunk-mib 4] [--streams 4]
-//                           [--gpus all|none] [--json]
+//                           [--gpus all|none] [--json] [--paths unary,stream,chunked,shm]
+//                           [--issue-case]
+//
+// --issue-case measures issue 10's case instead (upfirdn float32 2^26 samples, up 4, 64 taps:
+// 256 MiB in, 1 GiB out) over the unary, chunked and shm paths: client latency and the server's
+// split (total, queue, h2d, compute, d2h), one line (or JSON object) per path.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -37,6 +43,7 @@
 #include "echo.grpc.pb.h"
 #include "fresnel/client/client.h"
 #include "fresnel/client/shm.h"
+#include "fresnel/core/status.h"
 #include "fresnel/v1/array_convert.h"
 #include "fresnel/v1/wire_limits.h"
 #include "grpcpp/grpcpp.h"
@@ -140,7 +147,105 @@ struct Options {
   int streams = 4;
   std::string gpus = "all";
   bool json = false;
+  bool issue_case = false;  // --issue-case: issue 10's upfirdn case instead of the size sweep
+  std::string paths = "unary,stream,chunked,shm";  // which rows to measure
+  bool Wants(const char* path) const {
+    for (absl::string_view p : absl::StrSplit(paths, ',')) {
+      if (p == path) return true;
+    }
+    return false;
+  }
 };
+
+// Issue 10's case: upfirdn float32 2^26 samples, up 4, 64 taps (256 MiB in, 1 GiB out), one
+// call at a time over each path; prints the client latency and the server's split (median of
+// --reps after a warm-up), one line per path, or JSON with --json.
+int IssueCase(const Options& o, Client* client, int64_t chunk_bytes) {
+  const int64_t samples = int64_t{1} << 26;
+  HostArray x(DType::kFloat32, {samples});
+  for (int64_t i = 0; i < samples; ++i) x.data<float>()[i] = static_cast<float>(i % 977) * 1e-3f;
+  HostArray taps(DType::kFloat64, {64});
+  for (int i = 0; i < 64; ++i) taps.data<double>()[i] = 1.0 / (1 + i);
+  v1::UpfirdnRequest request;
+  ToProto(taps, request.mutable_taps());
+  request.set_up(4);
+  request.set_down(1);
+  const int64_t y_samples = (samples - 1) * 4 + 64;
+  const int64_t y_bytes = y_samples * 4;
+  struct Sample {
+    double client_s = 0;
+    v1::ExecutionInfo info;
+  };
+  auto run = [&](const char* path, const std::function<absl::StatusOr<v1::ExecutionInfo>()>& fn) {
+    std::vector<Sample> samples_seen;
+    for (int r = 0; r <= o.reps; ++r) {
+      const Clock::time_point start = Clock::now();
+      absl::StatusOr<v1::ExecutionInfo> info = fn();
+      const double s = std::chrono::duration<double>(Clock::now() - start).count();
+      if (!info.ok()) {
+        std::fprintf(stderr, "%s: %s\n", path, info.status().ToString().c_str());
+        return false;
+      }
+      if (r > 0) samples_seen.push_back(Sample{s, *info});
+    }
+    std::sort(samples_seen.begin(), samples_seen.end(),
+              [](const Sample& a, const Sample& b) { return a.client_s < b.client_s; });
+    const Sample& m = samples_seen[samples_seen.size() / 2];
+    const double gbps = static_cast<double>(x.nbytes() + y_bytes) / m.client_s / 1e9;
+    if (o.json) {
+      std::printf("{\"case\": \"upfirdn_f32_2p26_up4_64taps\", \"path\": \"%s\", "
+                  "\"client_s\": %.4f, \"payload_gbps\": %.3f, \"server_total_s\": %.4f, "
+                  "\"queue_s\": %.4f, \"h2d_s\": %.4f, \"compute_s\": %.4f, \"d2h_s\": %.4f}\n",
+                  path, m.client_s, gbps, m.info.total_seconds(), m.info.queue_wait_seconds(),
+                  m.info.h2d_seconds(), m.info.compute_seconds(), m.info.d2h_seconds());
+    } else {
+      std::printf("%-8s client %8.1f ms (%6.2f GB/s)  server total %7.1f ms: queue %.1f, h2d "
+                  "%.1f, compute %.2f, d2h %.1f ms\n",
+                  path, m.client_s * 1e3, gbps, m.info.total_seconds() * 1e3,
+                  m.info.queue_wait_seconds() * 1e3, m.info.h2d_seconds() * 1e3,
+                  m.info.compute_seconds() * 1e3, m.info.d2h_seconds() * 1e3);
+    }
+    std::fflush(stdout);
+    return true;
+  };
+  bool ok = true;
+  if (o.Wants("unary")) {
+    v1::UpfirdnRequest inline_request = request;
+    ToProto(x, inline_request.mutable_x());
+    ok = ok && run("unary", [&]() -> absl::StatusOr<v1::ExecutionInfo> {
+      FRESNEL_ASSIGN_OR_RETURN(v1::InterpolationResponse r, client->Upfirdn(inline_request));
+      return r.info();
+    });
+  }
+  if (o.Wants("chunked")) {
+    TransferOptions transfer;
+    transfer.streams = o.streams;
+    transfer.chunk_bytes = chunk_bytes;
+    ok = ok && run("chunked", [&]() -> absl::StatusOr<v1::ExecutionInfo> {
+      TransferReport report;
+      FRESNEL_ASSIGN_OR_RETURN(HostArray y, client->UpfirdnArray(request, x, transfer, {}, &report));
+      if (y.size() != y_samples) return absl::InternalError("chunked: wrong output size");
+      return report.info;
+    });
+  }
+  if (o.Wants("shm")) {
+    const int64_t y_off = (static_cast<int64_t>(x.nbytes()) + 4095) / 4096 * 4096;
+    auto region = SharedRegion::Create(client, "issue-case", y_off + y_bytes);
+    if (!region.ok()) {
+      std::fprintf(stderr, "shm skipped: %s\n", region.status().ToString().c_str());
+    } else if ((*region)->Write(x, 0).ok()) {
+      v1::UpfirdnRequest shm_request = request;
+      shm_request.mutable_x()->set_dtype(v1::FLOAT32);
+      shm_request.mutable_x()->add_shape(samples);
+      ok = ok && run("shm", [&]() -> absl::StatusOr<v1::ExecutionInfo> {
+        FRESNEL_ASSIGN_OR_RETURN(v1::InterpolationResponse r,
+                                 client->Upfirdn(shm_request, **region, 0, y_off));
+        return r.info();
+      });
+    }
+  }
+  return ok ? 0 : 1;
+}
 
 int Run(const Options& o) {
   // The echo server, with the channel arguments fresneld uses.
@@ -192,6 +297,7 @@ int Run(const Options& o) {
     return 1;
   }
   const int64_t chunk_bytes = o.chunk_mib << 20;
+  if (o.issue_case) return IssueCase(o, client->get(), chunk_bytes);
 
   if (!o.json) {
     std::printf("%-10s %-7s %12s %14s %8s %12s\n", "payload", "path", "echo GB/s", "fresnel GB/s",
@@ -212,7 +318,7 @@ int Run(const Options& o) {
     // unary
     v1::NdArray wire;
     ToProto(x, &wire);
-    const double echo_unary_s = Time(o.reps, [&] {
+    const double echo_unary_s = !o.Wants("unary") && !o.Wants("shm") ? 0 : Time(o.reps, [&] {
       grpc::ClientContext ctx;
       v1::NdArray back;
       grpc::Status st = stub->Unary(&ctx, wire, &back);
@@ -226,7 +332,7 @@ int Run(const Options& o) {
     request.set_up(1);
     request.set_down(1);
     std::string error;
-    const double fresnel_unary_s = Time(o.reps, [&] {
+    const double fresnel_unary_s = !o.Wants("unary") ? 0 : Time(o.reps, [&] {
       auto r = (*client)->Upfirdn(request);
       if (!r.ok()) error = r.status().ToString();
       return r.ok() && static_cast<int64_t>(r->y().data().size()) == bytes;
@@ -234,11 +340,11 @@ int Run(const Options& o) {
 
     // stream, in chunks
     const char* x_data = x.bytes().data();
-    const double echo_stream_s = Time(o.reps, [&] {
+    const double echo_stream_s = !o.Wants("stream") ? 0 : Time(o.reps, [&] {
       return EchoStream(stub.get(), x_data, 0, bytes, bytes, chunk_bytes);
     });
     // chunked: the slices of --streams parallel streams, each on its own connection
-    const double echo_parallel_s = Time(o.reps, [&] {
+    const double echo_parallel_s = !o.Wants("chunked") ? 0 : Time(o.reps, [&] {
       std::vector<bool> ok(parallel_stubs.size());
       std::vector<std::thread> threads;
       const int n = static_cast<int>(parallel_stubs.size());
@@ -258,13 +364,18 @@ int Run(const Options& o) {
     transfer.streams = o.streams;
     transfer.chunk_bytes = chunk_bytes;
     TransferReport report;
-    const double fresnel_parallel_s = Time(o.reps, [&] {
-      auto r = (*client)->UpfirdnArray(request, x, transfer, {}, &report);
+    // The request without x (x is the array argument): a request still holding x inline would
+    // be copied with it by UpfirdnArray's by-value parameter (a payload-sized copy and page
+    // faults per call, in the rows measured before 2026-12-01 15:10).
+    v1::UpfirdnRequest chunked_request = request;
+    chunked_request.clear_x();
+    const double fresnel_parallel_s = !o.Wants("chunked") ? 0 : Time(o.reps, [&] {
+      auto r = (*client)->UpfirdnArray(chunked_request, x, transfer, {}, &report);
       if (!r.ok()) error = r.status().ToString();
       return r.ok() && r->size() == samples;
     });
     // Where the last chunked call spent its time (stderr, so --json stays one object per row).
-    std::fprintf(stderr,
+    if (o.Wants("chunked")) std::fprintf(stderr,
                  "chunked %lld MiB: %s, %d stream(s): upload %.4f s, call %.4f s (server %.4f s: "
                  "queue %.4f, h2d %.4f, compute %.4f, d2h %.4f), download %.4f s\n",
                  static_cast<long long>(mib), report.path, report.streams, report.upload_s,
@@ -279,14 +390,14 @@ int Run(const Options& o) {
     up->mutable_x()->set_dtype(v1::FLOAT32);
     up->mutable_x()->add_shape(1);
     up->mutable_x()->add_shape(0);
-    const double fresnel_stream_s = Time(o.reps, [&] {
+    const double fresnel_stream_s = !o.Wants("stream") ? 0 : Time(o.reps, [&] {
       auto r = (*client)->ResampleStream(stream_config, x, chunk_bytes / 4);
       if (!r.ok()) error = r.status().ToString();
       return r.ok() && r->size() == samples;
     });
     // shm: x at 0, y right after it.
     double fresnel_shm_s = 0;  // 0 = skipped
-    {
+    if (o.Wants("shm")) {
       auto region = SharedRegion::Create(client->get(), "bench", 2 * bytes);
       if (!region.ok()) {
         std::fprintf(stderr, "shm skipped at %lld MiB: %s\n", static_cast<long long>(mib),
@@ -307,9 +418,10 @@ int Run(const Options& o) {
       const char* path;
       double echo_s, fresnel_s;
     };
-    std::vector<Row> rows = {Row{"unary", echo_unary_s, fresnel_unary_s},
-                             Row{"stream", echo_stream_s, fresnel_stream_s}};
-    rows.push_back(Row{"chunked", echo_parallel_s, fresnel_parallel_s});
+    std::vector<Row> rows;
+    if (o.Wants("unary")) rows.push_back(Row{"unary", echo_unary_s, fresnel_unary_s});
+    if (o.Wants("stream")) rows.push_back(Row{"stream", echo_stream_s, fresnel_stream_s});
+    if (o.Wants("chunked")) rows.push_back(Row{"chunked", echo_parallel_s, fresnel_parallel_s});
     if (fresnel_shm_s != 0) rows.push_back(Row{"shm", echo_unary_s, fresnel_shm_s});
     for (const Row& row : rows) {
       // Payload sent plus received.
@@ -349,6 +461,8 @@ int main(int argc, char** argv) {
     const bool has_value = i + 1 < argc;
     if (k == "--json") {
       o.json = true;
+    } else if (k == "--issue-case") {
+      o.issue_case = true;
     } else if (k == "--sizes" && has_value) {
       o.sizes_mib.clear();
       for (absl::string_view s : absl::StrSplit(argv[++i], ',')) {
@@ -365,12 +479,15 @@ int main(int argc, char** argv) {
       o.chunk_mib = std::clamp<int64_t>(std::atoi(argv[++i]), 1, 60);
     } else if (k == "--streams" && has_value) {
       o.streams = std::clamp(std::atoi(argv[++i]), 1, 16);
+    } else if (k == "--paths" && has_value) {
+      o.paths = argv[++i];
     } else if (k == "--gpus" && has_value) {
       o.gpus = argv[++i];
     } else {
       std::fprintf(stderr,
                    "usage: fresnel_bench_transport [--sizes 1,64,1024] [--reps 5] "
-                   "[--chunk-mib 4] [--streams 4] [--gpus all|none] [--json]\n");
+                   "[--chunk-mib 4] [--streams 4] [--gpus all|none] [--json]\n"
+                   "                               [--paths unary,stream,chunked,shm] [--issue-case]\n");
       return 2;
     }
   }

@@ -190,7 +190,7 @@ class Client {
                                                          const CallOptions& call = {});
 
   // Upfirdn / ResamplePoly of an x of any size, returning y. `request.x` is ignored (x is sent
-  // here). Small payloads (TransferOptions) go in one unary call; larger ones through a staging
+  // here; leave it empty: the request is taken by value, so an inline x would be copied). Small payloads (TransferOptions) go in one unary call; larger ones through a staging
   // region the server allocates (SharedMemoryService with an empty shm_name, counted against its
   // --shm-bytes): x is written in chunk_bytes messages over one or `streams` parallel
   // WriteRegion streams on separate connections, the call names the region for x and y, and y
@@ -290,8 +290,11 @@ class Client {
   int64_t MessageCap(const CallOptions& call);
   // The channel, for services whose calls live in their own source file (hologram_client.cc).
   std::shared_ptr<grpc::Channel> channel() const;
-  // Channel `index` of a chunked transfer: 0 is channel(), 1.. each its own connection (made on
-  // first use, kept for the client's life).
+  // The SharedMemoryService stub of chunked-transfer channel `index`: 0 is channel()'s, 1.. each
+  // on its own connection (made on first use, kept for the client's life, like the stubs).
+  v1::SharedMemoryService::Stub* ShmStub(int index);
+  // The channel of that stub (the chunked transfer writes and reads raw RegionChunk buffers on
+  // it, fresnel/v1/region_wire.h).
   std::shared_ptr<grpc::Channel> TransferChannel(int index);
   // The path choice behind UpfirdnArray / ResamplePolyArray: `call_fn` runs the request with x
   // (inline, or naming the staging region) and y_shm (null: y inline).

@@ -37,6 +37,15 @@ absl::StatusOr<int64_t> GpuFreeMemoryBytes(int ordinal);
 // waiting for it. Always OK in a build without CUDA.
 absl::Status GpuContextStatus(int ordinal, void* stream);
 
+// Page-locks [data, data + bytes) of host memory for every device (cudaHostRegister, portable)
+// so that cudaMemcpyAsync to and from it is DMA at full bus speed instead of going through the
+// driver's pageable bounce buffers. `data` must be the start of a mapping the caller owns and
+// keeps mapped until UnpinHostMemory(data); the pages are faulted in by this call (cost: about
+// a memset of the range). FailedPrecondition without CUDA or without a device; the CUDA error
+// (RESOURCE_EXHAUSTED when the driver cannot lock that much) otherwise. Synchronous.
+absl::Status PinHostMemory(void* data, int64_t bytes);
+// Undoes PinHostMemory(data); a no-op for memory that was not pinned. Synchronous.
+void UnpinHostMemory(void* data);
 // Fault injection (fresneld --fault-injection, tests): launches on `stream` a kernel that stores
 // through an invalid device address and waits for it, so the context is left in a genuine sticky
 // error (cudaErrorIllegalAddress) that only a new process clears. Returns that error (as
