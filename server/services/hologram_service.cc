@@ -10,6 +10,7 @@
 #include "fresnel/v1/wire_limits.h"
 #include "fresnel/v1/array_convert.h"
 #include "server/rpc/ordered_stream.h"
+#include "server/rpc/upload_reader.h"
 #include "server/services/hologram_params.h"
 #include "server/status_util.h"
 
@@ -96,6 +97,8 @@ class ResultMessages {
 // trusts. `error` holds the kernel's own failure when the caller wants it as data (a Stream
 // frame's status) rather than as the job's status.
 struct RenderWork {
+  // The cloud's bytes under --stream-state-bytes while the frame waits and renders.
+  Budget::Reservation held;
   hologram::PreparedCloud cloud;
   hologram::HologramOptions options;
   hologram::HologramResult result;
@@ -286,6 +289,9 @@ class StreamCall : public OrderedStream<v1::HologramFrameRequest, v1::HologramFr
     absl::Status error;         // a bad part (layout): answered after the frame's last part
     absl::Status values_error;  // a bad value in a part: reported after the overrides' errors
     int64_t columns = -1;       // of the first part's points; every part must match
+    // The parts' points under --stream-state-bytes, charged as they arrive.
+    Budget::Reservation held;
+    bool charged = false;
   };
 
   void OnRequest(int64_t seq, v1::HologramFrameRequest* request) override {
@@ -437,7 +443,16 @@ class StreamCall : public OrderedStream<v1::HologramFrameRequest, v1::HologramFr
     }
     // After a bad value the frame's cloud is not needed; the parts' layout is still checked.
     if (partial_->values_error.ok()) {
-      partial_->values_error = AppendPointsFromProto(part, limits_, &cloud);
+      // What a frame in parts holds until it is rendered counts as it arrives, so a frame sent
+      // in a thousand parts cannot grow past the server's budget unseen.
+      const int64_t bytes = part.shape(0) * hologram::PreparedCloud::kHostBytesPerPoint;
+      absl::Status held =
+          partial_->charged
+              ? partial_->held.Grow(bytes, "this frame's points")
+              : ReserveIn(ctx_->stream_state_bytes, bytes, "this frame's points", &partial_->held);
+      partial_->charged = partial_->charged || held.ok();
+      partial_->values_error =
+          held.ok() ? AppendPointsFromProto(part, limits_, &cloud) : held;
     }
   }
 
@@ -456,12 +471,15 @@ class StreamCall : public OrderedStream<v1::HologramFrameRequest, v1::HologramFr
     if (input->cloud.has_value()) {
       FRESNEL_RETURN_IF_ERROR(input->values_error);
       FRESNEL_ASSIGN_OR_RETURN(work->cloud, input->cloud->Finish());
+      work->held = std::move(input->held);
       return absl::OkStatus();
     }
     hologram::CloudBuilder cloud(base_, limits_);
     FRESNEL_RETURN_IF_ERROR(AppendSource(request, limits_, &cloud));
     FRESNEL_ASSIGN_OR_RETURN(work->cloud, cloud.Finish());
-    return absl::OkStatus();
+    // Up to the pipeline depth of frames wait or render at once: each holds its cloud.
+    return ReserveIn(ctx_->stream_state_bytes, work->cloud.host_bytes(), "this frame's points",
+                     &work->held);
   }
 
   // Frame `index`'s answer when it failed: a header carrying only the status.
@@ -536,49 +554,34 @@ class StreamCall : public OrderedStream<v1::HologramFrameRequest, v1::HologramFr
 // ---------------------------------------------------------------------------------------------
 // Reconstruct: config (+ inline field) or config + field chunks in, one image out.
 
-class ReconstructCall : public grpc::ServerReadReactor<v1::ReconstructRequest> {
+class ReconstructCall : public UploadReader<v1::ReconstructRequest> {
  public:
+  // What arrives (the config with an inline field, or field chunks) is charged against
+  // --stream-state-bytes as it arrives, and held until the reconstruction is answered.
   ReconstructCall(ServiceContext* ctx, const hologram::Limits& limits,
                   grpc::CallbackServerContext* context, v1::ReconstructResponse* response)
-      : ctx_(ctx),
+      : UploadReader(ctx->metrics, kService, "Reconstruct", context, ctx->stream_state_bytes),
+        ctx_(ctx),
         limits_(limits),
-        context_(context),
-        response_(response),
-        record_(ctx->metrics, kService, "Reconstruct") {
-    StartRead(&request_);
-  }
-
-  void OnReadDone(bool ok) override {
-    if (!ok) {
-      absl::Status st = Run();
-      if (!st.ok()) FinishWith(st);
-      return;
-    }
-    absl::Status st = Take();
-    if (!st.ok()) {
-      FinishWith(st);
-      return;
-    }
-    StartRead(&request_);
+        response_(response) {
+    StartReading();
   }
 
   void OnCancel() override { slot_.Cancel(); }
 
-  void OnDone() override { delete this; }
-
  private:
   // One incoming message.
-  absl::Status Take() {
+  absl::Status Take(v1::ReconstructRequest& request) override {
     if (!have_config_) {
-      if (request_.msg_case() != v1::ReconstructRequest::kConfig) {
+      if (request.msg_case() != v1::ReconstructRequest::kConfig) {
         return absl::InvalidArgumentError("config: the first message must carry the config");
       }
-      config_ = std::move(*request_.mutable_config());
+      config_ = std::move(*request.mutable_config());
       have_config_ = true;
       inline_field_ = config_.field().shape_size() > 0 || !config_.field().data().empty();
       return absl::OkStatus();
     }
-    if (request_.msg_case() != v1::ReconstructRequest::kFieldChunk) {
+    if (request.msg_case() != v1::ReconstructRequest::kFieldChunk) {
       return absl::InvalidArgumentError(
           "config: only the first message may carry the config; the rest are field_chunk");
     }
@@ -592,13 +595,13 @@ class ReconstructCall : public grpc::ServerReadReactor<v1::ReconstructRequest> {
     // complex128 is the widest dtype the kernel takes.
     const int64_t max_bytes = limits_.max_pixels * 16;
     FRESNEL_ASSIGN_OR_RETURN(field_complete_,
-                             assembler_.Add(std::move(*request_.mutable_field_chunk()), "field",
+                             assembler_.Add(std::move(*request.mutable_field_chunk()), "field",
                                             max_bytes));
     any_chunk_ = true;
     return absl::OkStatus();
   }
 
-  absl::Status Run() {
+  absl::Status Complete() override {
     if (!have_config_) {
       return absl::InvalidArgumentError("config: the stream ended before a config message");
     }
@@ -629,13 +632,13 @@ class ReconstructCall : public grpc::ServerReadReactor<v1::ReconstructRequest> {
     options.wavelength_m = config_.wavelength_m();
     options.depth_m = config_.depth_m();
     FRESNEL_ASSIGN_OR_RETURN(options.source, SourceFromProto(config_.source(), "source"));
-    record_.Payload("in", static_cast<double>(field->nbytes()));
+    record().Payload("in", static_cast<double>(field->nbytes()));
     auto result = std::make_shared<hologram::Reconstruction>();
     auto job = std::make_shared<Job>();
     job->service = kService;
     job->method = "Reconstruct";
     FRESNEL_ASSIGN_OR_RETURN(job->preference, PreferenceOf(config_.device(), "config.device"));
-    job->deadline = DeadlineOf(context_);
+    job->deadline = DeadlineOf(context());
     // The field, its spectrum and the propagated field (complex64 on the device) and the image.
     job->device_bytes = field->size() * (8 * 3 + 1);
     const hologram::Limits limits = limits_;
@@ -652,9 +655,9 @@ class ReconstructCall : public grpc::ServerReadReactor<v1::ReconstructRequest> {
       if (status.ok()) {
         response_->set_request_id(request_id);
         response_->set_scale(result->scale);
-        record_.Payload("out", static_cast<double>(result->image.nbytes()));
+        record().Payload("out", static_cast<double>(result->image.nbytes()));
         ToProto(std::move(result->image), response_->mutable_image());
-        FillExecutionInfo(report, record_.Elapsed(), response_->mutable_info());
+        FillExecutionInfo(report, record().Elapsed(), response_->mutable_info());
       }
       FinishWith(status);
     };
@@ -663,25 +666,15 @@ class ReconstructCall : public grpc::ServerReadReactor<v1::ReconstructRequest> {
     return absl::OkStatus();
   }
 
-  void FinishWith(const absl::Status& status) {
-    if (finished_.exchange(true)) return;
-    record_.Done(status);
-    Finish(ToGrpcStatus(status));
-  }
-
   ServiceContext* ctx_;
   hologram::Limits limits_;
-  grpc::CallbackServerContext* context_;
   v1::ReconstructResponse* response_;
-  RpcRecord record_;
-  v1::ReconstructRequest request_;
   v1::ReconstructConfig config_;
   bool have_config_ = false;
   bool inline_field_ = false;
   bool any_chunk_ = false;
   bool field_complete_ = false;
   ChunkAssembler assembler_;
-  std::atomic<bool> finished_{false};
   JobSlot slot_;  // the job in flight, for OnCancel
 };
 

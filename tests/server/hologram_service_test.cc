@@ -638,6 +638,54 @@ TEST_CASE("Reconstruct equals ReconstructAsm, inline and chunked", "[server][hol
   }
 }
 
+// Issue 13 item 3: what an upload holds before it is computed counts against
+// --stream-state-bytes as it arrives — a Reconstruct's field chunks and a Stream frame's parts.
+TEST_CASE("uploads in progress count against --stream-state-bytes: Reconstruct, frames in parts",
+          "[server][hologram]") {
+  server::ServerConfig config = TestServer::CpuConfig();
+  config.max_message_bytes = 256 << 10;
+  config.stream_state_bytes = 1 << 20;
+  TestServer ts(config);
+  auto client = Connect(ts);
+  v1::ReconstructConfig rc;
+  rc.set_pitch_m(kPitch);
+  rc.set_wavelength_m(kWavelength);
+  rc.set_depth_m(0.03);
+  rc.set_source(v1::HOLOGRAM_RECONSTRUCTION_SOURCE_FIELD);
+  // 2 MiB of field in 256 KiB chunks: refused once the chunks pass the budget.
+  auto big = client->Reconstruct(rc, RandomArray(DType::kComplex64, {512, 512}, 7));
+  REQUIRE(big.status().code() == absl::StatusCode::kResourceExhausted);
+  CHECK(Mentions(big.status(), "--stream-state-bytes"));
+  // 256 KiB fits, and the budget was given back.
+  CHECK(client->Reconstruct(rc, RandomArray(DType::kComplex64, {160, 200}, 8)).ok());
+
+  // Frame 0: 24000 points in six parts (56 host bytes a point: 1.3 MB > 1 MiB) is answered
+  // RESOURCE_EXHAUSTED; frame 1, small, renders; the stream goes on and ends OK.
+  const hologram::PointCloud a = RandomCloud(24000, 61), b = RandomCloud(50, 62);
+  std::vector<v1::HologramFrameRequest> messages(7);
+  for (int k = 0; k < 6; ++k) {
+    ToProto(CloudArray(hologram::PointCloud(a.begin() + 4000 * k, a.begin() + 4000 * (k + 1))),
+            messages[k].mutable_points());
+    messages[k].set_points_continue(k < 5);
+  }
+  *messages[0].mutable_config() = Config(64, 48, v1::HOLOGRAM_ALGORITHM_REFERENCE);
+  ToProto(CloudArray(b), messages[6].mutable_points());
+  size_t next = 0;
+  std::vector<absl::Status> statuses;
+  absl::Status st = client->RenderStream(
+      [&](v1::HologramFrameRequest* f) {
+        if (next == messages.size()) return false;
+        *f = messages[next++];
+        return true;
+      },
+      [&](int64_t, const absl::Status& status, HologramRender*) { statuses.push_back(status); });
+  REQUIRE(st.ok());
+  REQUIRE(statuses.size() == 2);
+  CHECK(statuses[0].code() == absl::StatusCode::kResourceExhausted);
+  CHECK(Mentions(statuses[0], "--stream-state-bytes"));
+  CHECK(statuses[1].ok());
+}
+
 TEST_CASE("Reconstruct rejects a missing or bad field, naming it", "[server][hologram]") {
   TestServer ts;
   auto stub = v1::HologramService::NewStub(ts.channel);

@@ -212,8 +212,8 @@ PreparedCloud::PreparedCloud(PreparedCloud&&) noexcept = default;
 PreparedCloud& PreparedCloud::operator=(PreparedCloud&&) noexcept = default;
 int64_t PreparedCloud::size() const { return p_ == nullptr ? 0 : p_->size(); }
 int64_t PreparedCloud::host_bytes() const {
-  // Five doubles and four pixel bounds per point.
-  return size() * static_cast<int64_t>(5 * sizeof(double) + 4 * sizeof(int32_t));
+  static_assert(kHostBytesPerPoint == 5 * sizeof(double) + 4 * sizeof(int32_t));
+  return size() * kHostBytesPerPoint;
 }
 
 namespace {

@@ -191,8 +191,11 @@ class PreparedCloud {
   PreparedCloud(PreparedCloud&&) noexcept;
   PreparedCloud& operator=(PreparedCloud&&) noexcept;
   int64_t size() const;
-  // Host memory held (bytes).
+  // Host memory held (bytes): kHostBytesPerPoint per point.
   int64_t host_bytes() const;
+  // Five doubles and four pixel bounds per point (what a caller charges against a memory budget
+  // for a cloud it is still receiving).
+  static constexpr int64_t kHostBytesPerPoint = 5 * 8 + 4 * 4;
 
  private:
   friend struct internal::CloudAccess;
