@@ -23,12 +23,19 @@
 //
 //   fresnel_bench_transport [--sizes 1,64,1024] [--reps 5] [--chunk-mib 4] [--streams 4]
 //                           [--gpus all|none] [--json] [--paths unary,stream,chunked,shm]
-//                           [--issue-case]
+//                           [--issue-case] [--tiny [--concurrency 64] [--seconds 3]]
+//
+// --tiny measures small-request throughput instead (issue 13, Load): --concurrency threads (64)
+// each sending back-to-back unary calls for --seconds (3) over --streams connections: Echo.Unary
+// with a 1 KiB NdArray against Upfirdn of the same 256 float32 samples (one tap, up 1; the
+// server places it as it would any request), through the generated stubs; prints req/s of both
+// and their ratio (issue target >= 0.5).
 //
 // --issue-case measures issue 10's case instead (upfirdn float32 2^26 samples, up 4, 64 taps:
 // 256 MiB in, 1 GiB out) over the unary, chunked and shm paths: client latency and the server's
 // split (total, queue, h2d, compute, d2h), one line (or JSON object) per path.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -45,6 +52,7 @@
 #include "fresnel/client/shm.h"
 #include "fresnel/core/status.h"
 #include "fresnel/v1/array_convert.h"
+#include "fresnel/v1/interpolation.grpc.pb.h"
 #include "fresnel/v1/wire_limits.h"
 #include "grpcpp/grpcpp.h"
 #include "server/config.h"
@@ -148,6 +156,9 @@ struct Options {
   std::string gpus = "all";
   bool json = false;
   bool issue_case = false;  // --issue-case: issue 10's upfirdn case instead of the size sweep
+  bool tiny = false;        // --tiny: small-request throughput against the echo
+  int concurrency = 64;
+  double seconds = 3;
   std::string paths = "unary,stream,chunked,shm";  // which rows to measure
   bool Wants(const char* path) const {
     for (absl::string_view p : absl::StrSplit(paths, ',')) {
@@ -247,6 +258,88 @@ int IssueCase(const Options& o, Client* client, int64_t chunk_bytes) {
   return ok ? 0 : 1;
 }
 
+// Runs `call(thread)` back to back on `threads` threads for `seconds` after a warm-up second;
+// returns completed calls per second (-1 when any call failed).
+double Throughput(int threads, double seconds, const std::function<bool(int)>& call) {
+  std::atomic<bool> measuring{false}, stop{false}, failed{false};
+  std::atomic<int64_t> done{0};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      while (!stop.load(std::memory_order_relaxed)) {
+        if (!call(t)) {
+          failed = true;
+          return;
+        }
+        if (measuring.load(std::memory_order_relaxed)) done.fetch_add(1, std::memory_order_relaxed);
+      }
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  measuring = true;
+  const Clock::time_point start = Clock::now();
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  const int64_t n = done.load();
+  const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  stop = true;
+  for (std::thread& th : pool) th.join();
+  return failed ? -1 : static_cast<double>(n) / elapsed;
+}
+
+// --tiny: small requests, echo vs Upfirdn, the same shapes, threads and connections.
+int Tiny(const Options& o, const std::vector<std::unique_ptr<Echo::Stub>>& echo_stubs,
+         const std::string& fresnel_address, const grpc::ChannelArguments& args) {
+  HostArray x(DType::kFloat32, {256});
+  for (int i = 0; i < 256; ++i) x.data<float>()[i] = static_cast<float>(i) * 1e-2f;
+  v1::NdArray echo_request;
+  ToProto(x, &echo_request);
+  v1::UpfirdnRequest upfirdn;
+  ToProto(x, upfirdn.mutable_x());
+  HostArray one(DType::kFloat64, {1});
+  one.data<double>()[0] = 1.0;
+  ToProto(one, upfirdn.mutable_taps());
+  upfirdn.set_up(1);
+  upfirdn.set_down(1);
+  std::vector<std::unique_ptr<v1::InterpolationService::Stub>> stubs;
+  for (int i = 0; i < o.streams; ++i) {
+    grpc::ChannelArguments own = args;
+    own.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    own.SetInt("fresnel.bench_channel", 100 + i);
+    stubs.push_back(v1::InterpolationService::NewStub(
+        grpc::CreateCustomChannel(fresnel_address, grpc::InsecureChannelCredentials(), own)));
+  }
+  const double echo_rps = Throughput(o.concurrency, o.seconds, [&](int t) {
+    grpc::ClientContext ctx;
+    v1::NdArray back;
+    return echo_stubs[t % echo_stubs.size()]->Unary(&ctx, echo_request, &back).ok();
+  });
+  std::string device;
+  const double fresnel_rps = Throughput(o.concurrency, o.seconds, [&](int t) {
+    grpc::ClientContext ctx;
+    v1::InterpolationResponse back;
+    const bool ok = stubs[t % stubs.size()]->Upfirdn(&ctx, upfirdn, &back).ok();
+    if (ok && t == 0) device = back.info().device();
+    return ok;
+  });
+  if (echo_rps < 0 || fresnel_rps < 0) {
+    std::fprintf(stderr, "a tiny call failed\n");
+    return 1;
+  }
+  if (o.json) {
+    std::printf("{\"case\": \"tiny_unary_1KiB\", \"threads\": %d, \"connections\": %d, "
+                "\"echo_rps\": %.0f, \"fresnel_rps\": %.0f, \"ratio\": %.3f, \"device\": \"%s\"}\n",
+                o.concurrency, o.streams, echo_rps, fresnel_rps, fresnel_rps / echo_rps,
+                device.c_str());
+  } else {
+    std::printf("| request | threads | connections | echo req/s | Fresnel req/s | ratio | device |\n");
+    std::printf("| --- | ---: | ---: | ---: | ---: | ---: | --- |\n");
+    std::printf("| 256 float32 (1 KiB), unary | %d | %d | %.0f | %.0f | %.2f | %s |\n",
+                o.concurrency, o.streams, echo_rps, fresnel_rps, fresnel_rps / echo_rps,
+                device.c_str());
+  }
+  return 0;
+}
+
 int Run(const Options& o) {
   // The echo server, with the channel arguments fresneld uses.
   EchoService echo;
@@ -298,6 +391,12 @@ int Run(const Options& o) {
   }
   const int64_t chunk_bytes = o.chunk_mib << 20;
   if (o.issue_case) return IssueCase(o, client->get(), chunk_bytes);
+  if (o.tiny) {
+    const int rc = Tiny(o, parallel_stubs, client_options.address, args);
+    (*fresneld)->Shutdown();
+    echo_server->Shutdown();
+    return rc;
+  }
 
   if (!o.json) {
     std::printf("%-10s %-7s %12s %14s %8s %12s\n", "payload", "path", "echo GB/s", "fresnel GB/s",
@@ -463,6 +562,12 @@ int main(int argc, char** argv) {
       o.json = true;
     } else if (k == "--issue-case") {
       o.issue_case = true;
+    } else if (k == "--tiny") {
+      o.tiny = true;
+    } else if (k == "--concurrency" && has_value) {
+      o.concurrency = std::clamp(std::atoi(argv[++i]), 1, 1024);
+    } else if (k == "--seconds" && has_value) {
+      o.seconds = std::clamp(std::atof(argv[++i]), 0.5, 60.0);
     } else if (k == "--sizes" && has_value) {
       o.sizes_mib.clear();
       for (absl::string_view s : absl::StrSplit(argv[++i], ',')) {
@@ -487,7 +592,8 @@ int main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: fresnel_bench_transport [--sizes 1,64,1024] [--reps 5] "
                    "[--chunk-mib 4] [--streams 4] [--gpus all|none] [--json]\n"
-                   "                               [--paths unary,stream,chunked,shm] [--issue-case]\n");
+                   "                               [--paths unary,stream,chunked,shm] [--issue-case]\n"
+                   "                               [--tiny [--concurrency 64] [--seconds 3]]\n");
       return 2;
     }
   }
