@@ -241,6 +241,13 @@ absl::Status ValidateBenchOptions(const BenchOptions& o) {
   if (o.channels < 1) return absl::InvalidArgumentError("--channels must be >= 1");
   if (o.up < 1 || o.down < 1) return absl::InvalidArgumentError("--up and --down must be >= 1");
   if (o.taps < 0) return absl::InvalidArgumentError("--taps must be >= 1");
+  if (o.op == "upfirdn" && o.up == o.down) {
+    // The bench designs upfirdn's filter with cutoff 1 / max(up, down) after dividing both by
+    // their gcd: equal factors give cutoff 1, which firwin refuses.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--op upfirdn: --up ", o.up, " and --down ", o.down,
+        " reduce to 1/1 (the designed filter's cutoff would be 1); use different factors"));
+  }
   if (o.dtype != "float32" && o.dtype != "float64" && o.dtype != "complex64") {
     return absl::InvalidArgumentError("--dtype must be float32, float64 or complex64");
   }

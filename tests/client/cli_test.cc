@@ -81,6 +81,7 @@ TEST_CASE("CLI usage errors exit with 2 and say what is wrong", "[client][cli]")
       {{"bench", "--duration", "1", "--count", "5"}, "excludes"},
       {{"bench", "--op", "fft"}, "--op"},
       {{"bench", "--chunk", "10"}, "--op stream only"},
+      {{"bench", "--op", "upfirdn", "--up", "2", "--down", "2"}, "reduce to 1/1"},
       {{"--timeout", "-1", "info"}, "--timeout"},
   };
   for (const Case& c : cases) {
