@@ -16,8 +16,6 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "fresnel/interp/interp.h"
-#include "fresnel/unwrap/unwrap.h"
 #include "fresnel/v1/common.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "server/budget.h"
@@ -35,8 +33,6 @@ struct ServiceContext {
   DevicePool* pool = nullptr;
   Metrics* metrics = nullptr;
   int64_t max_message_bytes = 64 << 20;
-  interp::Limits interp_limits;
-  unwrap::Limits unwrap_limits;
   JobStore* jobs = nullptr;  // asynchronous jobs (server/jobs.h)
   SessionStore* sessions = nullptr;  // state kept on one device (server/sessions.h)
   // Server-wide caps on what live requests hold (server/budget.h): open streams, and the bytes of

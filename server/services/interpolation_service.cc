@@ -187,12 +187,12 @@ grpc::ServerUnaryReactor* InterpolationService::Upfirdn(grpc::CallbackServerCont
                                                         const v1::UpfirdnRequest* request,
                                                         v1::InterpolationResponse* response) {
   auto* call = new UnaryJobCall(ctx_, context, kService, "Upfirdn");
-  auto parsed = ParseUpfirdn(*request, ctx_->interp_limits);
+  auto parsed = ParseUpfirdn(*request, limits_);
   const ShmResolver resolver = ResolverOf(ctx_, context);
   absl::StatusOr<HostArray> x = parsed.ok() ? TakeX(request->x(), resolver) : parsed.status();
   absl::Status valid = x.status();
   if (valid.ok()) {
-    valid = interp::ValidateUpfirdn(parsed->taps, *x, parsed->options, ctx_->interp_limits);
+    valid = interp::ValidateUpfirdn(parsed->taps, *x, parsed->options, limits_);
   }
   if (!valid.ok()) {
     call->Reject(valid);
@@ -222,7 +222,7 @@ grpc::ServerUnaryReactor* InterpolationService::ResamplePoly(
   const ShmResolver resolver = ResolverOf(ctx_, context);
   absl::StatusOr<HostArray> x = options.ok() ? TakeX(request->x(), resolver) : options.status();
   absl::Status valid = x.status();
-  if (valid.ok()) valid = interp::ValidateResamplePoly(*x, *options, ctx_->interp_limits);
+  if (valid.ok()) valid = interp::ValidateResamplePoly(*x, *options, limits_);
   if (!valid.ok()) {
     call->Reject(valid);
     return call;
@@ -253,7 +253,7 @@ grpc::ServerUnaryReactor* InterpolationService::Resample(grpc::CallbackServerCon
   const ShmResolver resolver = ResolverOf(ctx_, context);
   absl::StatusOr<HostArray> x = TakeX(request->x(), resolver);
   absl::Status valid = x.status();
-  if (valid.ok()) valid = interp::ValidateResample(*x, options, ctx_->interp_limits);
+  if (valid.ok()) valid = interp::ValidateResample(*x, options, limits_);
   if (!valid.ok()) {
     call->Reject(valid);
     return call;
@@ -282,7 +282,7 @@ grpc::ServerUnaryReactor* InterpolationService::Decimate(grpc::CallbackServerCon
   const ShmResolver resolver = ResolverOf(ctx_, context);
   absl::StatusOr<HostArray> x = TakeX(request->x(), resolver);
   absl::Status valid = x.status();
-  if (valid.ok()) valid = interp::ValidateDecimate(*x, options, ctx_->interp_limits);
+  if (valid.ok()) valid = interp::ValidateDecimate(*x, options, limits_);
   if (!valid.ok()) {
     call->Reject(valid);
     return call;
@@ -309,8 +309,10 @@ namespace {
 class ResampleStreamCall
     : public grpc::ServerBidiReactor<v1::ResampleStreamRequest, v1::ResampleStreamResponse> {
  public:
-  ResampleStreamCall(ServiceContext* ctx, grpc::CallbackServerContext* context)
+  ResampleStreamCall(ServiceContext* ctx, const interp::Limits& limits,
+                     grpc::CallbackServerContext* context)
       : ctx_(ctx),
+        limits_(limits),
         context_(context),
         record_(ctx->metrics, kService, "ResampleStream"),
         resolver_(ResolverOf(ctx, context)) {
@@ -462,7 +464,7 @@ class ResampleStreamCall
     request_id_ = RequestIdOr(config.request_id());
     const v1::NdArray* x = nullptr;
     if (config.op_case() == v1::ResampleStreamConfig::kUpfirdn) {
-      FRESNEL_ASSIGN_OR_RETURN(UpfirdnCall call, ParseUpfirdn(config.upfirdn(), ctx_->interp_limits));
+      FRESNEL_ASSIGN_OR_RETURN(UpfirdnCall call, ParseUpfirdn(config.upfirdn(), limits_));
       x = &config.upfirdn().x();
       FRESNEL_ASSIGN_OR_RETURN(DType dtype, FromProto(x->dtype(), "config.upfirdn.x"));
       int64_t channels = x->shape_size() == 2 ? x->shape(0) : 1;
@@ -471,7 +473,7 @@ class ResampleStreamCall
       taps_ = static_cast<int64_t>(call.taps.size());
       FRESNEL_ASSIGN_OR_RETURN(
           auto r, interp::StreamingResampler::ForUpfirdn(std::move(call.taps), call.options,
-                                                         channels, dtype, ctx_->interp_limits));
+                                                         channels, dtype, limits_));
       resampler_.emplace(std::move(r));
       FRESNEL_ASSIGN_OR_RETURN(preference_,
                                PreferenceOf(config.upfirdn().device(), "config.upfirdn.device"));
@@ -486,7 +488,7 @@ class ResampleStreamCall
       taps_ = opts.taps.empty() ? interp::ResamplePolyDefaultNumtaps(opts.up, opts.down)
                                 : static_cast<int64_t>(opts.taps.size());
       FRESNEL_ASSIGN_OR_RETURN(auto r, interp::StreamingResampler::ForResamplePoly(
-                                           opts, channels, dtype, ctx_->interp_limits));
+                                           opts, channels, dtype, limits_));
       resampler_.emplace(std::move(r));
       FRESNEL_ASSIGN_OR_RETURN(
           preference_, PreferenceOf(config.resample_poly().device(), "config.resample_poly.device"));
@@ -570,6 +572,7 @@ class ResampleStreamCall
   }
 
   ServiceContext* ctx_;
+  const interp::Limits limits_;
   grpc::CallbackServerContext* context_;
   RpcRecord record_;
   ShmResolver resolver_;  // chunks may lie in the client's shared-memory regions
@@ -595,7 +598,7 @@ class ResampleStreamCall
 
 grpc::ServerBidiReactor<v1::ResampleStreamRequest, v1::ResampleStreamResponse>*
 InterpolationService::ResampleStream(grpc::CallbackServerContext* context) {
-  return new ResampleStreamCall(ctx_, context);
+  return new ResampleStreamCall(ctx_, limits_, context);
 }
 
 }  // namespace fresnel::server
