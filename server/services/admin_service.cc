@@ -9,9 +9,14 @@
 
 namespace fresnel::server {
 
+namespace {
+constexpr char kService[] = "fresnel.v1.AdminService";
+}  // namespace
+
 grpc::ServerUnaryReactor* AdminService::GetServerInfo(grpc::CallbackServerContext* context,
                                                       const v1::GetServerInfoRequest*,
                                                       v1::ServerInfo* response) {
+  RpcRecord record(ctx_->metrics, kService, "GetServerInfo");
   response->set_version(FRESNEL_VERSION);
   response->set_cuda_compiled(CudaCompiled());
   response->set_instance(config_.instance);
@@ -34,14 +39,13 @@ grpc::ServerUnaryReactor* AdminService::GetServerInfo(grpc::CallbackServerContex
     if (w.fill_info) w.fill_info(config_, response);
   }
   for (const std::string& s : services_) response->add_services(s);
-  auto* reactor = context->DefaultReactor();
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+  return FinishUnary(record, context, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* AdminService::GetStats(grpc::CallbackServerContext* context,
                                                  const v1::GetStatsRequest*,
                                                  v1::ServerStats* response) {
+  RpcRecord record(ctx_->metrics, kService, "GetStats");
   response->set_uptime_seconds(
       std::chrono::duration<double>(Clock::now() - ctx_->started).count());
   int64_t total = 0, failed = 0;
@@ -62,9 +66,7 @@ grpc::ServerUnaryReactor* AdminService::GetStats(grpc::CallbackServerContext* co
   response->set_requests_failed(failed);
   response->set_in_flight(ctx_->pool->InFlight());
   response->set_serving(!ctx_->pool->draining());
-  auto* reactor = context->DefaultReactor();
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+  return FinishUnary(record, context, absl::OkStatus());
 }
 
 }  // namespace fresnel::server

@@ -307,14 +307,15 @@ namespace {
 // outputs are written, and only then is the next message read, so the resampler (the delay line)
 // is touched by one job at a time and memory per stream stays bounded.
 class ResampleStreamCall
-    : public grpc::ServerBidiReactor<v1::ResampleStreamRequest, v1::ResampleStreamResponse> {
+    : public RpcCall<
+          grpc::ServerBidiReactor<v1::ResampleStreamRequest, v1::ResampleStreamResponse>> {
  public:
   ResampleStreamCall(ServiceContext* ctx, const interp::Limits& limits,
                      grpc::CallbackServerContext* context)
-      : ctx_(ctx),
+      : RpcCall(ctx->metrics, kService, "ResampleStream"),
+        ctx_(ctx),
         limits_(limits),
         context_(context),
-        record_(ctx->metrics, kService, "ResampleStream"),
         resolver_(ResolverOf(ctx, context)) {
     absl::Status slot = ReserveIn(ctx->streams, 1, "a ResampleStream", &stream_slot_);
     if (slot.ok() && ctx->drain != nullptr) {
@@ -413,7 +414,7 @@ class ResampleStreamCall
         FinishWith(fits);
         return;
       }
-      record_.Payload("in", static_cast<double>(a->nbytes()));
+      record().Payload("in", static_cast<double>(a->nbytes()));
       chunk = std::move(*a);
     } else if (!request_.end()) {
       FinishWith(absl::InvalidArgumentError("chunk: a message needs a chunk or end"));
@@ -546,7 +547,7 @@ class ResampleStreamCall
       response_.Clear();
       response_.set_request_id(request_id_);
       response_.set_chunk_index(index);
-      record_.Payload("out", static_cast<double>(output->nbytes()));
+      record().Payload("out", static_cast<double>(output->nbytes()));
       ToProto(std::move(*output), response_.mutable_y());
       response_.set_samples_out(resampler_->samples_out());
       double total = std::chrono::duration<double>(Clock::now() - received).count();
@@ -567,14 +568,12 @@ class ResampleStreamCall
       if (finished_) return;
       finished_ = true;
     }
-    record_.Done(status);
-    Finish(ToGrpcStatus(status));
+    RpcCall::FinishWith(status);
   }
 
   ServiceContext* ctx_;
   const interp::Limits limits_;
   grpc::CallbackServerContext* context_;
-  RpcRecord record_;
   ShmResolver resolver_;  // chunks may lie in the client's shared-memory regions
   Budget::Reservation stream_slot_, state_;
   v1::ResampleStreamRequest request_;

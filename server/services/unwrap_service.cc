@@ -212,10 +212,10 @@ class SubmitCall : public UploadReader<v1::SubmitRequest> {
 // flight, and OnWriteDone starts the next one. Nothing here waits: a slow client only makes
 // progress updates merge in the queue.
 
-class WatchCall : public grpc::ServerWriteReactor<v1::UnwrapJob> {
+class WatchCall : public RpcCall<grpc::ServerWriteReactor<v1::UnwrapJob>> {
  public:
   WatchCall(ServiceContext* ctx, const std::string& owner, const v1::WatchRequest* request)
-      : ctx_(ctx), record_(ctx->metrics, kService, "Watch"), job_id_(request->job_id()) {
+      : RpcCall(ctx->metrics, kService, "Watch"), ctx_(ctx), job_id_(request->job_id()) {
     if (absl::Status st = RequireJobId(job_id_); !st.ok()) {
       FinishOnce(st);
       return;
@@ -231,7 +231,7 @@ class WatchCall : public grpc::ServerWriteReactor<v1::UnwrapJob> {
         std::lock_guard<std::mutex> lock(mu_);
         finished_ = true;
       }
-      record_.Done(absl::OkStatus());
+      RecordFinish(absl::OkStatus());
       StartWriteAndFinish(&current_, grpc::WriteOptions(), grpc::Status::OK);
       return;
     }
@@ -313,8 +313,7 @@ class WatchCall : public grpc::ServerWriteReactor<v1::UnwrapJob> {
     if (finished_) return;
     finished_ = true;
     lock.unlock();
-    record_.Done(status);
-    Finish(ToGrpcStatus(status));
+    FinishWith(status);
   }
 
   void FinishOnce(const absl::Status& status) {
@@ -323,7 +322,6 @@ class WatchCall : public grpc::ServerWriteReactor<v1::UnwrapJob> {
   }
 
   ServiceContext* ctx_;
-  RpcRecord record_;
   const std::string job_id_;
   std::mutex mu_;
   std::deque<v1::UnwrapJob> pending_;
@@ -341,15 +339,12 @@ class WatchCall : public grpc::ServerWriteReactor<v1::UnwrapJob> {
 // Get: the result header, then each array in chunks, one message in flight at a time. Chunks are
 // cut from the stored result as they are sent (no copy of the whole result).
 
-class GetCall : public grpc::ServerWriteReactor<v1::GetUnwrapResultResponse> {
+class GetCall : public RpcCall<grpc::ServerWriteReactor<v1::GetUnwrapResultResponse>> {
  public:
   GetCall(ServiceContext* ctx, const std::string& owner, const v1::GetUnwrapResultRequest* request)
-      : ctx_(ctx), record_(ctx->metrics, kService, "Get") {
+      : RpcCall(ctx->metrics, kService, "Get"), ctx_(ctx) {
     absl::Status st = Start(*request, owner);
-    if (!st.ok()) {
-      record_.Done(st);
-      Finish(ToGrpcStatus(st));
-    }
+    if (!st.ok()) FinishWith(st);
   }
 
   void OnWriteDone(bool ok) override {
@@ -361,7 +356,7 @@ class GetCall : public grpc::ServerWriteReactor<v1::GetUnwrapResultResponse> {
     const bool more = chunks_->Next([this](int which, v1::ArrayChunk&& chunk) {
       v1::UnwrapArrayChunk* c = response_.mutable_chunk();
       c->set_array(static_cast<v1::UnwrapArray>(which));
-      record_.Payload("out", static_cast<double>(chunk.data().size()));
+      record().Payload("out", static_cast<double>(chunk.data().size()));
       *c->mutable_chunk() = std::move(chunk);
     });
     if (!more) {
@@ -370,8 +365,6 @@ class GetCall : public grpc::ServerWriteReactor<v1::GetUnwrapResultResponse> {
     }
     StartWrite(&response_);
   }
-
-  void OnDone() override { delete this; }
 
  private:
   absl::Status Start(const v1::GetUnwrapResultRequest& request, const std::string& owner) {
@@ -394,13 +387,7 @@ class GetCall : public grpc::ServerWriteReactor<v1::GetUnwrapResultResponse> {
     return absl::OkStatus();
   }
 
-  void FinishWith(const absl::Status& status) {
-    record_.Done(status);
-    Finish(ToGrpcStatus(status));
-  }
-
   ServiceContext* ctx_;
-  RpcRecord record_;
   std::shared_ptr<const UnwrapOutput> output_;  // kept even if the job is dropped meanwhile
   std::optional<ChunkedWriter> chunks_;  // the result's arrays, borrowed from output_
   v1::GetUnwrapResultResponse response_;
@@ -495,10 +482,7 @@ grpc::ServerUnaryReactor* UnwrapService::Cancel(grpc::CallbackServerContext* con
     status = snap.status();
     if (snap.ok()) JobToProto(*snap, response);
   }
-  record.Done(status);
-  auto* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status));
-  return reactor;
+  return FinishUnary(record, context, status);
 }
 
 grpc::ServerUnaryReactor* UnwrapService::List(grpc::CallbackServerContext* context,
@@ -511,10 +495,7 @@ grpc::ServerUnaryReactor* UnwrapService::List(grpc::CallbackServerContext* conte
     for (const JobSnapshot& s : page->jobs) JobToProto(s, response->add_jobs());
     response->set_next_page_token(page->next_page_token);
   }
-  record.Done(page.status());
-  auto* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(page.status()));
-  return reactor;
+  return FinishUnary(record, context, page.status());
 }
 
 }  // namespace fresnel::server

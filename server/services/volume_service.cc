@@ -317,10 +317,7 @@ grpc::ServerUnaryReactor* VolumeService::DeleteMesh(grpc::CallbackServerContext*
   absl::Status status = request->mesh_id().empty()
                             ? absl::InvalidArgumentError("mesh_id: required")
                             : ctx_->sessions->Close(request->mesh_id(), ClientOf(context));
-  record.Done(status);
-  auto* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status));
-  return reactor;
+  return FinishUnary(record, context, status);
 }
 
 }  // namespace fresnel::server
