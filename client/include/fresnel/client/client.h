@@ -26,6 +26,7 @@
 namespace fresnel {
 
 class SharedRegion;  // fresnel/client/shm.h
+class UnwrapClient;  // fresnel/client/unwrap_client.h
 
 struct ClientOptions {
   // HOST:PORT; a gRPC URI such as "dns:///fresnel.ns.svc:50051" (every address the name resolves
@@ -276,6 +277,7 @@ class Client {
 
  private:
   friend class FusionSession;  // fusion_client.h: its stream runs on this channel
+  friend class UnwrapClient;   // unwrap_client.h: its calls, on channel() and job_channel()
   struct Impl;
   Client(ClientOptions options, std::unique_ptr<Impl> impl);
   // Render's path for clouds larger than `cap`: one Stream frame sent in parts.
@@ -285,6 +287,8 @@ class Client {
   int64_t MessageCap(const CallOptions& call);
   // The channel, for services whose calls live in their own source file (hologram_client.cc).
   std::shared_ptr<grpc::Channel> channel() const;
+  // The pick_first channel of job calls (channel() for a single server).
+  std::shared_ptr<grpc::Channel> job_channel() const;
   // Channel `index` of a chunked transfer: 0 is channel(), 1.. each its own connection (made on
   // first use, kept for the client's life).
   std::shared_ptr<grpc::Channel> TransferChannel(int index);
