@@ -1,8 +1,8 @@
 #include "fresnel/client/client.h"
+#include "fresnel/client/admin_client.h"
 #include "fresnel/client/unwrap_client.h"
 
 #include <grpcpp/create_channel.h>
-#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -23,18 +23,16 @@
 #include "fresnel/v1/wire_limits.h"
 #include "fresnel/v1/array_convert.h"
 #include "call_util.h"
-#include "health_codec.h"
 
 namespace fresnel {
 
 struct Client::Impl {
   std::shared_ptr<grpc::Channel> channel;
-  std::unique_ptr<v1::AdminService::Stub> admin;
+  std::unique_ptr<AdminClient> admin;  // made once the Client exists, like `unwrap`
   std::unique_ptr<v1::InterpolationService::Stub> interpolation;
   // Job calls: pick_first over the same servers (the same channel for a single server).
   std::shared_ptr<grpc::Channel> job_channel;
   std::unique_ptr<UnwrapClient> unwrap;  // made once the Client exists (it holds its stubs)
-  std::unique_ptr<grpc::GenericStub> generic;
   std::mutex cap_mu;
   int64_t server_cap = 0;  // the server's message cap; 0 = not asked yet
   // Chunked transfers (shm_client.cc): one channel, so one TCP connection, per parallel stream.
@@ -201,28 +199,11 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
                                                  options.connect_timeout_s, " s"));
     }
   }
-  impl->admin = v1::AdminService::NewStub(impl->channel);
   impl->interpolation = v1::InterpolationService::NewStub(impl->channel);
-  impl->generic = std::make_unique<grpc::GenericStub>(impl->channel);
   std::unique_ptr<Client> client(new Client(options, std::move(impl)));
+  client->impl_->admin = std::make_unique<AdminClient>(client.get());
   client->impl_->unwrap = std::make_unique<UnwrapClient>(client.get());
   return client;
-}
-
-absl::StatusOr<v1::ServerInfo> Client::GetServerInfo(const CallOptions& call) {
-  return Unary<v1::GetServerInfoRequest, v1::ServerInfo>(
-      options_, call, v1::GetServerInfoRequest(),
-      [this](grpc::ClientContext* c, const auto& req, auto* resp) {
-        return impl_->admin->GetServerInfo(c, req, resp);
-      });
-}
-
-absl::StatusOr<v1::ServerStats> Client::GetStats(const CallOptions& call) {
-  return Unary<v1::GetStatsRequest, v1::ServerStats>(
-      options_, call, v1::GetStatsRequest(),
-      [this](grpc::ClientContext* c, const auto& req, auto* resp) {
-        return impl_->admin->GetStats(c, req, resp);
-      });
 }
 
 absl::StatusOr<v1::InterpolationResponse> Client::Upfirdn(const v1::UpfirdnRequest& request,
@@ -255,36 +236,6 @@ absl::StatusOr<v1::InterpolationResponse> Client::Decimate(const v1::DecimateReq
       options_, call, request, [this](grpc::ClientContext* c, const auto& req, auto* resp) {
         return impl_->interpolation->Decimate(c, req, resp);
       });
-}
-
-absl::StatusOr<ServingStatus> Client::CheckHealth(const std::string& service,
-                                                  const CallOptions& call) {
-  grpc::ClientContext context;
-  ApplyDeadline(&context, options_, call);
-  const std::string request_bytes = internal::EncodeHealthCheckRequest(service);
-  grpc::Slice slice(request_bytes);
-  grpc::ByteBuffer request(&slice, 1);
-  grpc::ByteBuffer response;
-  std::promise<grpc::Status> done;
-  impl_->generic->UnaryCall(&context, internal::kHealthCheckMethod, grpc::StubOptions(), &request,
-                            &response, [&done](grpc::Status s) { done.set_value(std::move(s)); });
-  const grpc::Status status = done.get_future().get();
-  if (status.error_code() == grpc::StatusCode::NOT_FOUND) {
-    return ServingStatus::kServiceUnknown;  // the standard reply for an unregistered service
-  }
-  if (!status.ok()) return FromGrpc(status);
-  std::vector<grpc::Slice> slices;
-  if (!response.Dump(&slices).ok()) return absl::InternalError("cannot read the health response");
-  std::string bytes;
-  for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  absl::StatusOr<int> value = internal::DecodeHealthCheckResponse(bytes);
-  if (!value.ok()) return value.status();
-  switch (*value) {
-    case 1: return ServingStatus::kServing;
-    case 2: return ServingStatus::kNotServing;
-    case 3: return ServingStatus::kServiceUnknown;
-    default: return ServingStatus::kUnknown;
-  }
 }
 
 absl::StatusOr<HostArray> Client::ResampleStream(
@@ -438,6 +389,22 @@ int64_t Client::MessageCap(const CallOptions& call) {
   std::lock_guard<std::mutex> lock(impl_->cap_mu);
   impl_->server_cap = info->limits().max_message_bytes();
   return std::min(own, impl_->server_cap);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Admin and health: AdminClient (admin_client.cc) on this client's channel.
+
+absl::StatusOr<v1::ServerInfo> Client::GetServerInfo(const CallOptions& call) {
+  return impl_->admin->GetServerInfo(call);
+}
+
+absl::StatusOr<v1::ServerStats> Client::GetStats(const CallOptions& call) {
+  return impl_->admin->GetStats(call);
+}
+
+absl::StatusOr<ServingStatus> Client::CheckHealth(const std::string& service,
+                                                  const CallOptions& call) {
+  return impl_->admin->CheckHealth(service, call);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@
 
 #include <unistd.h>
 
+#include "fresnel/client/admin_client.h"
 #include "fresnel/client/client.h"
 #include "fresnel/core/gpu.h"
 #include "fresnel/interp/interp.h"
@@ -180,6 +181,31 @@ TEST_CASE("server info carries every limit flag's value, grouped and flat", "[se
         "fresnel.v1.SharedMemoryService"}) {
     CHECK(std::count(info.services().begin(), info.services().end(), service) == 1);
   }
+}
+
+TEST_CASE("AdminClient: server info, stats and health on a Client's channel", "[server]") {
+  server::ServerConfig config = TestServer::CpuConfig();
+  config.max_rate = 777;
+  TestServer ts(config);
+  ClientOptions options;
+  options.address = ts.address;
+  options.default_timeout = std::chrono::seconds(30);
+  auto client = Client::Connect(options);
+  REQUIRE(client.ok());
+  AdminClient admin(client->get());
+  auto info = admin.GetServerInfo();
+  REQUIRE(info.ok());
+  CHECK(info->limits().interpolation().max_rate() == 777);
+  CHECK(info->instance() == ts.server->instance());
+  auto via_client = (*client)->GetServerInfo();  // Client forwards to its own AdminClient
+  REQUIRE(via_client.ok());
+  CHECK(via_client->SerializeAsString() == info->SerializeAsString());
+  auto stats = admin.GetStats();
+  REQUIRE(stats.ok());
+  CHECK(stats->serving());
+  CHECK(admin.CheckHealth().value() == ServingStatus::kServing);
+  CHECK(admin.CheckHealth("fresnel.v1.UnwrapService").value() == ServingStatus::kServing);
+  CHECK(admin.CheckHealth("no.such.Service").value() == ServingStatus::kServiceUnknown);
 }
 
 TEST_CASE("health reports SERVING per service, and NOT_FOUND for unknown ones", "[server]") {

@@ -27,6 +27,7 @@ namespace fresnel {
 
 class SharedRegion;  // fresnel/client/shm.h
 class UnwrapClient;  // fresnel/client/unwrap_client.h
+class AdminClient;   // fresnel/client/admin_client.h
 
 struct ClientOptions {
   // HOST:PORT; a gRPC URI such as "dns:///fresnel.ns.svc:50051" (every address the name resolves
@@ -278,6 +279,7 @@ class Client {
  private:
   friend class FusionSession;  // fusion_client.h: its stream runs on this channel
   friend class UnwrapClient;   // unwrap_client.h: its calls, on channel() and job_channel()
+  friend class AdminClient;    // admin_client.h: its calls, on channel()
   struct Impl;
   Client(ClientOptions options, std::unique_ptr<Impl> impl);
   // Render's path for clouds larger than `cap`: one Stream frame sent in parts.
