@@ -38,8 +38,19 @@ $fresnel interp "$out/chirp_44k1.wav" "$out/chirp_up4.npy" --mode upfirdn --up 4
 step "the same signal streamed in 4096-sample chunks (ResampleStream)"
 $fresnel interp "$out/chirp_44k1.wav" "$out/chirp_48k_stream.wav" --up 160 --down 147 --chunk 4096
 
+step "the same-host fast path: signal and result through a POSIX shared-memory region (--shm)"
+$fresnel interp "$out/chirp_44k1.wav" "$out/chirp_48k_shm.wav" --up 160 --down 147 --shm
+
+step "scipy.signal.resample (FFT method) and decimate (FIR, zero phase), with plots"
+$fresnel interp "$out/chirp_44k1.wav" "$out/chirp_48k_fft.wav" --mode fft --up 160 --down 147 \
+  --png "$out/resample_fft.png"
+$fresnel interp "$out/chirp_44k1.wav" "$out/chirp_decimate4.wav" --mode decimate --up 1 --down 4 \
+  --png "$out/decimate_4.png"
+
 step "load: 3 s of resample_poly requests at concurrency 4"
 $fresnel bench --op resample_poly --samples 65536 --up 160 --down 147 --concurrency 4 --duration 3
+echo "mixed load: 8 independent clients rotating upfirdn, resample_poly, render and unwrap for 3 s"
+$fresnel bench --op mix --concurrency 8 --duration 3
 
 step "phase unwrapping: a synthetic interferogram (256 x 320, two vortex pairs, a masked dead area)"
 python3 scripts/make_demo_phase.py "$out/phase_wrapped.npy" "$out/phase_mask.npy" 256 320
@@ -85,6 +96,7 @@ trap - EXIT
 tail -n 2 "$out/fresneld.log"
 echo
 echo "Results in $out/: chirp_48k.wav, chirp_up4.npy, resample_160_147.png, upfirdn_x4.png,"
+echo "  chirp_48k_shm.wav (via shared memory), resample_fft.png, decimate_4.png,"
 echo "  phase_unwrapped.npy, unwrap_before_after.png, hologram_phase.png,"
 echo "  hologram_reconstruction.png, hologram_video_last.png, metrics.txt"
 echo "  fusion/view.png (the fused room, shaded), fusion/mesh.ply, fusion/trajectory.txt"

@@ -13,6 +13,10 @@ packages=(
 if [[ ${FRESNEL_FUZZ_DEPS:-0} == 1 ]]; then
   packages+=(clang-14 libclang-rt-14-dev)
 fi
+# fresnel_bench_interp --cpu only (not the build or the tests): SciPy, the CPU baseline it times.
+if [[ ${FRESNEL_BENCH_DEPS:-0} == 1 ]]; then
+  packages+=(python3-scipy)
+fi
 # Node.js runs the offline checks of deploy/ and the Dockerfile (tests/deploy); any node >= 18
 # with npm will do (Debian's nodejs + npm, or one installed otherwise).
 command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)

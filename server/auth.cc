@@ -109,7 +109,8 @@ absl::StatusOr<std::vector<TokenEntry>> ParseTokenFile(absl::string_view text,
 }
 
 bool IsAdminMethod(absl::string_view full_method) {
-  return full_method == "/fresnel.v1.AdminService/GetStats";
+  return full_method == "/fresnel.v1.AdminService/GetStats" ||
+         full_method == "/fresnel.v1.AdminService/InjectFault";
 }
 
 bool IsOpenMethod(absl::string_view full_method) {

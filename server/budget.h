@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <map>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -103,6 +105,50 @@ class Budget {
   const Observer observer_;
   mutable std::mutex mu_;
   int64_t used_ = 0;
+};
+
+// The same cap for each of many keys (a client's open streams): one Budget per key, made on first
+// use and dropped again when it is idle, so a key costs memory only while it holds something.
+// Thread-safe; reservations may outlive nothing but the KeyedBudget itself.
+class KeyedBudget {
+ public:
+  // `name` is the flag that sets the per-key cap.
+  KeyedBudget(std::string name, int64_t cap) : name_(std::move(name)), cap_(cap) {}
+
+  // Takes `amount` (at least 1) of `key`'s cap for `what`, or RESOURCE_EXHAUSTED naming the key.
+  absl::StatusOr<Budget::Reservation> Reserve(const std::string& key, int64_t amount,
+                                              absl::string_view what) {
+    std::lock_guard<std::mutex> lock(mu_);
+    // Drop idle keys first (a reservation gives its amount back under its Budget's own lock and
+    // never touches the Budget afterwards, so one at zero is unreferenced).
+    for (auto it = budgets_.begin(); it != budgets_.end();) {
+      it = it->second->used() == 0 && it->first != key ? budgets_.erase(it) : std::next(it);
+    }
+    std::unique_ptr<Budget>& b = budgets_[key];
+    if (b == nullptr) b = std::make_unique<Budget>(name_, cap_);
+    absl::StatusOr<Budget::Reservation> r = b->Reserve(amount < 1 ? 1 : amount, what);
+    if (!r.ok()) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          what, ": client '", key, "' already holds ", b->used(), " of its ", name_, " (", cap_,
+          "); close some or retry later"));
+    }
+    return r;
+  }
+
+  // Keys holding something now (for tests and metrics).
+  size_t keys() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    size_t n = 0;
+    for (const auto& [key, b] : budgets_) n += b->used() > 0 ? 1 : 0;
+    return n;
+  }
+  int64_t cap() const { return cap_; }
+
+ private:
+  const std::string name_;
+  const int64_t cap_;
+  mutable std::mutex mu_;
+  std::map<std::string, std::unique_ptr<Budget>> budgets_;
 };
 
 }  // namespace fresnel::server

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <random>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "fresnel/core/status.h"
 #include "server/auth.h"
 #include "server/status_util.h"
 
@@ -54,6 +56,32 @@ absl::Status ReserveIn(Budget* budget, int64_t amount, absl::string_view what,
   absl::StatusOr<Budget::Reservation> r = budget->Reserve(amount, what);
   if (!r.ok()) return r.status();
   *out = *std::move(r);
+  return absl::OkStatus();
+}
+
+std::string LimitKeyOf(const grpc::ServerContextBase* context) {
+  std::string client = ClientOf(context);
+  if (!client.empty() || context == nullptr) return client;
+  // "ipv4:127.0.0.1:5000", "ipv6:[::1]:5000", "unix:/path" (no port), "unix-abstract:..."
+  std::string peer = context->peer();
+  if (absl::StartsWith(peer, "ipv4:") || absl::StartsWith(peer, "ipv6:")) {
+    const size_t colon = peer.rfind(':');
+    if (colon != std::string::npos && colon > 5) peer.resize(colon);
+  }
+  return absl::StrCat("peer:", peer);
+}
+
+absl::Status ReserveStream(const ServiceContext* ctx, const grpc::ServerContextBase* context,
+                           absl::string_view what, StreamSlot* out) {
+  FRESNEL_RETURN_IF_ERROR(ReserveIn(ctx->streams, 1, what, &out->server));
+  if (ctx->client_streams == nullptr) return absl::OkStatus();
+  absl::StatusOr<Budget::Reservation> r =
+      ctx->client_streams->Reserve(LimitKeyOf(context), 1, what);
+  if (!r.ok()) {
+    out->server = Budget::Reservation();
+    return r.status();
+  }
+  out->client = *std::move(r);
   return absl::OkStatus();
 }
 

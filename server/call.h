@@ -40,6 +40,7 @@ struct ServiceContext {
   // Server-wide caps on what live requests hold (server/budget.h): open streams, and the bytes of
   // state derived from small messages (designed filters, expanded sources, queued point clouds).
   Budget* streams = nullptr;
+  KeyedBudget* client_streams = nullptr;  // the same per client (--max-streams-per-client)
   Budget* stream_state_bytes = nullptr;
   // Shared-memory regions of same-host clients (server/shm.h); null = none accepted.
   ShmRegistry* shm = nullptr;
@@ -78,6 +79,22 @@ absl::StatusOr<DevicePreference> PreferenceOf(const v1::DeviceHint& hint,
 // Reserves `amount` of `budget` into `*out` (OK and nothing reserved when the budget is null).
 absl::Status ReserveIn(Budget* budget, int64_t amount, absl::string_view what,
                        Budget::Reservation* out);
+
+// The key per-client limits count under: ClientOf(context) when authentication names the
+// client; without authentication the peer's address without its port ("ipv4:10.0.0.7"), so one
+// host cannot take every slot by opening many connections.
+std::string LimitKeyOf(const grpc::ServerContextBase* context);
+
+// A streaming call's slot: one of the server's --max-streams and one of its client's
+// --max-streams-per-client. Both are given back when the slot is destroyed.
+struct StreamSlot {
+  Budget::Reservation server;
+  Budget::Reservation client;
+};
+// Takes a stream slot for `what` ("a ResampleStream") into `*out`, or RESOURCE_EXHAUSTED naming
+// the flag that is full.
+absl::Status ReserveStream(const ServiceContext* ctx, const grpc::ServerContextBase* context,
+                           absl::string_view what, StreamSlot* out);
 
 // The request id to echo: the client's, or a fresh random one.
 std::string RequestIdOr(const std::string& given);

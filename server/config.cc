@@ -82,6 +82,15 @@ absl::StatusOr<ServerConfig> ParseConfig(int argc, char** argv) {
   app.add_option("--max-streams", c.max_streams,
                  "streaming calls (ResampleStream, hologram Stream) open at once")
       ->envname("FRESNEL_MAX_STREAMS")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  app.add_flag("--fault-injection", c.fault_injection,
+               "accept AdminService.InjectFault (a test switch that makes devices unhealthy or "
+               "poisons a GPU's context; never on a production server)")
+      ->envname("FRESNEL_FAULT_INJECTION");
+  app.add_option("--max-streams-per-client", c.max_streams_per_client,
+                 "streaming calls one client may hold open at once (the client named by its token "
+                 "or certificate; without authentication, its host address)")
+      ->envname("FRESNEL_MAX_STREAMS_PER_CLIENT")->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
   app.add_option("--stream-state-bytes", c.stream_state_bytes,
                  "bytes of state live requests may derive from their messages (stream filters "
                  "and delay lines, queued point clouds)")
@@ -110,6 +119,11 @@ absl::StatusOr<ServerConfig> ParseConfig(int argc, char** argv) {
                  "are RESOURCE_EXHAUSTED, so several servers or other programs can share a GPU")
       ->envname("FRESNEL_GPU_MEMORY_BYTES")->check(CLI::Range(int64_t{0}, int64_t{1} << 50))
       ->capture_default_str();
+  app.add_option("--gpu-partitions", c.gpu_partitions,
+                 "present each GPU as this many pool devices (cuda:0.0, cuda:0.1, ...), each with "
+                 "its own streams, queue and 1/N of the GPU's memory: multi-device placement on "
+                 "one GPU, or hard memory shares")
+      ->envname("FRESNEL_GPU_PARTITIONS")->check(CLI::Range(1, 16))->capture_default_str();
   app.add_option("--session-gpu-memory-bytes", c.session_gpu_memory_bytes,
                  "device memory sessions may reserve on each GPU (0: 90% of its memory)")
       ->envname("FRESNEL_SESSION_GPU_MEMORY_BYTES")->check(CLI::Range(int64_t{0}, int64_t{1} << 50))

@@ -40,6 +40,8 @@ struct ServerConfig {
   int64_t hologram_max_points = int64_t{1} << 24;  // FRESNEL_HOLOGRAM_MAX_POINTS, per hologram
   // Server-wide caps on what live requests hold (server/budget.h).
   int max_streams = 1024;                          // FRESNEL_MAX_STREAMS: open streaming calls
+  bool fault_injection = false;                   // FRESNEL_FAULT_INJECTION: AdminService.InjectFault
+  int max_streams_per_client = 256;                // FRESNEL_MAX_STREAMS_PER_CLIENT: the same, each
   int64_t stream_state_bytes = int64_t{4} << 30;   // FRESNEL_STREAM_STATE_BYTES: derived state
   // Shared-memory regions of same-host clients (server/shm.h).
   int64_t shm_bytes = int64_t{8} << 30;            // FRESNEL_SHM_BYTES: all regions mapped; 0 = off
@@ -49,6 +51,7 @@ struct ServerConfig {
   int max_sessions_per_device = 64;                // FRESNEL_MAX_SESSIONS_PER_DEVICE
   int max_sessions_per_client = 32;                // FRESNEL_MAX_SESSIONS_PER_CLIENT
   int64_t gpu_memory_bytes = 0;                    // FRESNEL_GPU_MEMORY_BYTES; 0 = the whole device
+  int gpu_partitions = 1;                          // FRESNEL_GPU_PARTITIONS: pool devices per GPU
   int64_t session_gpu_memory_bytes = 0;            // FRESNEL_SESSION_GPU_MEMORY_BYTES; 0 = 90 %
   int64_t session_cpu_memory_bytes = int64_t{8} << 30;  // FRESNEL_SESSION_CPU_MEMORY_BYTES
   // Volume render meshes (server/services/volume_service.h); the mesh cache is the sessions' cap.

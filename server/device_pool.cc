@@ -175,6 +175,7 @@ class DeviceQueue {
 
   DeviceKind kind() const { return kind_; }
   const std::string& id() const { return id_; }
+  int ordinal() const { return ordinal_; }
 
  private:
   void WorkerLoop(Device device) {
@@ -238,7 +239,7 @@ class DeviceQueue {
         // call on this device would fail. Take the device out instead of pretending to recover.
         absl::Status context = GpuContextStatus(ordinal_, device.stream);
         if (!context.ok() && owner_ != nullptr) {
-          owner_->MarkUnhealthy(id_, std::string(context.message()));
+          owner_->MarkGpuUnhealthy(ordinal_, std::string(context.message()));
         }
       }
       if (metrics_) {
@@ -310,17 +311,38 @@ void Job::Complete(const absl::Status& status, const JobReport& report) {
 absl::StatusOr<std::unique_ptr<DevicePool>> DevicePool::Create(const DevicePoolOptions& options,
                                                                Metrics* metrics) {
   std::unique_ptr<DevicePool> pool(new DevicePool());
+  if (options.gpu_partitions < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gpu_partitions must be >= 1, got ", options.gpu_partitions));
+  }
+  const int parts = options.gpu_partitions;
   for (int ordinal : options.gpus) {
-    auto q = std::make_unique<DeviceQueue>(pool.get(), absl::StrCat("cuda:", ordinal), "",
-                                           DeviceKind::kCuda, ordinal, options.queue_capacity,
-                                           metrics);
-    absl::Status st = q->Start(std::max(1, options.streams_per_gpu),
-                               options.gpu_pool_release_threshold_bytes, options.gpu_memory_bytes);
-    if (!st.ok()) {
-      std::cerr << "fresneld: skipping cuda:" << ordinal << ": " << st << "\n";
-      continue;
+    // A partition's memory pool is capped at its share of the GPU (or of --gpu-memory-bytes).
+    int64_t cap = options.gpu_memory_bytes;
+    if (parts > 1) {
+      if (cap == 0) {
+        auto props = GetGpuProperties(ordinal);
+        if (!props.ok()) {
+          std::cerr << "fresneld: skipping cuda:" << ordinal << ": " << props.status() << "\n";
+          continue;
+        }
+        cap = props->total_memory_bytes;
+      }
+      cap /= parts;
     }
-    pool->devices_.push_back(std::move(q));
+    for (int part = 0; part < parts; ++part) {
+      const std::string id = parts == 1 ? absl::StrCat("cuda:", ordinal)
+                                        : absl::StrCat("cuda:", ordinal, ".", part);
+      auto q = std::make_unique<DeviceQueue>(pool.get(), id, "", DeviceKind::kCuda, ordinal,
+                                             options.queue_capacity, metrics);
+      absl::Status st = q->Start(std::max(1, options.streams_per_gpu),
+                                 options.gpu_pool_release_threshold_bytes, cap);
+      if (!st.ok()) {
+        std::cerr << "fresneld: skipping " << id << ": " << st << "\n";
+        continue;
+      }
+      pool->devices_.push_back(std::move(q));
+    }
   }
   auto cpu = std::make_unique<DeviceQueue>(pool.get(), "cpu", "host CPU", DeviceKind::kCpu, 0,
                                            options.queue_capacity, metrics);
@@ -424,6 +446,13 @@ bool DevicePool::MarkUnhealthy(const std::string& device_id, const std::string& 
     return true;
   }
   return false;
+}
+
+void DevicePool::MarkGpuUnhealthy(int ordinal, const std::string& reason) {
+  for (auto& d : devices_) {
+    if (d->kind() != DeviceKind::kCuda || d->ordinal() != ordinal) continue;
+    if (d->SetUnhealthy(reason)) NotifyHealth(d->id(), false, reason);
+  }
 }
 
 void DevicePool::AddHealthListener(

@@ -92,6 +92,12 @@ struct DevicePoolOptions {
   // > 0: each GPU's memory pool may hold at most this much (--gpu-memory-bytes); placement,
   // session reservations and `fresnel info` then see it as the device's memory.
   int64_t gpu_memory_bytes = 0;
+  // > 1: each GPU appears as this many pool devices ("cuda:0.0", "cuda:0.1", ...), each with its
+  // own worker streams, queue and memory pool capped at 1/N of the GPU's memory (or of
+  // gpu_memory_bytes). Placement, sessions, health and metrics then treat them as separate
+  // devices: multi-device behaviour on one GPU (tests), or hard memory shares between tenants. A
+  // sticky error poisons the whole GPU, so it takes every partition of that GPU out.
+  int gpu_partitions = 1;
 };
 
 // Live numbers of one device.
@@ -143,6 +149,9 @@ class DevicePool {
   // when a job on a GPU leaves the context in a sticky error; tests call it to inject the fault.
   // Returns false for an unknown id. Calls the health listener (outside the pool's locks).
   bool MarkUnhealthy(const std::string& device_id, const std::string& reason);
+  // The same for every pool device on GPU `ordinal` (all its partitions): a sticky error poisons
+  // the GPU's context, not one partition.
+  void MarkGpuUnhealthy(int ordinal, const std::string& reason);
   // Adds a function called with (device id, healthy, reason) whenever a device's health
   // changes, on the thread that noticed it. Add listeners before work is submitted.
   void AddHealthListener(std::function<void(const std::string&, bool, const std::string&)> fn);

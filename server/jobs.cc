@@ -304,7 +304,8 @@ absl::StatusOr<JobSnapshot> JobStore::Cancel(const std::string& id, const std::s
 }
 
 absl::StatusOr<JobStore::Page> JobStore::List(int page_size, const std::string& page_token,
-                                              const std::string& owner) {
+                                              const std::string& owner, const SizeOf& size_of,
+                                              int64_t max_page_bytes) {
   if (page_size < 0) {
     return absl::InvalidArgumentError(absl::StrCat("page_size must be >= 0, got ", page_size));
   }
@@ -321,6 +322,7 @@ absl::StatusOr<JobStore::Page> JobStore::List(int page_size, const std::string& 
   // the last job returned, set only when an older job of `owner` remains.
   auto it = by_seq_.lower_bound(before);
   uint64_t last_seq = 0;
+  int64_t page_bytes = 0;
   while (it != by_seq_.begin()) {
     --it;
     const Record& r = *jobs_.at(it->second);
@@ -329,7 +331,16 @@ absl::StatusOr<JobStore::Page> JobStore::List(int page_size, const std::string& 
       page.next_page_token = absl::StrCat(last_seq);
       break;
     }
-    page.jobs.push_back(SnapshotLocked(r));
+    JobSnapshot snap = SnapshotLocked(r);
+    if (size_of) {
+      const int64_t bytes = size_of(snap);
+      if (!page.jobs.empty() && bytes > max_page_bytes - page_bytes) {
+        page.next_page_token = absl::StrCat(last_seq);
+        break;
+      }
+      page_bytes += bytes;
+    }
+    page.jobs.push_back(std::move(snap));
     last_seq = it->first;
   }
   return page;

@@ -165,9 +165,13 @@ class JobStore {
     std::string next_page_token;    // empty on the last page
   };
   // `owner`'s jobs only. page_size 0 means 100 (at most 1000); INVALID_ARGUMENT for a malformed
-  // page_token.
+  // page_token. With `size_of` set, a page also ends before the sum of size_of(job) would pass
+  // `max_page_bytes` (a page always holds at least one job), so that a page of jobs with long
+  // strings still fits in one response message. size_of runs under the store's lock.
+  using SizeOf = std::function<int64_t(const JobSnapshot&)>;
   absl::StatusOr<Page> List(int page_size, const std::string& page_token,
-                            const std::string& owner);
+                            const std::string& owner, const SizeOf& size_of = nullptr,
+                            int64_t max_page_bytes = 0);
 
   // Calls `listener` with the job's current snapshot before returning, then after every change
   // until Unsubscribe (or until the job is dropped). Listeners run under the store's lock: they

@@ -49,6 +49,7 @@ struct FresnelServer::Impl {
   // into the store.
   std::unique_ptr<JobStore> jobs;
   std::unique_ptr<SessionStore> sessions;
+  std::unique_ptr<KeyedBudget> client_streams;
   std::unique_ptr<Budget> streams;
   std::unique_ptr<Budget> stream_state_bytes;
   std::unique_ptr<ShmRegistry> shm;
@@ -109,6 +110,7 @@ absl::StatusOr<std::unique_ptr<FresnelServer>> FresnelServer::Start(const Server
   pool_options.cpu_workers = config.cpu_workers;
   pool_options.queue_capacity = config.queue_length;
   pool_options.gpu_memory_bytes = config.gpu_memory_bytes;
+  pool_options.gpu_partitions = config.gpu_partitions;
   auto pool = DevicePool::Create(pool_options, impl->metrics.get());
   if (!pool.ok()) return pool.status();
   impl->pool = std::move(*pool);
@@ -144,6 +146,9 @@ absl::StatusOr<std::unique_ptr<FresnelServer>> FresnelServer::Start(const Server
       "--stream-state-bytes", config.stream_state_bytes,
       observe("--stream-state-bytes", config.stream_state_bytes));
   impl->ctx.streams = impl->streams.get();
+  impl->client_streams = std::make_unique<KeyedBudget>("--max-streams-per-client",
+                                                       config.max_streams_per_client);
+  impl->ctx.client_streams = impl->client_streams.get();
   impl->ctx.stream_state_bytes = impl->stream_state_bytes.get();
   ShmRegistryOptions shm_options;
   shm_options.cap_bytes = config.shm_bytes;

@@ -43,7 +43,7 @@ class WriteRegionCall : public grpc::ServerReadReactor<v1::RegionChunk> {
         response_(response),
         record_(ctx->metrics, kService, "WriteRegion") {
     absl::Status st = ctx->shm == nullptr ? Unavailable()
-                                          : ReserveIn(ctx->streams, 1, "a WriteRegion", &slot_);
+                                          : ReserveStream(ctx, context, "a WriteRegion", &slot_);
     if (!st.ok()) {
       FinishWith(st);
       return;
@@ -82,7 +82,7 @@ class WriteRegionCall : public grpc::ServerReadReactor<v1::RegionChunk> {
   const std::string client_;
   v1::WriteRegionResponse* response_;
   RpcRecord record_;
-  Budget::Reservation slot_;
+  StreamSlot slot_;
   v1::RegionChunk chunk_;
   int64_t written_ = 0;
 };
@@ -129,7 +129,7 @@ class ReadRegionCall : public grpc::ServerWriteReactor<v1::RegionChunk> {
       return absl::InvalidArgumentError(
           absl::StrCat("length_bytes: must be >= 0 (got ", request.length_bytes(), ")"));
     }
-    FRESNEL_RETURN_IF_ERROR(ReserveIn(ctx->streams, 1, "a ReadRegion", &slot_));
+    FRESNEL_RETURN_IF_ERROR(ReserveStream(ctx, context, "a ReadRegion", &slot_));
     FRESNEL_ASSIGN_OR_RETURN(span_, ctx->shm->Resolve(ClientOf(context),
                                                       RefTo(region_, offset_),
                                                       request.length_bytes(), "request"));
@@ -159,7 +159,7 @@ class ReadRegionCall : public grpc::ServerWriteReactor<v1::RegionChunk> {
   RpcRecord record_;
   const std::string region_;
   const int64_t offset_;
-  Budget::Reservation slot_;
+  StreamSlot slot_;
   ShmSpan span_;
   int64_t chunk_ = 0;
   int64_t pos_ = 0;

@@ -153,6 +153,8 @@ void FillServerLimits(const ServerConfig& config, v1::Limits* limits) {
   s->set_shm_bytes(config.shm_bytes);
   s->set_shm_ttl_seconds(config.shm_ttl_s);
   s->set_gpu_memory_bytes(config.gpu_memory_bytes);
+  s->set_max_streams_per_client(config.max_streams_per_client);
+  s->set_gpu_partitions(config.gpu_partitions);
   limits->set_max_message_bytes(config.max_message_bytes);
   limits->set_queue_capacity(config.queue_length);
   limits->set_max_streams(config.max_streams);

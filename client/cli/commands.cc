@@ -160,7 +160,10 @@ void PrintLimits(const v1::Limits& l, bool transport, Table& head) {
   std::string server = absl::StrCat("message ", FormatBytes(s.max_message_bytes()), ", queue ",
                                     s.queue_capacity(), " per device");
   if (s.max_streams() > 0) {
-    absl::StrAppend(&server, ", <= ", s.max_streams(), " open streams, ",
+    absl::StrAppend(&server, ", <= ", s.max_streams(), " open streams",
+                    transport ? absl::StrCat(" (", s.max_streams_per_client(), " per client)")
+                              : std::string(),
+                    ", ",
                     FormatBytes(s.stream_state_bytes()), " of derived and uploaded state");
   }
   head.AddRow({"limits", server});
@@ -212,9 +215,13 @@ void PrintLimits(const v1::Limits& l, bool transport, Table& head) {
                             : std::string("off")});
   }
   if (transport) {
-    head.AddRow({"gpu memory", s.gpu_memory_bytes() > 0
-                                   ? absl::StrCat(FormatBytes(s.gpu_memory_bytes()), " per GPU")
-                                   : std::string("the whole device")});
+    head.AddRow({"gpu memory",
+                 absl::StrCat(s.gpu_memory_bytes() > 0
+                                  ? absl::StrCat(FormatBytes(s.gpu_memory_bytes()), " per GPU")
+                                  : std::string("the whole device"),
+                              s.gpu_partitions() > 1
+                                  ? absl::StrCat(", ", s.gpu_partitions(), " pool devices per GPU")
+                                  : std::string())});
   }
 }
 
@@ -529,8 +536,13 @@ absl::Status PlotSignals(const InterpOptions& o, const HostArray& x, const HostA
   plot.width_px = o.plot_width;
   plot.height_px = o.plot_height;
   plot.x_label = "time (s)";
-  plot.title = absl::StrCat(o.mode == "upfirdn" ? "upfirdn" : "resample_poly", " up=", o.up,
-                            " down=", o.down, ", channel 0");
+  const char* op = o.mode == "upfirdn"  ? "upfirdn"
+                   : o.mode == "fft"    ? "resample (FFT)"
+                   : o.mode == "decimate" ? "decimate"
+                                          : "resample_poly";
+  plot.title = o.mode == "decimate"
+                   ? absl::StrCat(op, " q=", o.down, ", channel 0")
+                   : absl::StrCat(op, " up=", o.up, " down=", o.down, ", channel 0");
   return WritePlotPng(o.png, {in_trace, out_trace}, plot);
 }
 

@@ -41,6 +41,19 @@ absl::StatusOr<v1::ServerStats> AdminClient::GetStats(const CallOptions& call) {
       });
 }
 
+absl::StatusOr<v1::InjectFaultResponse> AdminClient::InjectFault(const std::string& device_id,
+                                                                 v1::FaultKind kind,
+                                                                 const CallOptions& call) {
+  v1::InjectFaultRequest request;
+  request.set_device_id(device_id);
+  request.set_kind(kind);
+  return Unary<v1::InjectFaultRequest, v1::InjectFaultResponse>(
+      client_->options(), call, request,
+      [this](grpc::ClientContext* c, const auto& req, auto* resp) {
+        return admin_->InjectFault(c, req, resp);
+      });
+}
+
 absl::StatusOr<ServingStatus> AdminClient::CheckHealth(const std::string& service,
                                                   const CallOptions& call) {
   grpc::ClientContext context;

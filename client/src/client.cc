@@ -206,6 +206,12 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
   return client;
 }
 
+absl::StatusOr<v1::InjectFaultResponse> Client::InjectFault(const std::string& device_id,
+                                                            v1::FaultKind kind,
+                                                            const CallOptions& call) {
+  return impl_->admin->InjectFault(device_id, kind, call);
+}
+
 absl::StatusOr<v1::InterpolationResponse> Client::Upfirdn(const v1::UpfirdnRequest& request,
                                                           const CallOptions& call) {
   return Unary<v1::UpfirdnRequest, v1::InterpolationResponse>(

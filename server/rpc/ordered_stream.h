@@ -15,8 +15,13 @@
 // answer is outstanding, so a job may always call Answer(); the subclass must answer every
 // request it was given exactly once.
 //
+// A request whose answer comes with a later one's (a frame sent in several messages) is marked
+// with Absorb: it then counts against max_in_flight no longer, so a long run of such requests
+// cannot stall the read they wait for. An answer no request asked for (a frame cut short by the
+// half-close) takes a number from Reserve().
+//
 // Subclasses implement OnRequest (on a gRPC thread, one at a time, in order) and may override
-// OnHalfClose and OnStreamDone; their constructor calls StartReading() last.
+// OnHalfClose, OnAbort and OnStreamDone; their constructor calls StartReading() last.
 #pragma once
 
 #include <cstdint>
@@ -152,6 +157,11 @@ class OrderedStream : public RpcCall<grpc::ServerBidiReactor<Request, Response>>
         "close: the stream ended without a close request: it was cut short or a message could "
         "not be parsed (every request read before was answered)"));
   }
+  // The stream was aborted (once, by the first Abort, cancellation or a failed write), on the
+  // thread that aborted it and outside the stream's lock: cancel the work of outstanding
+  // requests here. Their answers are still due (they are dropped); the stream finishes after the
+  // last one.
+  virtual void OnAbort() {}
   // The stream is finished and no answer is outstanding; the object is deleted next.
   virtual void OnStreamDone() {}
 
@@ -159,6 +169,17 @@ class OrderedStream : public RpcCall<grpc::ServerBidiReactor<Request, Response>>
   void Answer(int64_t seq, Reply reply) { Put(seq, std::move(reply), false); }
   void Answer(int64_t seq, Response response) { Put(seq, Reply{std::move(response), nullptr}, false); }
   void Skip(int64_t seq) { Put(seq, Reply{}, true); }
+  // Request `seq` has no answer of its own: a later request's answer covers it. Unlike Skip it
+  // stops counting against max_in_flight at once.
+  void Absorb(int64_t seq) { Put(seq, Reply{}, true, /*absorbed=*/true); }
+  // From OnRequest or OnHalfClose only: the number of an extra answer, written after those of
+  // every request read so far; it must be answered like a request.
+  int64_t Reserve() {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++in_flight_;
+    ++outstanding_;
+    return next_seq_++;
+  }
 
   // Thread-safe; the first End/Abort decides the status.
   void End(const absl::Status& status) { Stop(status, false); }
@@ -171,21 +192,24 @@ class OrderedStream : public RpcCall<grpc::ServerBidiReactor<Request, Response>>
   struct Slot {
     Reply reply;
     bool skip = false;
+    bool absorbed = false;  // no longer counted in in_flight_
   };
 
-  void Put(int64_t seq, Reply reply, bool skip) {
+  void Put(int64_t seq, Reply reply, bool skip, bool absorbed = false) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       // A second answer (after an exception in OnRequest was answered by Skip) is dropped.
       if (seq < next_write_ || ready_.count(seq) > 0) return;
       --outstanding_;
-      if (!aborted_) ready_.emplace(seq, Slot{std::move(reply), skip});
+      if (absorbed) --in_flight_;
+      if (!aborted_) ready_.emplace(seq, Slot{std::move(reply), skip, absorbed});
     }
     Progress();
   }
 
   void Stop(const absl::Status& status, bool abort) {
     std::map<int64_t, Slot> dropped;  // freed outside the lock
+    bool first_abort = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!ending_) {
@@ -194,10 +218,12 @@ class OrderedStream : public RpcCall<grpc::ServerBidiReactor<Request, Response>>
       }
       if (abort && !aborted_) {
         aborted_ = true;
+        first_abort = true;
         if (end_status_.ok()) end_status_ = status;
         dropped.swap(ready_);
       }
     }
+    if (first_abort) OnAbort();
     Progress();
   }
 
@@ -212,9 +238,9 @@ class OrderedStream : public RpcCall<grpc::ServerBidiReactor<Request, Response>>
         auto it = ready_.find(next_write_);
         if (it == ready_.end()) break;
         if (it->second.skip) {
+          if (!it->second.absorbed) --in_flight_;
           ready_.erase(it);
           ++next_write_;
-          --in_flight_;
           continue;
         }
         writing_ = true;

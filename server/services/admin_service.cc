@@ -1,6 +1,11 @@
 #include "server/services/admin_service.h"
 
+#include <memory>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
 #include "fresnel/core/gpu.h"
+#include "server/status_util.h"
 #include "server/workload.h"
 
 #ifndef FRESNEL_VERSION
@@ -67,6 +72,84 @@ grpc::ServerUnaryReactor* AdminService::GetStats(grpc::CallbackServerContext* co
   response->set_in_flight(ctx_->pool->InFlight());
   response->set_serving(!ctx_->pool->draining());
   return FinishUnary(record, context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* AdminService::InjectFault(grpc::CallbackServerContext* context,
+                                                    const v1::InjectFaultRequest* request,
+                                                    v1::InjectFaultResponse* response) {
+  auto* reactor = context->DefaultReactor();
+  auto record = std::make_shared<RpcRecord>(ctx_->metrics, "fresnel.v1.AdminService",
+                                            "InjectFault");
+  auto finish = [reactor, record, response, pool = ctx_->pool,
+                 id = request->device_id()](absl::Status status) {
+    if (status.ok()) {
+      for (const DeviceSnapshot& d : pool->Snapshot()) {
+        if (d.id != id) continue;
+        response->set_device_id(d.id);
+        response->set_healthy(d.healthy);
+        response->set_reason(d.health_reason);
+      }
+    }
+    record->Done(status);
+    reactor->Finish(ToGrpcStatus(status));
+  };
+  if (!config_.fault_injection) {
+    finish(absl::FailedPreconditionError(
+        "InjectFault is a test switch: start fresneld with --fault-injection to use it"));
+    return reactor;
+  }
+  std::optional<DeviceSnapshot> target;
+  std::string ids;
+  for (const DeviceSnapshot& d : ctx_->pool->Snapshot()) {
+    absl::StrAppend(&ids, ids.empty() ? "" : ", ", d.id);
+    if (d.id == request->device_id()) target = d;
+  }
+  if (!target) {
+    finish(absl::NotFoundError(absl::StrCat("device_id: no device '",
+                                            request->device_id().substr(0, 64),
+                                            "' in this server (it has ", ids, ")")));
+    return reactor;
+  }
+  switch (request->kind()) {
+    case v1::FAULT_KIND_UNHEALTHY:
+      ctx_->pool->MarkUnhealthy(target->id, "made unhealthy by AdminService.InjectFault");
+      finish(absl::OkStatus());
+      return reactor;
+    case v1::FAULT_KIND_STICKY_ERROR: {
+      if (target->kind != DeviceKind::kCuda) {
+        finish(absl::InvalidArgumentError(absl::StrCat(
+            "kind: FAULT_KIND_STICKY_ERROR needs a CUDA device; ", target->id,
+            " is not one (FAULT_KIND_UNHEALTHY works on any device)")));
+        return reactor;
+      }
+      // A job like any other, on that device: the worker sees the context poisoned after it and
+      // takes the device out, exactly as for a kernel that faults on its own.
+      auto job = std::make_shared<Job>();
+      job->service = "fresnel.v1.AdminService";
+      job->method = "InjectFault";
+      job->affinity = target->id;
+      job->run = [](const Device& device, StageTimes*) {
+        return GpuInjectStickyError(device.ordinal, device.stream);
+      };
+      job->done = [finish, pool = ctx_->pool, id = target->id](const absl::Status& status,
+                                                               const JobReport&) {
+        // The worker has checked the context before completing the job: the device being
+        // unhealthy now is the expected outcome; otherwise the job's status says what went wrong.
+        for (const DeviceSnapshot& d : pool->Snapshot()) {
+          if (d.id == id && !d.healthy) return finish(absl::OkStatus());
+        }
+        finish(status.ok() ? absl::InternalError("the injected fault left the device healthy")
+                           : status);
+      };
+      if (absl::Status st = ctx_->pool->Submit(job); !st.ok()) finish(st);
+      return reactor;
+    }
+    default:
+      finish(absl::InvalidArgumentError(
+          absl::StrCat("kind: must be FAULT_KIND_UNHEALTHY or FAULT_KIND_STICKY_ERROR (got ",
+                       static_cast<int>(request->kind()), ")")));
+      return reactor;
+  }
 }
 
 }  // namespace fresnel::server

@@ -21,6 +21,9 @@ class AdminService final : public v1::AdminService::CallbackService {
   grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* context,
                                      const v1::GetStatsRequest* request,
                                      v1::ServerStats* response) override;
+  grpc::ServerUnaryReactor* InjectFault(grpc::CallbackServerContext* context,
+                                        const v1::InjectFaultRequest* request,
+                                        v1::InjectFaultResponse* response) override;
 
  private:
   ServiceContext* ctx_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <complex>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "fresnel/core/status.h"
@@ -15,14 +16,6 @@ namespace {
 absl::Status Invalid(absl::string_view field, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
 }
-
-// The per-point phase tables the kernels build (TA/PA: (width + height) bytes per point; the
-// reference and tensor paths need less) are batched to fit the free device memory, so the
-// estimate counts them only up to this budget: enough to keep a GPU from being picked when it
-// cannot hold even the field, without sending every large cloud to the CPU.
-constexpr int64_t kTableBudgetBytes = int64_t{512} << 20;
-// Host-side point record the kernels upload (five doubles plus the prepared pixel ranges).
-constexpr int64_t kBytesPerPoint = 64;
 
 absl::StatusOr<hologram::Algorithm> AlgorithmFromProto(v1::HologramAlgorithm a,
                                                        absl::string_view field) {
@@ -50,13 +43,6 @@ absl::StatusOr<hologram::TensorPrecision> PrecisionFromProto(v1::HologramTensorP
   return Invalid(field, absl::StrCat("unknown precision value ", static_cast<int>(p)));
 }
 
-// The checks of ValidateHologram that concern the options only: it runs them before it looks at
-// the points, so one always-valid point stands in for the cloud.
-absl::Status ValidateConfigOnly(const hologram::HologramOptions& options,
-                                const hologram::Limits& limits) {
-  const hologram::PointCloud probe = {hologram::Point{0, 0, 1, 1, 0}};
-  return hologram::ValidateHologram(probe, options, limits);
-}
 
 }  // namespace
 
@@ -113,7 +99,7 @@ absl::StatusOr<hologram::HologramOptions> ParseHologramConfig(const v1::Hologram
                    absl::StrCat("must be >= 0 (0 = the server's choice), got ",
                                 config.max_chunk_bytes()));
   }
-  FRESNEL_RETURN_IF_ERROR(ValidateConfigOnly(o, limits));
+  FRESNEL_RETURN_IF_ERROR(hologram::ValidateOptions(o, limits));
   return o;
 }
 
@@ -144,12 +130,11 @@ absl::StatusOr<hologram::HologramOptions> ApplyOverrides(const hologram::Hologra
       o.outputs.field = true;
     }
   }
-  FRESNEL_RETURN_IF_ERROR(ValidateConfigOnly(o, limits));
+  FRESNEL_RETURN_IF_ERROR(hologram::ValidateOptions(o, limits));
   return o;
 }
 
-absl::StatusOr<hologram::PointCloud> PointsFromProto(const v1::NdArray& points,
-                                                     const hologram::Limits& limits) {
+absl::Status CheckPointsShape(const v1::NdArray& points, const hologram::Limits& limits) {
   if (points.dtype() != v1::FLOAT32 && points.dtype() != v1::FLOAT64) {
     return Invalid("points", absl::StrCat("must be float32 or float64, got dtype ",
                                           v1::DType_Name(points.dtype())));
@@ -163,24 +148,52 @@ absl::StatusOr<hologram::PointCloud> PointsFromProto(const v1::NdArray& points,
   if (n > limits.max_points) {
     return Invalid("points", absl::StrCat(n, " points exceed the limit of ", limits.max_points));
   }
-  FRESNEL_ASSIGN_OR_RETURN(HostArray a, FromProto(points, "points"));
-  const int64_t cols = a.dim(1);
+  if (points.has_shm()) {
+    return Invalid("points.shm", "this call does not accept shared-memory arrays; send the bytes "
+                                 "in points.data");
+  }
+  std::vector<int64_t> shape = {n, points.shape(1)};
+  if (n < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("points.shape ", ShapeString(shape),
+                                                   " is invalid (negative or overflowing)"));
+  }
+  const int64_t item = points.dtype() == v1::FLOAT32 ? 4 : 8;
+  const int64_t want = n * points.shape(1) * item;
+  if (static_cast<int64_t>(points.data().size()) != want) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "points.data has ", points.data().size(), " bytes but shape ", ShapeString(shape), " of ",
+        points.dtype() == v1::FLOAT32 ? "float32" : "float64", " needs ", want));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AppendPointsFromProto(const v1::NdArray& points, const hologram::Limits& limits,
+                                   hologram::CloudBuilder* cloud) {
+  FRESNEL_RETURN_IF_ERROR(CheckPointsShape(points, limits));
+  return cloud->AppendRows(points.data().data(),
+                           points.dtype() == v1::FLOAT32 ? DType::kFloat32 : DType::kFloat64,
+                           points.shape(0), static_cast<int>(points.shape(1)));
+}
+
+absl::StatusOr<hologram::PointCloud> PointsFromProto(const v1::NdArray& points,
+                                                     const hologram::Limits& limits) {
+  FRESNEL_RETURN_IF_ERROR(CheckPointsShape(points, limits));
+  const int64_t n = points.shape(0);
+  const int64_t cols = points.shape(1);
+  const char* bytes = points.data().data();
   hologram::PointCloud cloud(static_cast<size_t>(n));
-  auto convert = [&](const auto* v) {
+  auto convert = [&](auto zero) {
+    using T = decltype(zero);
     for (int64_t i = 0; i < n; ++i) {
-      const auto* row = v + i * cols;
-      hologram::Point& p = cloud[static_cast<size_t>(i)];
-      p.x_m = row[0];
-      p.y_m = row[1];
-      p.z_m = row[2];
-      p.amplitude = row[3];
-      p.phase_rad = cols == 5 ? static_cast<double>(row[4]) : 0.0;
+      T row[5] = {0, 0, 0, 0, 0};
+      std::memcpy(row, bytes + i * cols * static_cast<int64_t>(sizeof(T)), cols * sizeof(T));
+      cloud[static_cast<size_t>(i)] = hologram::Point{row[0], row[1], row[2], row[3], row[4]};
     }
   };
-  if (a.dtype() == DType::kFloat32) {
-    convert(a.data<float>());
+  if (points.dtype() == v1::FLOAT32) {
+    convert(0.f);
   } else {
-    convert(a.data<double>());
+    convert(0.0);
   }
   return cloud;
 }
@@ -215,27 +228,6 @@ absl::StatusOr<hologram::PointCloud> PointsFromImage(const v1::ImageSource& imag
   options.depth_m = image.depth_m();
   options.skip_zero = image.skip_zero();
   return hologram::ImageToPointCloud(gray, options);
-}
-
-int64_t HologramOutputBytes(const hologram::HologramOptions& o) {
-  const int64_t pixels = o.width * o.height;
-  int64_t per_pixel = 0;
-  if (o.outputs.field) per_pixel += 8;
-  if (o.outputs.phase) per_pixel += 1;
-  if (o.outputs.amplitude) per_pixel += 4;
-  if (o.reconstruction.enabled) per_pixel += 1;
-  return pixels * per_pixel;
-}
-
-int64_t HologramDeviceBytes(const hologram::HologramOptions& o, int64_t points) {
-  const int64_t pixels = o.width * o.height;
-  // The float field accumulator (complex64) and the outputs.
-  int64_t bytes = pixels * 8 + HologramOutputBytes(o);
-  // ASM: the spectrum and the propagated field (complex64 each) plus the cuFFT work area.
-  if (o.reconstruction.enabled) bytes += pixels * 8 * 3;
-  bytes += points * kBytesPerPoint;
-  bytes += std::min<int64_t>(kTableBudgetBytes, points * (o.width + o.height));
-  return bytes;
 }
 
 absl::Status CheckAlgorithmPlacement(const hologram::HologramOptions& options,

@@ -1,6 +1,7 @@
 // fresnel.v1.HologramService messages <-> fresnel::hologram options, clouds and results. Pure
 // conversion and validation (no gRPC calls, no device work); InvalidArgument names the field as
-// fresnel::hologram::ValidateHologram does ("pitch_m", "points[17].z_m", "image", ...).
+// fresnel::hologram::ValidateHologram does ("pitch_m", "points[17].z_m", "image", ...). Every
+// check runs once, here, on the gRPC thread; the jobs trust what these functions let through.
 #pragma once
 
 #include <cstdint>
@@ -17,7 +18,8 @@ namespace fresnel::server {
 
 // The kernel options of a config (outputs defaulted as hologram.proto says). Checks the enums
 // and the config's own fields (sizes, pitch, wavelength, reconstruction depth) against `limits`
-// with ValidateHologram, so that a bad config is reported before any points are looked at.
+// with hologram::ValidateOptions, so that a bad config is reported before any points are looked
+// at; the options are not checked again on the way to the kernel.
 absl::StatusOr<hologram::HologramOptions> ParseHologramConfig(const v1::HologramConfig& config,
                                                               const hologram::Limits& limits);
 
@@ -26,23 +28,23 @@ absl::StatusOr<hologram::HologramOptions> ApplyOverrides(const hologram::Hologra
                                                          const v1::HologramFrameOverrides& o,
                                                          const hologram::Limits& limits);
 
-// A point cloud from float32/float64 [N, 4] or [N, 5] (x_m, y_m, z_m, amplitude[, phase_rad]).
-// The shape is checked against limits.max_points before anything is converted. The values are
-// checked later by ValidateHologram.
+// The layout of a float32/float64 [N, 4] or [N, 5] points array (x_m, y_m, z_m,
+// amplitude[, phase_rad]): dtype, shape, N against limits.max_points, inline bytes of the right
+// size. Looks at no value.
+absl::Status CheckPointsShape(const v1::NdArray& points, const hologram::Limits& limits);
+// Checks the layout, then appends the points to `cloud` straight from the message's bytes,
+// converted into the kernels' prepared layout and checked value by value in the same pass
+// (CloudBuilder::AppendRows). The one conversion and check a frame's points get.
+absl::Status AppendPointsFromProto(const v1::NdArray& points, const hologram::Limits& limits,
+                                   hologram::CloudBuilder* cloud);
+// The same points as a PointCloud, values unchecked (ValidateHologram checks them): for callers
+// that need the cloud itself (the fuzz target).
 absl::StatusOr<hologram::PointCloud> PointsFromProto(const v1::NdArray& points,
                                                      const hologram::Limits& limits);
 // One point per pixel of a uint8 [rows, cols] image (ImageToPointCloud); rows * cols counts
 // against limits.max_points.
 absl::StatusOr<hologram::PointCloud> PointsFromImage(const v1::ImageSource& image,
                                                      const hologram::Limits& limits);
-
-// Device memory a render needs (Job::device_bytes). A named heuristic, not a bound: the
-// field accumulator and the outputs, the reconstruction's FFT buffers, the point records, and
-// the per-point phase tables, which the kernels batch to fit the free memory and so count here
-// only up to kTableBudgetBytes.
-int64_t HologramDeviceBytes(const hologram::HologramOptions& options, int64_t points);
-// Bytes of the arrays a render returns.
-int64_t HologramOutputBytes(const hologram::HologramOptions& options);
 
 // The algorithm a request may run with, given where it can run. TENSOR on a request that can
 // only run on the CPU is INVALID_ARGUMENT ("algorithm"); `gpus` is the server's GPU count.

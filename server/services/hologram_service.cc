@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <map>
-#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -11,6 +9,7 @@
 #include "fresnel/core/status.h"
 #include "fresnel/v1/wire_limits.h"
 #include "fresnel/v1/array_convert.h"
+#include "server/rpc/ordered_stream.h"
 #include "server/services/hologram_params.h"
 #include "server/status_util.h"
 
@@ -93,17 +92,18 @@ class ResultMessages {
   int64_t offset_ = 0;
 };
 
-// What a render job works on. `error` holds the kernel's own failure when the caller wants it
-// as data (a Stream frame's status) rather than as the job's status.
+// What a render job works on: a cloud and options checked on the gRPC thread, which the job
+// trusts. `error` holds the kernel's own failure when the caller wants it as data (a Stream
+// frame's status) rather than as the job's status.
 struct RenderWork {
-  hologram::PointCloud points;
+  hologram::PreparedCloud cloud;
   hologram::HologramOptions options;
   hologram::HologramResult result;
   absl::Status error;
 };
 
-std::shared_ptr<Job> MakeRenderJob(std::shared_ptr<RenderWork> work, const hologram::Limits& limits,
-                                   const char* method, DevicePreference preference,
+std::shared_ptr<Job> MakeRenderJob(std::shared_ptr<RenderWork> work, const char* method,
+                                   DevicePreference preference,
                                    std::optional<Clock::time_point> deadline,
                                    bool kernel_errors_as_data) {
   auto job = std::make_shared<Job>();
@@ -111,18 +111,17 @@ std::shared_ptr<Job> MakeRenderJob(std::shared_ptr<RenderWork> work, const holog
   job->method = method;
   job->preference = preference;
   job->deadline = deadline;
-  job->device_bytes =
-      HologramDeviceBytes(work->options, static_cast<int64_t>(work->points.size()));
+  job->device_bytes = hologram::DeviceBytes(work->options, work->cloud.size());
   // The job outlives its run function, so the render may poll it: a cancelled (or timed-out)
   // request stops between rows / point batches and frees its worker.
   const Job* self = job.get();
-  job->run = [work, limits, kernel_errors_as_data, self](const Device& device,
-                                                         StageTimes* times) -> absl::Status {
+  job->run = [work, kernel_errors_as_data, self](const Device& device,
+                                                 StageTimes* times) -> absl::Status {
     hologram::HologramOptions options = OptionsForDevice(work->options, device);
     options.should_stop = [self] { return self->cancelled(); };
     absl::StatusOr<hologram::HologramResult> r =
-        hologram::ComputeHologram(device, work->points, options, times, limits);
-    hologram::PointCloud().swap(work->points);  // free the cloud before the reply is built
+        hologram::ComputeHologram(device, work->cloud, options, times);
+    work->cloud = hologram::PreparedCloud();  // free the cloud before the reply is built
     if (!r.ok()) {
       if (!kernel_errors_as_data) return r.status();
       work->error = r.status();
@@ -134,13 +133,17 @@ std::shared_ptr<Job> MakeRenderJob(std::shared_ptr<RenderWork> work, const holog
   return job;
 }
 
-// The cloud of a request's `source` oneof.
+// Appends the cloud of a request's `source` oneof to `cloud`, checked and converted once.
 template <class Request>
-absl::StatusOr<hologram::PointCloud> SourcePoints(const Request& request,
-                                                  const hologram::Limits& limits) {
+absl::Status AppendSource(const Request& request, const hologram::Limits& limits,
+                          hologram::CloudBuilder* cloud) {
   switch (request.source_case()) {
-    case Request::kPoints: return PointsFromProto(request.points(), limits);
-    case Request::kImage: return PointsFromImage(request.image(), limits);
+    case Request::kPoints: return AppendPointsFromProto(request.points(), limits, cloud);
+    case Request::kImage: {
+      FRESNEL_ASSIGN_OR_RETURN(hologram::PointCloud points,
+                               PointsFromImage(request.image(), limits));
+      return cloud->Append(points);
+    }
     default: break;
   }
   return absl::InvalidArgumentError(
@@ -183,22 +186,20 @@ class RenderCall : public grpc::ServerWriteReactor<v1::RenderResponse> {
     FRESNEL_ASSIGN_OR_RETURN(work->options, ParseHologramConfig(request.config(), limits_));
     FRESNEL_RETURN_IF_ERROR(
         CheckAlgorithmPlacement(work->options, request.config().device(), ctx_->pool->gpu_count()));
-    FRESNEL_ASSIGN_OR_RETURN(work->points, SourcePoints(request, limits_));
-    FRESNEL_RETURN_IF_ERROR(hologram::ValidateHologram(work->points, work->options, limits_));
+    hologram::CloudBuilder cloud(work->options, limits_);
+    FRESNEL_RETURN_IF_ERROR(AppendSource(request, limits_, &cloud));
+    FRESNEL_ASSIGN_OR_RETURN(work->cloud, cloud.Finish());
     // The cloud (an image source expanded to a point per pixel) is held while the render waits
     // and runs.
-    FRESNEL_RETURN_IF_ERROR(ReserveIn(
-        ctx_->stream_state_bytes,
-        static_cast<int64_t>(work->points.size() * sizeof(hologram::Point)),
-        "this Render's point cloud", &state_));
+    FRESNEL_RETURN_IF_ERROR(ReserveIn(ctx_->stream_state_bytes, work->cloud.host_bytes(),
+                                      "this Render's point cloud", &state_));
     chunk_bytes_ = ChunkBytes(ctx_->max_message_bytes, request.config().max_chunk_bytes());
     record_.Payload("in", static_cast<double>(request.ByteSizeLong()));
-    const int64_t points = static_cast<int64_t>(work->points.size());
+    const int64_t points = work->cloud.size();
     FRESNEL_ASSIGN_OR_RETURN(DevicePreference preference,
                              PreferenceOf(request.config().device(), "config.device"));
-    std::shared_ptr<Job> job =
-        MakeRenderJob(work, limits_, "Render", preference,
-                      DeadlineOf(context_), /*kernel_errors_as_data=*/false);
+    std::shared_ptr<Job> job = MakeRenderJob(work, "Render", preference, DeadlineOf(context_),
+                                             /*kernel_errors_as_data=*/false);
     job->done = [this, work, points](const absl::Status& status, const JobReport& report) {
       slot_.Clear();
       if (!status.ok()) {
@@ -239,212 +240,34 @@ class RenderCall : public grpc::ServerWriteReactor<v1::RenderResponse> {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Stream: frames in, each frame's header + chunks out, in frame order. Pipelined: up to depth_
-// frames are read ahead and rendered at once (on every worker stream of every GPU), while the
-// answers go out strictly in order, one write at a time. A frame that fails validation or in the
-// kernel is answered with its status and the stream goes on; a failure of the server itself
-// (cancel, deadline, drain) ends the stream once no job of it is still running.
+// Stream: frames in, each frame's header + chunks out, in frame order, on OrderedStream (the
+// pipelining, ordering, backpressure and ending live there). Up to PipelineDepth frames are read
+// ahead and rendered at once. A frame that fails its checks or in the kernel is answered with its
+// status and the stream goes on; a failure of the server itself (cancel, deadline, drain) or a
+// protocol error aborts the stream once no job of it is still running. A frame sent in parts is
+// answered at the message of its last part (the earlier parts are absorbed into it).
 
-class StreamCall
-    : public grpc::ServerBidiReactor<v1::HologramFrameRequest, v1::HologramFrameResponse> {
+class StreamCall : public OrderedStream<v1::HologramFrameRequest, v1::HologramFrameResponse> {
  public:
   StreamCall(ServiceContext* ctx, const hologram::Limits& limits,
              grpc::CallbackServerContext* context)
-      : ctx_(ctx),
+      : OrderedStream(ctx->metrics, kService, "Stream", PipelineDepth(*ctx->pool)),
+        ctx_(ctx),
         limits_(limits),
-        context_(context),
-        record_(ctx->metrics, kService, "Stream"),
-        depth_(PipelineDepth(*ctx->pool)) {
-    absl::Status slot = ReserveIn(ctx->streams, 1, "a hologram Stream", &stream_slot_);
-    if (slot.ok() && ctx->drain != nullptr) {
-      slot = ctx->drain->Register("hologram Stream", [this](const absl::Status& st) { Fail(st); },
+        context_(context) {
+    absl::Status open = ReserveStream(ctx, context, "a hologram Stream", &stream_slot_);
+    if (open.ok() && ctx->drain != nullptr) {
+      open = ctx->drain->Register("hologram Stream", [this](const absl::Status& st) { Abort(st); },
                                   &ticket_);
     }
-    if (!slot.ok()) {
-      FinishWith(slot);
+    if (!open.ok()) {
+      End(open);  // nothing read: finishes at once
       return;
     }
-    StartRead(&request_);
-  }
-
-  void OnReadDone(bool ok) override {
-    absl::Status st = Guarded("reading the stream's frame", [&] {
-      HandleRead(ok);
-      return absl::OkStatus();
-    });
-    if (!st.ok()) Fail(st);
-  }
-
-  void HandleRead(bool ok) {
-    if (!ok) {  // the client half-closed: finish once every frame it sent is answered
-      const bool answered = AnswerUnfinishedFrame();
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        reads_done_ = true;
-        if (!saw_end_) {
-          end_status_ = absl::InvalidArgumentError(absl::StrCat(
-              "end: the stream closed without a message that sets end, after ", next_frame_,
-              " frame(s): it was cut short or a message could not be parsed; the frames "
-              "before were answered"));
-        }
-      }
-      if (answered) TryWrite();
-      MaybeFinish();
-      return;
-    }
-    record_.Payload("in", static_cast<double>(request_.ByteSizeLong()));
-    if (saw_end_) {
-      Fail(absl::InvalidArgumentError("end: a message came after the one that set end"));
-      return;
-    }
-    saw_end_ = request_.end();
-    if (saw_end_ && !request_.points_continue() &&
-        request_.source_case() == v1::HologramFrameRequest::SOURCE_NOT_SET &&
-        !request_.has_config()) {
-      // Only ends the stream: a frame still in parts is answered as cut short, then the
-      // half-close is awaited.
-      if (AnswerUnfinishedFrame()) TryWrite();
-      StartRead(&request_);
-      return;
-    }
-    if (saw_end_ && request_.points_continue()) {
-      Fail(absl::InvalidArgumentError(
-          "end: the last message cannot set points_continue (the frame has no last part)"));
-      return;
-    }
-    if (!configured_) {
-      absl::Status st = request_.has_config()
-                            ? Configure(request_.config())
-                            : absl::InvalidArgumentError(
-                                  "config: the first frame must carry the config");
-      if (!st.ok()) {
-        Fail(st);
-        return;
-      }
-      request_id_ = RequestIdOr(request_.request_id());
-    }
-    // The frame's input: this message, or the parts of a frame sent with points_continue.
-    FrameInput input;
-    if (partial_.has_value() || request_.points_continue()) {
-      AddPart();
-      if (request_.points_continue()) {
-        StartRead(&request_);  // the frame goes on in the next message
-        return;
-      }
-      input = *std::move(partial_);
-      partial_.reset();
-    } else {
-      input.received = Clock::now();
-      input.had_config = request_.has_config();
-      if (request_.has_overrides()) input.overrides = request_.overrides();
-    }
-    const int64_t index = next_frame_++;
-    const Clock::time_point received = input.received;
-    auto work = std::make_shared<RenderWork>();
-    absl::Status prepared =
-        index > 0 && input.had_config
-            ? absl::InvalidArgumentError(
-                  "config: only the first frame may carry the config (use overrides for "
-                  "per-frame changes)")
-            : PrepareFrame(&input, work.get());
-    std::shared_ptr<Job> job;
-    if (prepared.ok()) {
-      const int64_t points = static_cast<int64_t>(work->points.size());
-      job = MakeRenderJob(work, limits_, "Stream", preference_, DeadlineOf(context_),
-                          /*kernel_errors_as_data=*/true);
-      job->continues_call = true;  // a stream open when a drain began may go on
-      const Job* raw = job.get();
-      job->done = [this, raw, work, points, index, received](const absl::Status& status,
-                                                             const JobReport& report) {
-        jobs_.Remove(raw);
-        OnFrameDone(index, work.get(), points, received, status, report);
-      };
-    }
-    bool read_more = false;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (fatal_.has_value()) return;  // ending: take no more frames
-      ++in_flight_;
-      if (job) {
-        ++running_;
-      } else {
-        ready_.emplace(index, FrameError(index, prepared));
-      }
-      read_more = in_flight_ < depth_;
-      read_paused_ = !read_more;
-    }
-    if (job) {
-      absl::Status submitted = jobs_.Submit(ctx_->pool, job);
-      if (!submitted.ok()) {
-        {
-          std::lock_guard<std::mutex> lock(mu_);
-          --running_;
-        }
-        Fail(submitted);
-        return;
-      }
-    }
-    if (read_more) StartRead(&request_);
-    TryWrite();
-  }
-
-  void OnWriteDone(bool ok) override {
-    if (!ok) {
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        writing_ = false;
-      }
-      Fail(absl::CancelledError("the client stopped reading"));
-      return;
-    }
-    bool stop = false;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop = fatal_.has_value();
-      if (stop) writing_ = false;
-    }
-    if (stop) {  // ending: the rest of this frame is not sent
-      MaybeFinish();
-      return;
-    }
-    if (messages_) {
-      const int64_t index = response_.frame_index();
-      response_.Clear();
-      response_.set_frame_index(index);
-      if (messages_->NextChunk(response_.mutable_chunk())) {
-        StartWrite(&response_);
-        return;
-      }
-      messages_.reset();
-    }
-    bool resume = false;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      writing_ = false;
-      ++next_write_;
-      --in_flight_;
-      resume = read_paused_ && !reads_done_ && !fatal_.has_value();
-      if (resume) read_paused_ = false;
-    }
-    if (resume) StartRead(&request_);  // a slot is free: take the next frame
-    TryWrite();
-    MaybeFinish();
-  }
-
-  void OnCancel() override { Fail(absl::CancelledError("the client cancelled the stream")); }
-
-  void OnDone() override {
-    ticket_.Close();
-    delete this;
+    StartReading();
   }
 
  private:
-  // A frame's answer, ready to go: the header message and the chunks still to come.
-  struct Answer {
-    v1::HologramFrameResponse header;
-    std::optional<ResultMessages> messages;
-  };
-
   // Frames rendered at once: one per worker of the devices that run them, plus one being read.
   static int PipelineDepth(const DevicePool& pool) {
     int gpu_workers = 0, cpu_workers = 0;
@@ -452,6 +275,116 @@ class StreamCall
       (d.kind == DeviceKind::kCuda ? gpu_workers : cpu_workers) += d.workers;
     }
     return std::clamp((gpu_workers > 0 ? gpu_workers : cpu_workers) + 1, 2, 16);
+  }
+
+  // One frame as it arrives: the message that carried it, or its parts so far.
+  struct FrameInput {
+    Clock::time_point received;
+    bool had_config = false;
+    std::optional<v1::HologramFrameOverrides> overrides;
+    std::optional<hologram::CloudBuilder> cloud;  // the points, converted part by part
+    absl::Status error;         // a bad part (layout): answered after the frame's last part
+    absl::Status values_error;  // a bad value in a part: reported after the overrides' errors
+    int64_t columns = -1;       // of the first part's points; every part must match
+  };
+
+  void OnRequest(int64_t seq, v1::HologramFrameRequest* request) override {
+    if (saw_end_) {
+      Protocol(seq, absl::InvalidArgumentError("end: a message came after the one that set end"));
+      return;
+    }
+    saw_end_ = request->end();
+    if (saw_end_ && !request->points_continue() &&
+        request->source_case() == v1::HologramFrameRequest::SOURCE_NOT_SET &&
+        !request->has_config()) {
+      // Only ends the stream: a frame still in parts is answered (here) as cut short, then the
+      // half-close is awaited.
+      if (!AnswerUnfinishedFrame(seq)) Skip(seq);
+      return;
+    }
+    if (saw_end_ && request->points_continue()) {
+      Protocol(seq, absl::InvalidArgumentError(
+                        "end: the last message cannot set points_continue (the frame has no last "
+                        "part)"));
+      return;
+    }
+    if (!configured_) {
+      absl::Status st = request->has_config()
+                            ? Configure(request->config())
+                            : absl::InvalidArgumentError(
+                                  "config: the first frame must carry the config");
+      if (!st.ok()) {
+        Protocol(seq, st);
+        return;
+      }
+      request_id_ = RequestIdOr(request->request_id());
+    }
+    FrameInput input;
+    if (partial_.has_value() || request->points_continue()) {
+      AddPart(*request);
+      if (request->points_continue()) {
+        Absorb(seq);  // the frame goes on in the next message, whose answer covers this one
+        return;
+      }
+      input = *std::move(partial_);
+      partial_.reset();
+    } else {
+      input.received = Clock::now();
+      input.had_config = request->has_config();
+      if (request->has_overrides()) input.overrides = request->overrides();
+    }
+    const int64_t index = next_frame_++;
+    auto work = std::make_shared<RenderWork>();
+    absl::Status prepared =
+        index > 0 && input.had_config
+            ? absl::InvalidArgumentError(
+                  "config: only the first frame may carry the config (use overrides for "
+                  "per-frame changes)")
+            : PrepareFrame(*request, &input, work.get());
+    if (!prepared.ok()) {
+      Answer(seq, FrameError(index, prepared));
+      return;
+    }
+    const int64_t points = work->cloud.size();
+    const Clock::time_point received = input.received;
+    std::shared_ptr<Job> job = MakeRenderJob(work, "Stream", preference_, DeadlineOf(context_),
+                                             /*kernel_errors_as_data=*/true);
+    job->continues_call = true;  // a stream open when a drain began may go on
+    const Job* raw = job.get();
+    job->done = [this, raw, seq, work, points, index, received](const absl::Status& status,
+                                                                 const JobReport& report) {
+      jobs_.Remove(raw);
+      OnFrameDone(seq, index, work.get(), points, received, status, report);
+    };
+    absl::Status submitted = jobs_.Submit(ctx_->pool, job);
+    if (!submitted.ok()) {
+      Abort(submitted);
+      Skip(seq);
+    }
+  }
+
+  // The client half-closed: the frame it left in parts is answered as cut short; the stream ends
+  // once every frame is answered, OK only after a message that set `end`.
+  void OnHalfClose() override {
+    if (partial_.has_value()) AnswerUnfinishedFrame(Reserve());
+    if (saw_end_) {
+      End(absl::OkStatus());
+      return;
+    }
+    End(absl::InvalidArgumentError(absl::StrCat(
+        "end: the stream closed without a message that sets end, after ", next_frame_,
+        " frame(s): it was cut short or a message could not be parsed; the frames before were "
+        "answered")));
+  }
+
+  void OnAbort() override { jobs_.Cancel(); }  // a cancelled job completes on this thread
+
+  void OnStreamDone() override { ticket_.Close(); }
+
+  // A protocol error (or a bad config) of message `seq`: the stream ends with it.
+  void Protocol(int64_t seq, const absl::Status& status) {
+    Abort(status);
+    Skip(seq);
   }
 
   absl::Status Configure(const v1::HologramConfig& config) {
@@ -465,41 +398,28 @@ class StreamCall
     return absl::OkStatus();
   }
 
-  // What one frame was sent as: the message that carried it, or (`points` set) its parts.
-  struct FrameInput {
-    Clock::time_point received;
-    bool had_config = false;
-    std::optional<v1::HologramFrameOverrides> overrides;
-    std::optional<hologram::PointCloud> points;
-    absl::Status error;  // a bad part: the frame is answered with it after its last part
-    int64_t columns = -1;  // of the first part's points; every part must match
-  };
-
-  // Adds request_ as the next part of partial_ (its first part when partial_ is empty).
-  void AddPart() {
+  // Adds `request` as the next part of partial_ (its first part when partial_ is empty).
+  void AddPart(const v1::HologramFrameRequest& request) {
     if (!partial_.has_value()) {
-      partial_.emplace(FrameInput{});  // (not emplace(): clang 14 rejects it for a nested struct
-                                       // with default member initializers)
+      partial_.emplace();
       partial_->received = Clock::now();
-      partial_->had_config = request_.has_config();
-      if (request_.has_overrides()) partial_->overrides = request_.overrides();
-      partial_->points.emplace();
-    } else if (partial_->error.ok() && (request_.has_config() || request_.has_overrides())) {
+      partial_->had_config = request.has_config();
+      if (request.has_overrides()) partial_->overrides = request.overrides();
+      partial_->cloud.emplace(base_, limits_);
+    } else if (partial_->error.ok() && (request.has_config() || request.has_overrides())) {
       partial_->error = absl::InvalidArgumentError(
           "points_continue: only the first part of a frame may carry config or overrides");
     }
     if (!partial_->error.ok()) return;  // read on to the frame's last part, then answer
-    if (request_.source_case() != v1::HologramFrameRequest::kPoints) {
+    if (request.source_case() != v1::HologramFrameRequest::kPoints) {
       partial_->error = absl::InvalidArgumentError(
           "points_continue: every part of a frame sent in parts carries `points`");
       return;
     }
-    absl::StatusOr<hologram::PointCloud> part = PointsFromProto(request_.points(), limits_);
-    if (!part.ok()) {
-      partial_->error = part.status();
-      return;
-    }
-    const int64_t columns = request_.points().shape_size() == 2 ? request_.points().shape(1) : -1;
+    const v1::NdArray& part = request.points();
+    partial_->error = CheckPointsShape(part, limits_);
+    if (!partial_->error.ok()) return;
+    const int64_t columns = part.shape(1);
     if (partial_->columns < 0) {
       partial_->columns = columns;
     } else if (columns != partial_->columns) {
@@ -508,17 +428,23 @@ class StreamCall
           " columns; this part has ", columns));
       return;
     }
-    hologram::PointCloud& all = *partial_->points;
-    if (static_cast<int64_t>(all.size() + part->size()) > limits_.max_points) {
+    hologram::CloudBuilder& cloud = *partial_->cloud;
+    if (cloud.size() + part.shape(0) > limits_.max_points) {
       partial_->error = absl::InvalidArgumentError(absl::StrCat(
           "points: the frame's parts hold more than the limit of ", limits_.max_points,
           " points"));
       return;
     }
-    all.insert(all.end(), part->begin(), part->end());
+    // After a bad value the frame's cloud is not needed; the parts' layout is still checked.
+    if (partial_->values_error.ok()) {
+      partial_->values_error = AppendPointsFromProto(part, limits_, &cloud);
+    }
   }
 
-  absl::Status PrepareFrame(FrameInput* input, RenderWork* work) {
+  // The frame's options and cloud, each checked once, in the order a whole-frame check would
+  // report them: the parts' layout, the overrides, then the points.
+  absl::Status PrepareFrame(const v1::HologramFrameRequest& request, FrameInput* input,
+                            RenderWork* work) {
     FRESNEL_RETURN_IF_ERROR(input->error);
     if (input->overrides.has_value()) {
       FRESNEL_ASSIGN_OR_RETURN(work->options, ApplyOverrides(base_, *input->overrides, limits_));
@@ -527,159 +453,74 @@ class StreamCall
     } else {
       work->options = base_;
     }
-    if (input->points.has_value()) {
-      work->points = *std::move(input->points);
-    } else {
-      FRESNEL_ASSIGN_OR_RETURN(work->points, SourcePoints(request_, limits_));
+    if (input->cloud.has_value()) {
+      FRESNEL_RETURN_IF_ERROR(input->values_error);
+      FRESNEL_ASSIGN_OR_RETURN(work->cloud, input->cloud->Finish());
+      return absl::OkStatus();
     }
-    return hologram::ValidateHologram(work->points, work->options, limits_);
+    hologram::CloudBuilder cloud(base_, limits_);
+    FRESNEL_RETURN_IF_ERROR(AppendSource(request, limits_, &cloud));
+    FRESNEL_ASSIGN_OR_RETURN(work->cloud, cloud.Finish());
+    return absl::OkStatus();
   }
 
   // Frame `index`'s answer when it failed: a header carrying only the status.
-  Answer FrameError(int64_t index, const absl::Status& status) const {
-    Answer a;
-    a.header.set_frame_index(index);
-    a.header.mutable_header()->set_request_id(request_id_);
-    ToItemStatus(status, a.header.mutable_status());
-    return a;
+  v1::HologramFrameResponse FrameError(int64_t index, const absl::Status& status) const {
+    v1::HologramFrameResponse r;
+    r.set_frame_index(index);
+    r.mutable_header()->set_request_id(request_id_);
+    ToItemStatus(status, r.mutable_status());
+    return r;
   }
 
-  // On a worker thread: turns the frame's result into its messages (the copy into the header
-  // happens here, in parallel across frames) and hands them to the writer.
-  void OnFrameDone(int64_t index, RenderWork* work, int64_t points, Clock::time_point received,
-                   const absl::Status& status, const JobReport& report) {
-    if (!status.ok()) {  // the server's own failure (cancelled, deadline, draining): fatal
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (!fatal_.has_value()) fatal_ = status;
-      }
-      jobs_.Cancel();  // not under mu_: a cancelled job completes on this thread
-      JobEnded(index, std::nullopt);
-      return;
-    }
-    Answer answer;
-    if (!work->error.ok()) {
-      answer = FrameError(index, work->error);
-    } else {
-      answer.header.set_frame_index(index);
-      ToItemStatus(absl::OkStatus(), answer.header.mutable_status());
-      v1::HologramResultHeader* header = answer.header.mutable_header();
-      header->set_request_id(request_id_);
-      FillResultHeader(work->result, points, work->options, header);
-      FillExecutionInfo(report, SecondsSince(received), header->mutable_info());
-      answer.messages.emplace(std::move(work->result), chunk_bytes_);
-      const int64_t out_bytes = answer.messages->BuildHeader(header);
-      record_.Payload("out", static_cast<double>(out_bytes));
-    }
-    JobEnded(index, std::move(answer));
-  }
-
-  // A job's last touch of the reactor. While running_ counts the job the stream cannot finish,
-  // so the decrement, the choice of what to do next and the hand-over happen in one critical
-  // section, and after it this thread only starts the write or the finish it chose.
-  void JobEnded(int64_t index, std::optional<Answer> answer) {
-    bool write = false, finish = false;
-    absl::Status status;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (answer.has_value()) ready_.emplace(index, *std::move(answer));
-      --running_;
-      write = TakeNextLocked();
-      if (!write) finish = FinishDecisionLocked(&status);
-    }
-    if (write) {
-      StartWrite(&response_);
-    } else if (finish) {
-      FinishWith(status);
-    }
-  }
-
-  // With mu_ held: moves the next frame in order into response_ when it is ready and no write
-  // is in flight.
-  bool TakeNextLocked() {
-    if (writing_ || fatal_.has_value()) return false;
-    auto it = ready_.find(next_write_);
-    if (it == ready_.end()) return false;
-    writing_ = true;
-    response_ = std::move(it->second.header);
-    messages_ = std::move(it->second.messages);
-    ready_.erase(it);
-    return true;
-  }
-
-  // With mu_ held: whether the stream ends now (nothing runs or is being written, and it failed
-  // or every frame was answered after the client half-closed), and with which status.
-  bool FinishDecisionLocked(absl::Status* status) {
-    if (finishing_ || running_ > 0 || writing_) return false;
-    if (fatal_.has_value()) {
-      *status = *fatal_;
-    } else if (!reads_done_ || in_flight_ > 0) {
-      return false;
-    } else {
-      *status = end_status_;
-    }
-    finishing_ = true;
-    return true;
-  }
-
-  // From OnReadDone: when the client stopped inside a frame sent in parts, that frame is
-  // answered with INVALID_ARGUMENT. Whether there was one.
-  bool AnswerUnfinishedFrame() {
+  // When the client stopped inside a frame sent in parts, that frame is answered at `seq` with
+  // INVALID_ARGUMENT. Whether there was one.
+  bool AnswerUnfinishedFrame(int64_t seq) {
     if (!partial_.has_value()) return false;
     const int64_t index = next_frame_++;
     partial_.reset();
-    std::lock_guard<std::mutex> lock(mu_);
-    ++in_flight_;
-    ready_.emplace(index, FrameError(index, absl::InvalidArgumentError(
-                                                "points_continue: the stream ended before the "
-                                                "frame's last part")));
+    Answer(seq, FrameError(index, absl::InvalidArgumentError(
+                                      "points_continue: the stream ended before the frame's "
+                                      "last part")));
     return true;
   }
 
-  // From gRPC reactions (OnReadDone / OnWriteDone / OnCancel) only.
-  void TryWrite() {
-    bool write;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      write = TakeNextLocked();
+  // On a worker thread: turns the frame's result into its messages (the copy into the header
+  // happens here, in parallel across frames) and hands them to the stream.
+  void OnFrameDone(int64_t seq, int64_t index, RenderWork* work, int64_t points,
+                   Clock::time_point received, const absl::Status& status,
+                   const JobReport& report) {
+    if (!status.ok()) {  // the server's own failure (cancelled, deadline, draining): fatal
+      Abort(status);
+      Skip(seq);
+      return;
     }
-    if (write) StartWrite(&response_);
-  }
-  void MaybeFinish() {
-    absl::Status status;
-    bool finish;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      finish = FinishDecisionLocked(&status);
+    if (!work->error.ok()) {
+      Answer(seq, FrameError(index, work->error));
+      return;
     }
-    if (finish) FinishWith(status);
-  }
-
-  // Ends the stream with `status` once nothing of it runs or is being written; jobs still
-  // queued are cancelled.
-  void Fail(const absl::Status& status) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!fatal_.has_value()) fatal_ = status;
-    }
-    jobs_.Cancel();  // not under mu_: a cancelled job completes on this thread
-    MaybeFinish();
-  }
-
-  void FinishWith(const absl::Status& status) {
-    record_.Done(status);
-    Finish(ToGrpcStatus(status));
+    Reply reply;
+    reply.first.set_frame_index(index);
+    ToItemStatus(absl::OkStatus(), reply.first.mutable_status());
+    v1::HologramResultHeader* header = reply.first.mutable_header();
+    header->set_request_id(request_id_);
+    FillResultHeader(work->result, points, work->options, header);
+    FillExecutionInfo(report, SecondsSince(received), header->mutable_info());
+    auto messages = std::make_shared<ResultMessages>(std::move(work->result), chunk_bytes_);
+    messages->BuildHeader(header);
+    reply.more = [messages, index](v1::HologramFrameResponse* next) {
+      next->set_frame_index(index);
+      return messages->NextChunk(next->mutable_chunk());
+    };
+    Answer(seq, std::move(reply));
   }
 
   ServiceContext* ctx_;
   hologram::Limits limits_;
   grpc::CallbackServerContext* context_;
-  RpcRecord record_;
-  Budget::Reservation stream_slot_;
+  StreamSlot stream_slot_;
   DrainGate::Ticket ticket_;  // while open: SIGTERM's drain may end it (server/drain.h)
-  const int depth_;
-  // Reader side (OnReadDone runs one at a time).
-  v1::HologramFrameRequest request_;
+  // Reader side (OnRequest and OnHalfClose run one at a time).
   bool configured_ = false;
   hologram::HologramOptions base_;
   v1::DeviceHint hint_;
@@ -687,24 +528,9 @@ class StreamCall
   int64_t chunk_bytes_ = 0;
   std::string request_id_;
   int64_t next_frame_ = 0;
+  bool saw_end_ = false;               // a message set `end`
   std::optional<FrameInput> partial_;  // a frame arriving in parts
-  // Writer side (owned by the write in flight).
-  v1::HologramFrameResponse response_;
-  std::optional<ResultMessages> messages_;
-  // Shared.
-  std::mutex mu_;
-  std::map<int64_t, Answer> ready_;  // answered frames not yet written
-  int64_t next_write_ = 0;
-  int in_flight_ = 0;  // frames read and not yet fully written
-  int running_ = 0;    // frames whose job has not completed
-  bool writing_ = false;
-  bool read_paused_ = false;
-  bool reads_done_ = false;
-  bool saw_end_ = false;          // a message set `end` (reader side only)
-  absl::Status end_status_;       // how a clean finish ends: INVALID_ARGUMENT without `end`
-  bool finishing_ = false;
-  std::optional<absl::Status> fatal_;
-  JobSlot jobs_;  // the jobs in flight, for OnCancel
+  JobSlot jobs_;                       // the jobs in flight, for OnAbort
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -317,7 +317,7 @@ class ResampleStreamCall
         limits_(limits),
         context_(context),
         resolver_(ResolverOf(ctx, context)) {
-    absl::Status slot = ReserveIn(ctx->streams, 1, "a ResampleStream", &stream_slot_);
+    absl::Status slot = ReserveStream(ctx, context, "a ResampleStream", &stream_slot_);
     if (slot.ok() && ctx->drain != nullptr) {
       // SIGTERM's drain timeout: a stream waiting for its client's next message ends at once; one
       // with a chunk in flight has the chunk cancelled and ends when its job completes.
@@ -575,7 +575,8 @@ class ResampleStreamCall
   const interp::Limits limits_;
   grpc::CallbackServerContext* context_;
   ShmResolver resolver_;  // chunks may lie in the client's shared-memory regions
-  Budget::Reservation stream_slot_, state_;
+  StreamSlot stream_slot_;
+  Budget::Reservation state_;
   v1::ResampleStreamRequest request_;
   v1::ResampleStreamResponse response_;
   std::optional<interp::StreamingResampler> resampler_;

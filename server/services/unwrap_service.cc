@@ -489,8 +489,16 @@ grpc::ServerUnaryReactor* UnwrapService::List(grpc::CallbackServerContext* conte
                                               const v1::ListJobsRequest* request,
                                               v1::ListUnwrapJobsResponse* response) {
   RpcRecord record(ctx_->metrics, kService, "List");
+  // Pages end by bytes as well as by count: each job as it will be written (plus its field
+  // tag), within half the message cap so the response always fits.
+  auto wire_bytes = [](const JobSnapshot& s) {
+    v1::UnwrapJob job;
+    JobToProto(s, &job);
+    return static_cast<int64_t>(job.ByteSizeLong()) + 8;
+  };
   absl::StatusOr<JobStore::Page> page =
-      ctx_->jobs->List(request->page_size(), request->page_token(), ClientOf(context));
+      ctx_->jobs->List(request->page_size(), request->page_token(), ClientOf(context),
+                       wire_bytes, ctx_->max_message_bytes / 2);
   if (page.ok()) {
     for (const JobSnapshot& s : page->jobs) JobToProto(s, response->add_jobs());
     response->set_next_page_token(page->next_page_token);

@@ -329,6 +329,14 @@ TEST_CASE("bearer tokens: every RPC needs one; admin RPCs need an admin one; SIG
   CHECK(stats.code() == absl::StatusCode::kPermissionDenied);
   CHECK(Contains(stats.message(), "GetStats needs an admin token"));
   CHECK(Connect(WithToken(base, kRootToken))->GetStats().ok());
+  // So is the fault switch (refused by the switch itself here: no --fault-injection).
+  absl::Status fault =
+      Connect(WithToken(base, kAliceToken))->InjectFault("cpu", v1::FAULT_KIND_UNHEALTHY).status();
+  CHECK(fault.code() == absl::StatusCode::kPermissionDenied);
+  CHECK(Contains(fault.message(), "InjectFault needs an admin token"));
+  CHECK(Connect(WithToken(base, kRootToken))->InjectFault("cpu", v1::FAULT_KIND_UNHEALTHY)
+            .status()
+            .code() == absl::StatusCode::kFailedPrecondition);
 
   // A raw token in the metadata of an insecure channel (what grpcurl -plaintext -H sends) is
   // checked the same way.

@@ -166,5 +166,13 @@ TEST_CASE("a GPU-only job on a server without GPUs is refused", "[server][pool]"
   CHECK(pool->Submit(job).code() == absl::StatusCode::kFailedPrecondition);
 }
 
+TEST_CASE("gpu_partitions must be at least 1", "[server][pool]") {
+  DevicePoolOptions o;
+  o.gpu_partitions = 0;
+  auto pool = DevicePool::Create(o, nullptr);
+  REQUIRE(pool.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(pool.status().message()), Catch::Contains("gpu_partitions"));
+}
+
 }  // namespace
 }  // namespace fresnel::server

@@ -437,6 +437,71 @@ TEST_CASE("Stream frames in parts: assembled in order, bad parts answered per fr
   CHECK(Mentions(statuses[2], "last part"));
 }
 
+TEST_CASE("Stream: a frame in more parts than the pipeline holds frames, then a second frame",
+          "[server][hologram]") {
+  // The parts are absorbed into the frame's last message, so they do not fill the pipeline: the
+  // read of the last part is never held back by the parts before it.
+  TestServer ts;
+  auto client = Connect(ts);
+  const hologram::PointCloud a = RandomCloud(40, 71), b = RandomCloud(7, 72);
+  std::vector<v1::HologramFrameRequest> messages(21);
+  *messages[0].mutable_config() = Config(32, 24, v1::HOLOGRAM_ALGORITHM_REFERENCE);
+  for (int k = 0; k < 20; ++k) {
+    ToProto(CloudArray(hologram::PointCloud(a.begin() + 2 * k, a.begin() + 2 * k + 2)),
+            messages[k].mutable_points());
+    messages[k].set_points_continue(k < 19);
+  }
+  ToProto(CloudArray(b), messages[20].mutable_points());
+  size_t next = 0;
+  std::vector<int64_t> seen;
+  std::vector<HologramRender> renders;
+  absl::Status st = client->RenderStream(
+      [&](v1::HologramFrameRequest* f) {
+        if (next == messages.size()) return false;
+        *f = messages[next++];
+        return true;
+      },
+      [&](int64_t index, const absl::Status& status, HologramRender* r) {
+        REQUIRE(status.ok());
+        seen.push_back(index);
+        renders.push_back(std::move(*r));
+      });
+  REQUIRE(st.ok());
+  REQUIRE(seen == std::vector<int64_t>{0, 1});
+  const auto want_a =
+      hologram::ComputeHologram(Device::Cpu(), a, KernelOptions(32, 24, hologram::Algorithm::kReference));
+  const auto want_b =
+      hologram::ComputeHologram(Device::Cpu(), b, KernelOptions(32, 24, hologram::Algorithm::kReference));
+  REQUIRE(want_a.ok());
+  REQUIRE(want_b.ok());
+  CHECK(renders[0].header.points() == 40);
+  CheckEqual(renders[0], *want_a);
+  CheckEqual(renders[1], *want_b);
+}
+
+TEST_CASE("Stream: a half-close inside a frame sent in parts answers that frame, then fails",
+          "[server][hologram]") {
+  TestServer ts;
+  const std::string method = "/fresnel.v1.HologramService/Stream";
+  v1::HologramFrameRequest first;
+  *first.mutable_config() = Config(16, 16, v1::HOLOGRAM_ALGORITHM_REFERENCE);
+  ToProto(CloudArray(RandomCloud(5, 3)), first.mutable_points());
+  v1::HologramFrameRequest part;
+  ToProto(CloudArray(RandomCloud(4, 4)), part.mutable_points());
+  part.set_points_continue(true);
+  RawBidiCall call(ts.channel, method);
+  REQUIRE(call.Write(first));
+  REQUIRE(call.Write(part));
+  REQUIRE(call.Write(part));
+  call.WritesDone();
+  int responses = 0;
+  grpc::Status st = call.ReadAllAndFinish(&responses);
+  CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK_THAT(st.error_message(), Catch::Contains("after 2 frame(s)"));
+  // Frame 0's header (16 x 16: every output inline), then frame 1's header carrying its status.
+  CHECK(responses == 2);
+}
+
 TEST_CASE("Stream: the parts of a frame must have the same columns", "[server][hologram]") {
   TestServer ts;
   auto client = Connect(ts);

@@ -425,6 +425,39 @@ TEST_CASE("List pages through the jobs newest first", "[server][jobs]") {
   CHECK(distinct.size() == ids.size());
 }
 
+TEST_CASE("List pages end by bytes as well as by count", "[server][jobs]") {
+  Env env({});
+  std::vector<std::string> ids;
+  for (int i = 0; i < 5; ++i) {
+    JobSpec spec = Spec(nullptr, 1);
+    spec.request_id = std::string(i == 2 ? 200 : 50, 'r');  // one job larger than a page
+    auto job = env.store->Submit(spec);
+    REQUIRE(job.ok());
+    ids.push_back(job->job.id);
+  }
+  auto size_of = [](const JobSnapshot& s) { return static_cast<int64_t>(s.request_id.size()); };
+  std::vector<size_t> page_sizes;
+  std::vector<std::string> listed;
+  std::string token;
+  do {
+    auto page = env.store->List(0, token, "", size_of, 120);
+    REQUIRE(page.ok());
+    int64_t bytes = 0;
+    for (const JobSnapshot& s : page->jobs) {
+      listed.push_back(s.id);
+      bytes += size_of(s);
+    }
+    // Within the byte limit, except a page of one job larger than the limit on its own.
+    CHECK((bytes <= 120 || page->jobs.size() == 1));
+    page_sizes.push_back(page->jobs.size());
+    token = page->next_page_token;
+  } while (!token.empty() && page_sizes.size() < 10);
+  // Newest first: 50 + 50 | 200 alone | 50 + 50.
+  CHECK(page_sizes == std::vector<size_t>{2, 1, 2});
+  std::reverse(ids.begin(), ids.end());
+  CHECK(listed == ids);
+}
+
 TEST_CASE("with an instance name, ids name their instance and other instances' ids are refused",
           "[jobs]") {
   JobStoreOptions options;

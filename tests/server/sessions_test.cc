@@ -7,11 +7,13 @@
 #include <atomic>
 #include <condition_variable>
 #include <future>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 #include "server/device_pool.h"
+#include "support/test_support.h"
 #include "support/gate.h"
 #include "server/sessions.h"
 
@@ -309,6 +311,92 @@ TEST_CASE("an unhealthy device ends its sessions and takes no more", "[server][s
   auto job = JobRunning([] {}, nullptr);
   job->preference = DevicePreference::kCpu;
   CHECK(pool->Submit(job).code() == absl::StatusCode::kUnavailable);
+}
+
+// Issue 14 on one GPU: --gpu-partitions 2 makes the pool hold two devices on cuda:0 (own streams,
+// queues and memory caps), so the multi-device paths (placement, affinity, per-device caps and
+// health) run for real without a second GPU.
+TEST_CASE("two pool devices on one GPU: sessions spread, stay, respect each cap, fail alone",
+          "[server][sessions][gpu]") {
+  if (fresnel::testing::SkipWithoutGpu()) return;
+  DevicePoolOptions o;
+  o.gpus = {0};
+  o.gpu_partitions = 2;
+  o.gpu_memory_bytes = int64_t{2} << 30;  // 1 GiB per partition
+  o.streams_per_gpu = 1;
+  auto created = DevicePool::Create(o, nullptr);
+  REQUIRE(created.ok());
+  std::unique_ptr<DevicePool> pool = std::move(*created);
+  const std::vector<DeviceSnapshot> devices = pool->Snapshot();
+  REQUIRE(devices.size() == 3);
+  CHECK(devices[0].id == "cuda:0.0");
+  CHECK(devices[1].id == "cuda:0.1");
+  CHECK(devices[2].id == "cpu");
+  CHECK(devices[0].total_memory_bytes == int64_t{1} << 30);
+  CHECK(devices[1].total_memory_bytes == int64_t{1} << 30);
+
+  SessionStoreOptions so = Options();  // GPU cap: 90 % of each partition's 1 GiB
+  SessionStore store(so, pool.get(), nullptr);
+  auto gpu_spec = [](int64_t bytes) {
+    SessionSpec s = Spec(bytes);
+    s.preference = DevicePreference::kGpu;
+    return s;
+  };
+  // Four sessions of 300 MiB spread two and two.
+  std::vector<std::shared_ptr<Session>> sessions;
+  std::map<std::string, int> per_device;
+  for (int i = 0; i < 4; ++i) {
+    auto s = store.Open(gpu_spec(int64_t{300} << 20));
+    REQUIRE(s.ok());
+    per_device[(*s)->device()] += 1;
+    sessions.push_back(*s);
+  }
+  CHECK(per_device["cuda:0.0"] == 2);
+  CHECK(per_device["cuda:0.1"] == 2);
+  // Each partition's cap holds, though the GPU itself has far more memory: 300 MiB more fits on
+  // neither (2 x 300 + 300 > 921 MiB).
+  auto too_big = store.Open(gpu_spec(int64_t{330} << 20));
+  REQUIRE(too_big.status().code() == absl::StatusCode::kResourceExhausted);
+  CHECK_THAT(std::string(too_big.status().message()), Catch::Contains("2 of 2 devices short"));
+  // A session's jobs run on its own partition, every time.
+  for (const auto& s : sessions) {
+    for (int k = 0; k < 3; ++k) {
+      std::promise<std::string> ran_on;
+      auto job = std::make_shared<Job>();
+      job->service = "test";
+      job->method = "Step";
+      job->run = [](const Device& d, StageTimes*) {
+        return d.kind == DeviceKind::kCuda ? absl::OkStatus()
+                                           : absl::InternalError("ran on the CPU");
+      };
+      job->done = [&ran_on](const absl::Status& st, const JobReport& r) {
+        ran_on.set_value(st.ok() ? r.device : std::string(st.message()));
+      };
+      REQUIRE(s->Submit(job).ok());
+      CHECK(ran_on.get_future().get() == s->device());
+    }
+  }
+  // One partition going bad takes only its own sessions; new sessions go to the other.
+  REQUIRE(pool->MarkUnhealthy("cuda:0.1", "injected fault"));
+  int lost = 0;
+  for (const auto& s : sessions) {
+    auto found = store.Find(s->id(), "alice");
+    if (s->device() == "cuda:0.1") {
+      CHECK(found.status().code() == absl::StatusCode::kNotFound);
+      ++lost;
+    } else {
+      CHECK(found.ok());
+    }
+  }
+  CHECK(lost == 2);
+  auto s5 = store.Open(gpu_spec(int64_t{100} << 20));
+  REQUIRE(s5.ok());
+  CHECK((*s5)->device() == "cuda:0.0");
+  // A sticky error poisons the whole GPU: both partitions leave together.
+  pool->MarkGpuUnhealthy(0, "sticky error (test)");
+  for (const DeviceSnapshot& d : pool->Snapshot()) {
+    CHECK(d.healthy == (d.kind == DeviceKind::kCpu));
+  }
 }
 
 }  // namespace

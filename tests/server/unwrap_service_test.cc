@@ -10,11 +10,13 @@
 #include <fstream>
 #include <mutex>
 #include <random>
+#include <set>
 #include <sstream>
 #include <thread>
 
 #include <sys/resource.h>
 
+#include "absl/strings/str_cat.h"
 #include "commands.h"
 #include "fresnel/client/client.h"
 #include "fresnel/client/unwrap_client.h"
@@ -22,6 +24,7 @@
 #include "fresnel/core/png.h"
 #include "fresnel/unwrap/unwrap.h"
 #include "fresnel/v1/array_convert.h"
+#include "server/jobs.h"
 #include "server_fixture.h"
 #include "support/cli_runner.h"
 #include "support/test_support.h"
@@ -339,6 +342,33 @@ TEST_CASE("List shows the jobs newest first, with paging", "[server][unwrap]") {
   REQUIRE(second.ok());
   REQUIRE(second->jobs_size() == 1);
   CHECK(second->jobs(0).job_id() == ids[0]);
+}
+
+TEST_CASE("List pages by bytes: every page fits the message cap", "[server][unwrap]") {
+  server::ServerConfig config = TestServer::CpuConfig();
+  config.max_message_bytes = 16 << 10;  // 40 jobs of ~500 wire bytes each do not fit one page
+  TestServer ts(config);
+  auto client = Connect(ts);
+  std::set<std::string> ids;
+  for (int i = 0; i < 40; ++i) {
+    TestPhase p = MakePhase(8, 8, DType::kFloat32, 0.0, 0, false);
+    v1::UnwrapRequest r = Request(p);
+    r.set_request_id(absl::StrCat(i, std::string(server::kMaxJobStringBytes - 4, 'r')));
+    ids.insert(Id(client->SubmitUnwrap(r)));
+  }
+  std::set<std::string> listed;
+  int pages = 0;
+  v1::ListJobsRequest page;
+  do {
+    auto got = client->ListUnwrapJobs(page);
+    REQUIRE(got.ok());
+    CHECK(got->ByteSizeLong() <= static_cast<size_t>(config.max_message_bytes / 2));
+    for (const v1::UnwrapJob& j : got->jobs()) listed.insert(j.job_id());
+    page.set_page_token(got->next_page_token());
+    ++pages;
+  } while (!page.page_token().empty() && pages < 100);
+  CHECK(pages >= 2);
+  CHECK(listed == ids);
 }
 
 TEST_CASE("results past the TTL are NOT_FOUND and say that they expired", "[server][unwrap]") {

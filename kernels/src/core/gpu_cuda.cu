@@ -1,6 +1,8 @@
 // GPU discovery and per-device resources on the CUDA runtime.
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 #include "core/cuda_util.cuh"
 #include "fresnel/core/gpu.h"
 
@@ -58,6 +60,26 @@ absl::Status GpuContextStatus(int ordinal, void* stream) {
   if (err == cudaSuccess) err = cudaStreamQuery(static_cast<cudaStream_t>(stream));
   if (err == cudaSuccess || err == cudaErrorNotReady) return absl::OkStatus();
   return cuda::ToStatus(err, "the device's context");
+}
+
+namespace {
+// Stores through an address no allocation can have (the top of the 64-bit space): the launch
+// fails with an illegal address, which poisons the context.
+__global__ void StoreThroughInvalidAddress(float* p) { *p = 1.0f; }
+}  // namespace
+
+absl::Status GpuInjectStickyError(int ordinal, void* stream) {
+  if (stream == nullptr) {
+    return absl::FailedPreconditionError("GpuInjectStickyError needs a stream (got null)");
+  }
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal));
+  auto* s = static_cast<cudaStream_t>(stream);
+  StoreThroughInvalidAddress<<<1, 1, 0, s>>>(reinterpret_cast<float*>(~uintptr_t{0} - 63));
+  cudaError_t err = cudaStreamSynchronize(s);
+  if (err == cudaSuccess) {
+    return absl::InternalError("the injected illegal store did not fault");
+  }
+  return cuda::ToStatus(err, "the injected sticky error");
 }
 
 absl::Status GpuStream::Synchronize() {

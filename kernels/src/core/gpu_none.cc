@@ -15,6 +15,7 @@ absl::StatusOr<std::unique_ptr<GpuStream>> GpuStream::Create(int) { return NoCud
 GpuStream::~GpuStream() = default;
 absl::Status GpuStream::Synchronize() { return NoCuda(); }
 absl::Status GpuContextStatus(int, void*) { return absl::OkStatus(); }
+absl::Status GpuInjectStickyError(int, void*) { return NoCuda(); }
 
 absl::StatusOr<std::unique_ptr<GpuMemPool>> GpuMemPool::Create(int, int64_t, int64_t) {
   return NoCuda();

@@ -157,6 +157,10 @@ absl::Status ValidateConfig(const FusionConfig& c) {
   if (c.clearing_interval_frames < 1)
     return Invalid("clearing_interval_frames", "must be >= 1");
   for (int l = 0; l < 3; ++l)
+    if (!(std::isfinite(c.cuda_icp_stop_xi2[l]) && c.cuda_icp_stop_xi2[l] >= 0 &&
+          c.cuda_icp_stop_xi2[l] <= 1))
+      return Invalid("cuda_icp_stop_xi2", "must be finite and in [0, 1]");
+  for (int l = 0; l < 3; ++l)
     if (c.icp_iterations[l] < 0 || c.icp_iterations[l] > 100)
       return Invalid(absl::StrCat("icp_iterations[", l, "]"), "must be in [0, 100]");
   if (c.max_depth_m / c.voxel_size_m / 8 > kMaxCoordinateBricks / 2)
@@ -177,7 +181,9 @@ int64_t DeviceBytes(const FusionConfig& config) {
   int64_t lists = s.capacity * 8;
   int64_t px = s.pixels;
   int64_t levels = px + px / 4 + px / 16 + 3;
-  int64_t frame = px * 4 + px * 3 + levels * 4 + levels * 32 + px * 32 + px * 4;
+  // Per-frame depth tiles of 8 x 8 pixels (largest depth, float) and the update count.
+  int64_t tiles = ((config.camera.width + 7) / 8) * ((config.camera.height + 7) / 8);
+  int64_t frame = px * 4 + px * 3 + levels * 4 + levels * 32 + px * 32 + px * 4 + tiles * 4 + 4;
   // ICP block partials (1024 x 29 doubles).
   return vox + table + lists + frame + 1024 * 29 * 8 + 4096;
 }

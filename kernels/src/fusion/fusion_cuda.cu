@@ -9,6 +9,7 @@
 #include <cub/cub.cuh>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -31,19 +32,51 @@ constexpr int kMaxIcpBlocks = 1024;
 // ---------------------------------------------------------------------------------------------
 // Frame preparation
 
-__global__ void BeginKernel(TrackState* s, FrameParams p, int tracking) {
+// Per-level ICP convergence thresholds that replace kIcpStopXi2 where > 0 (A/B measurements:
+// FusionConfig::cuda_icp_stop_xi2, see CudaBackend::Init).
+struct IcpStop {
+  double xi2[kLevels];
+};
+
+__global__ void BeginKernel(TrackState* s, FrameParams p, int tracking, IcpStop stop) {
   s->prior = p.prior;
   s->has_prior = p.has_prior;
   s->has_fixed = p.has_fixed;
   s->prior_weight = p.prior_weight;
   s->blocks_done = 0;
   BeginFrame(s, tracking);
+  for (int l = 0; l < kLevels; ++l)
+    if (stop.xi2[l] > 0) s->stop_xi2[l] = stop.xi2[l];
 }
 
-__global__ void PrepareDepthKernel(const void* raw, bool is_float, float scale_inv, int n,
-                                   float mn, float mx, float* depth) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) depth[i] = RawDepth(raw, is_float, scale_inv, i, mn, mx);
+// Depth tiles of kTile x kTile pixels (a block each, a thread per pixel): the metric depth and,
+// per tile, the largest valid depth (0 when none), which lets the integration skip bricks that
+// lie wholly behind every depth they can project to (OccludedBrick).
+constexpr int kTile = 8;
+__host__ __device__ inline int TilesX(int width) { return (width + kTile - 1) / kTile; }
+__host__ __device__ inline int TilesY(int height) { return (height + kTile - 1) / kTile; }
+
+__global__ void __launch_bounds__(kTile * kTile) PrepareDepthKernel(
+    const void* raw, bool is_float, float scale_inv, int w, int h, float mn, float mx,
+    float* depth, float* tile_max) {
+  const int tx = blockIdx.x % TilesX(w), ty = blockIdx.x / TilesX(w);
+  const int u = kTile * tx + threadIdx.x % kTile, v = kTile * ty + threadIdx.x / kTile;
+  float d = 0;
+  if (u < w && v < h) {
+    const int i = v * w + u;
+    d = RawDepth(raw, is_float, scale_inv, i, mn, mx);
+    depth[i] = d;
+  }
+  // Non-negative floats order like their bit patterns, so an unsigned max reduces them.
+  const unsigned m = __reduce_max_sync(0xffffffffu, __float_as_uint(d));
+  __shared__ unsigned warp_max[kTile * kTile / 32];
+  if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = m;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned t = warp_max[0];
+    for (int k = 1; k < kTile * kTile / 32; ++k) t = max(t, warp_max[k]);
+    tile_max[blockIdx.x] = __uint_as_float(t);
+  }
 }
 
 __global__ void BilateralKernel(const float* src, int w, int h, float* dst) {
@@ -261,12 +294,13 @@ __global__ void AssignKernel(VolumeView v, Counters* c, const int32_t* new_slots
   }
 }
 
-__global__ void CommitKernel(Counters* c, int cap) {
+__global__ void CommitKernel(Counters* c, int cap, int* update_count) {
   int n = min(c->new_count, cap);
   int take = min(n, cap - c->used);
   c->used += take;
   c->new_count = 0;
   c->visible = 0;
+  *update_count = 0;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -275,26 +309,69 @@ __global__ void CommitKernel(Counters* c, int cap) {
 // updates its stored voxels (core + apron). (One block per pool brick with the test inside left
 // most blocks walking invisible bricks one after another.)
 
+// True when no voxel of brick b can change in this frame because the whole brick lies more than
+// mu behind every depth it can read: IntegrateVoxel writes only when the bilinear depth d of
+// the 4 pixels around a voxel's projection satisfies d - z >= -mu, and d is at most the largest
+// of those 4 depths. The bound follows BrickVisible: the bounding sphere (centre pc, radius r)
+// projects within +-ru, +-rv pixels of (uc, vc) (|x/z - xc/zc| <= r/zn + |xc| r/zn^2 for
+// z >= zn = zc - r), its voxels read pixel columns floor(u) and floor(u) + 1 (one more of margin
+// each side), and the tile maxima bound the depths there. A margin of one voxel covers the float
+// rounding of z and d. Bricks near the camera or over more than 64 tiles are kept. Such a brick
+// is not integrated (its voxels would be read and left unchanged) but still gets its aprons
+// refreshed, so the result is the same bit for bit.
+__device__ bool OccludedBrick(I3 b, const PoseF& T_cw, const FrameView& f, float vs, float mu,
+                              const float* tile_max) {
+  V3 c = V3{(8.0f * b.x + 4.0f) * vs, (8.0f * b.y + 4.0f) * vs, (8.0f * b.z + 4.0f) * vs};
+  const float r = 7.8f * vs;
+  V3 pc = Apply(T_cw, c);
+  const float zn = pc.z - r;
+  if (zn <= 0.5f * f.min_depth) return false;
+  const float uc = f.cam.fx * pc.x / pc.z + f.cam.cx, vc = f.cam.fy * pc.y / pc.z + f.cam.cy;
+  const float ru = f.cam.fx * (r + fabsf(pc.x) * r / zn) / zn;
+  const float rv = f.cam.fy * (r + fabsf(pc.y) * r / zn) / zn;
+  const float u0 = floorf(uc - ru) - 1.0f, u1 = floorf(uc + ru) + 2.0f;
+  const float v0 = floorf(vc - rv) - 1.0f, v1 = floorf(vc + rv) + 2.0f;
+  if (u1 < 0.0f || v1 < 0.0f || u0 > f.cam.width - 1 || v0 > f.cam.height - 1) return false;
+  // Clamp in float before converting: the projection of a brick beside the camera can be huge.
+  const int tw = TilesX(f.cam.width);
+  const int tx0 = static_cast<int>(fmaxf(0.0f, u0)) / kTile;
+  const int tx1 = static_cast<int>(fminf(static_cast<float>(f.cam.width - 1), u1)) / kTile;
+  const int ty0 = static_cast<int>(fmaxf(0.0f, v0)) / kTile;
+  const int ty1 = static_cast<int>(fminf(static_cast<float>(f.cam.height - 1), v1)) / kTile;
+  if ((tx1 - tx0 + 1) * (ty1 - ty0 + 1) > 64) return false;
+  float dmax = 0;
+  for (int ty = ty0; ty <= ty1; ++ty)
+    for (int tx = tx0; tx <= tx1; ++tx) dmax = fmaxf(dmax, __ldg(tile_max + ty * tw + tx));
+  return zn > dmax + mu + vs;
+}
+
+// Lists the frustum-visible bricks (`visible`, for the apron refresh) and among them those that
+// are not wholly occluded (`update`, for IntegrateKernel; `cull` = 0 lists every visible brick).
 __global__ void SelectKernel(VolumeView v, Counters* c, TrackState* s, FrameView f,
-                             int32_t* visible) {
+                             int32_t* visible, int32_t* update, int* update_count,
+                             const float* tile_max, int cull) {
   if (!s->integrate) return;
   const PoseF T = s->T_cw;
   const int hwm = c->hwm;
   for (int bi = blockIdx.x * blockDim.x + threadIdx.x; bi < hwm; bi += gridDim.x * blockDim.x) {
     const uint64_t key = v.brick_keys[bi];
     if (key == kEmptyKey) continue;
-    if (BrickVisible(UnpackKey(key), T, f, v.voxel_size, v.mu)) visible[atomicAdd(&c->visible, 1)] = bi;
+    const I3 b = UnpackKey(key);
+    if (!BrickVisible(b, T, f, v.voxel_size, v.mu)) continue;
+    visible[atomicAdd(&c->visible, 1)] = bi;
+    if (!cull || !OccludedBrick(b, T, f, v.voxel_size, v.mu, tile_max))
+      update[atomicAdd(update_count, 1)] = bi;
   }
 }
 
-__global__ void __launch_bounds__(kThreads) IntegrateKernel(VolumeView v, const Counters* c,
+__global__ void __launch_bounds__(kThreads) IntegrateKernel(VolumeView v, const int* count,
                                                             TrackState* s, FrameView f,
-                                                            const int32_t* visible) {
+                                                            const int32_t* bricks) {
   if (!s->integrate) return;
   const PoseF T = s->T_cw;
-  const int n = c->visible;
+  const int n = *count;
   for (int i = blockIdx.x; i < n; i += gridDim.x) {
-    const int bi = visible[i];
+    const int bi = bricks[i];
     const I3 b = UnpackKey(v.brick_keys[bi]);
     const int64_t base = static_cast<int64_t>(bi) * kBrickVoxels;
     for (int li = threadIdx.x; li < kBrickVoxels; li += blockDim.x)
@@ -318,8 +395,14 @@ constexpr int kApronVoxels = 217;
 
 // One warp per visible brick: lanes 0-7 look up the neighbours, then the warp copies the 217
 // apron voxels (the core voxels are not touched, so a block per brick idled 2/3 of its threads).
+// Each lane issues all of its (up to 7) loads before its stores: the sources are core voxels of
+// other bricks and the destinations apron voxels, which no thread of this kernel reads, so the
+// reordering is safe, and a lane waits for one memory latency per brick instead of seven (the
+// copy loop's loads and stores otherwise alternate, since the compiler must assume they alias).
+// `ilp` = 0 keeps the plain loop (A/B measurements).
+constexpr int kApronPerLane = (kApronVoxels + 31) / 32;  // 7
 __global__ void ApronKernel(VolumeView v, const Counters* c, const TrackState* s,
-                            const int32_t* visible) {
+                            const int32_t* visible, int ilp) {
   if (!s->integrate) return;
   const int n = c->visible;
   const int lane = threadIdx.x & 31;
@@ -331,27 +414,93 @@ __global__ void ApronKernel(VolumeView v, const Counters* c, const TrackState* s
       mine = FindBrick(v, PackKey(NeighbourBrick(UnpackKey(v.brick_keys[bi]), lane)));
     int32_t nb[8];
     for (int k = 0; k < 8; ++k) nb[k] = __shfl_sync(0xffffffffu, mine, k);
-    for (int j = lane; j < kApronVoxels; j += 32) RefreshApronVoxel(v, bi, nb, ApronVoxel(j));
+    if (!ilp) {
+      for (int j = lane; j < kApronVoxels; j += 32) RefreshApronVoxel(v, bi, nb, ApronVoxel(j));
+      continue;
+    }
+    const int64_t base = static_cast<int64_t>(bi) * kBrickVoxels;
+    int64_t src[kApronPerLane];
+    Voxel val[kApronPerLane];
+#pragma unroll
+    for (int k = 0; k < kApronPerLane; ++k) {
+      const int j = lane + 32 * k;
+      src[k] = j < kApronVoxels ? ApronSource(nb, ApronVoxel(j)) : -1;
+      if (src[k] >= 0) val[k] = v.voxels[src[k]];
+    }
+#pragma unroll
+    for (int k = 0; k < kApronPerLane; ++k)
+      if (src[k] >= 0) v.voxels[base + ApronVoxel(lane + 32 * k)] = val[k];
+    if (v.colors != nullptr) {
+      Color4 col[kApronPerLane];
+#pragma unroll
+      for (int k = 0; k < kApronPerLane; ++k)
+        if (src[k] >= 0) col[k] = v.colors[src[k]];
+#pragma unroll
+      for (int k = 0; k < kApronPerLane; ++k)
+        if (src[k] >= 0) v.colors[base + ApronVoxel(lane + 32 * k)] = col[k];
+    }
   }
 }
 
 // ---------------------------------------------------------------------------------------------
 // Raycasting
 
-// Model maps for the next frame's ICP from the pose in TrackState (or an explicit pose).
-__global__ void RaycastModelKernel(VolumeView v, const Counters* c, TrackState* s, CameraF cam,
-                                   float mn, float mx, F4* model_v, F4* model_n, int use_state,
-                                   PoseF explicit_pose, const float* hint_depth) {
+// Model-raycast options (bits of RaycastModelKernel's `opts`), all on. For A/B measurements
+// FusionConfig::cuda_disable turns optimisations off by these bits and by kOffApronIlp / kOffCull
+// (`fresnel_bench_fusion --variants`). What turning one off cost per 848x480 frame on the H200 (2026-12-01, GPU time,
+// against 0.79 ms with all on and the old ICP stop; docs/fusion.md): end 0.125 ms, resume 0.118,
+// tiles 0.055, apron ILP 0.035, cull 0.027, tight start 0.028 (0.018 with secant), secant 0.060.
+constexpr unsigned kRayEndNearDepth = 1;  // end each hinted ray at NearDepthEnd(z)
+constexpr unsigned kRayResumeInBand = 2;  // CastRay's resume_in_band
+constexpr unsigned kRayTiles = 4;         // a warp casts an 8 x 4 pixel tile, not 32 pixels of a row
+constexpr unsigned kOffApronIlp = 8;      // ApronKernel's ilp
+constexpr unsigned kOffCull = 16;         // SelectKernel's occlusion cull (OccludedBrick)
+constexpr unsigned kRayTightStart = 32;   // start at NearDepthStart(z) + mu (with kRayResumeInBand)
+constexpr unsigned kRaySecant = 64;       // RayOptions::secant (with kRayResumeInBand)
+constexpr unsigned kRayDefault =
+    kRayEndNearDepth | kRayResumeInBand | kRayTiles | kRayTightStart | kRaySecant;
+
+// Pixel of thread `threadIdx.x` in block `blockIdx.x` of a raycast. Row order: pixel i of the
+// image. Tiles: a block of 256 covers a 32 x 8 pixel tile (tiles in row order over the image)
+// and its warp w the 8 x 4 sub-tile (w % 4, w / 4), lane l pixel (l % 8, l / 8) in it, so that a
+// warp's rays are 8 x 4 neighbours (nearby depths, the same bricks) rather than a 32-pixel strip.
+// The grid has TileBlocks(cam) blocks; threads beyond the image get false.
+__host__ __device__ inline int TileBlocks(const CameraF& cam) {
+  return ((cam.width + 31) / 32) * ((cam.height + 7) / 8);
+}
+__device__ inline bool RayPixel(const CameraF& cam, bool tiles, int* u, int* v) {
+  if (!tiles) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    *u = i % cam.width;
+    *v = i / cam.width;
+    return i < cam.width * cam.height;
+  }
+  const int tiles_x = (cam.width + 31) / 32;
+  const int bx = blockIdx.x % tiles_x, by = blockIdx.x / tiles_x;
+  const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+  *u = 32 * bx + 8 * (w & 3) + (l & 7);
+  *v = 8 * by + 4 * (w >> 2) + (l >> 3);
+  return *u < cam.width && *v < cam.height;
+}
+
+// Model maps for the next frame's ICP from the pose in TrackState (or an explicit pose). With
+// hint_depth (the depth frame just integrated) each ray covers only [NearDepthStart(z),
+// NearDepthEnd(z)] around the measured z (see `opts`); without it, the full [mn, mx].
+__global__ void __launch_bounds__(kThreads) RaycastModelKernel(
+    VolumeView v, const Counters* c, TrackState* s, CameraF cam, float mn, float mx, F4* model_v,
+    F4* model_n, int use_state, PoseF explicit_pose, const float* hint_depth, unsigned opts) {
   if (use_state && !s->integrate) return;
   const PoseF T = use_state ? s->T_wc : explicit_pose;
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (use_state && i == 0) {
+  if (use_state && blockIdx.x == 0 && threadIdx.x == 0) {
     s->model_T_wc = s->T_wc;
     s->model_T_cw = s->T_cw;
     s->has_model = 1;
   }
-  if (i >= cam.width * cam.height) return;
-  float start = mn;
+  int u, vv;
+  if (!RayPixel(cam, (opts & kRayTiles) != 0, &u, &vv)) return;
+  const int i = vv * cam.width + u;
+  float start = mn, end = mx;
+  RayOptions ro;
   if (hint_depth != nullptr) {
     // Near-depth start: every ray of a warp is short (a fallback to the full ray for pixels
     // without depth would make the warp as slow as before); such pixels have no model point.
@@ -361,10 +510,16 @@ __global__ void RaycastModelKernel(VolumeView v, const Counters* c, TrackState* 
       model_n[i] = F4{0, 0, 0, 0};
       return;
     }
+    ro.resume_in_band = (opts & kRayResumeInBand) != 0;
+    // Tight start, one mu later: a first sample that is already negative (a surface more than
+    // mu + 3 sigma in front of z) sends the ray back by mu to the usual start, so only a surface
+    // thinner than mu in that stretch goes unseen; otherwise it saves a stage-1 step.
+    if (ro.resume_in_band && (opts & kRayTightStart)) ro.lead = v.mu;
+    ro.secant = ro.resume_in_band && (opts & kRaySecant) != 0;
     start = fmaxf(mn, NearDepthStart(z, v.mu));
+    if (opts & kRayEndNearDepth) end = fminf(mx, NearDepthEnd(z, v.mu));
   }
-  PixelHit p = RaycastPixel(v, c->octree_overflow == 0, T, cam, i % cam.width, i / cam.width,
-                            start, mx);
+  PixelHit p = RaycastPixel(v, c->octree_overflow == 0, T, cam, u, vv, start, end, ro);
   model_v[i] = F4{p.point_w.x, p.point_w.y, p.point_w.z, p.hit ? 1.0f : 0.0f};
   model_n[i] = F4{p.normal_w.x, p.normal_w.y, p.normal_w.z, 0};
 }
@@ -563,6 +718,11 @@ class CudaBackend : public VolumeBackend {
     FRESNEL_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
     FRESNEL_CUDA_RETURN_IF_ERROR(
         cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, ordinal_));
+    off_ = config_.cuda_disable;
+    model_ray_opts_ = kRayDefault & ~off_;
+    for (int l = 0; l < kLevels; ++l) {
+      if (config_.cuda_icp_stop_xi2[l] > 0) icp_stop_.xi2[l] = config_.cuda_icp_stop_xi2[l];
+    }
     const int64_t cap = sizes_.capacity, px = sizes_.pixels;
     FRESNEL_RETURN_IF_ERROR(Alloc(&keys_, sizes_.slots));
     FRESNEL_RETURN_IF_ERROR(Alloc(&vals_, sizes_.slots));
@@ -575,6 +735,8 @@ class CudaBackend : public VolumeBackend {
     FRESNEL_RETURN_IF_ERROR(Alloc(&top_mids_, sizes_.top_slots * 64));
     FRESNEL_RETURN_IF_ERROR(Alloc(&new_slots_, cap));
     FRESNEL_RETURN_IF_ERROR(Alloc(&visible_, cap));
+    FRESNEL_RETURN_IF_ERROR(Alloc(&update_count_, 1));
+    FRESNEL_RETURN_IF_ERROR(Alloc(&tile_max_, TilesX(cam_.width) * TilesY(cam_.height)));
     FRESNEL_RETURN_IF_ERROR(Alloc(&raw_, px * 4));
     FRESNEL_RETURN_IF_ERROR(Alloc(&rgb_, px * 3));
     for (int l = 0; l < kLevels; ++l) {
@@ -661,6 +823,17 @@ class CudaBackend : public VolumeBackend {
     return absl::OkStatus();
   }
 
+  // The ICP model raycast (pose from TrackState or `pose`; hint: see RaycastModelKernel).
+  void LaunchModelRaycast(cudaStream_t st, bool use_state, const PoseF& pose, const float* hint) {
+    const int blocks = (model_ray_opts_ & kRayTiles) != 0
+                           ? TileBlocks(cam_)
+                           : static_cast<int>(cuda::BlocksFor(sizes_.pixels, kThreads));
+    RaycastModelKernel<<<blocks, kThreads, 0, st>>>(
+        View(), counters_, state_, cam_, static_cast<float>(config_.min_depth_m),
+        static_cast<float>(config_.max_depth_m), model_v_, model_n_, use_state ? 1 : 0, pose, hint,
+        model_ray_opts_);
+  }
+
   VolumeView View() const {
     VolumeView v;
     v.keys = keys_;
@@ -699,15 +872,14 @@ class CudaBackend : public VolumeBackend {
       FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(rgb_, stage + px * 4, frame.rgb.size(), cudaMemcpyHostToDevice, st));
     }
     const bool was_lost = h_state_->lost != 0;
-    BeginKernel<<<1, 1, 0, st>>>(state_, params, config_.tracking ? 1 : 0);
+    BeginKernel<<<1, 1, 0, st>>>(state_, params, config_.tracking ? 1 : 0, icp_stop_);
     // Relocalisation: after a loss, the model is raycast again from the prior before ICP.
     if (config_.tracking && params.has_prior && !params.has_fixed && was_lost && h_state_->has_model)
-      RaycastModelKernel<<<cuda::BlocksFor(px, kThreads), kThreads, 0, st>>>(
-          View(), counters_, state_, cam_, static_cast<float>(config_.min_depth_m),
-          static_cast<float>(config_.max_depth_m), model_v_, model_n_, 1, PoseF{}, nullptr);
-    PrepareDepthKernel<<<cuda::BlocksFor(px, kThreads), kThreads, 0, st>>>(
-        raw_, is_float, static_cast<float>(1.0 / config_.depth_scale), px,
-        static_cast<float>(config_.min_depth_m), static_cast<float>(config_.max_depth_m), depth_[0]);
+      LaunchModelRaycast(st, /*use_state=*/true, PoseF{}, nullptr);
+    PrepareDepthKernel<<<TilesX(cam_.width) * TilesY(cam_.height), kTile * kTile, 0, st>>>(
+        raw_, is_float, static_cast<float>(1.0 / config_.depth_scale), cam_.width, cam_.height,
+        static_cast<float>(config_.min_depth_m), static_cast<float>(config_.max_depth_m), depth_[0],
+        tile_max_);
     FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR("fusion prepare");
     if (config_.tracking) {
       BilateralKernel<<<cuda::BlocksFor(px, kThreads), kThreads, 0, st>>>(depth_[0], cam_.width,
@@ -736,18 +908,21 @@ class CudaBackend : public VolumeBackend {
     AllocKernel<<<cuda::BlocksFor(px, kThreads), kThreads, 0, st>>>(depth_[0], cam_, state_, v,
                                                                    counters_, new_slots_, cap);
     AssignKernel<<<sms_ * 8, kThreads, 0, st>>>(v, counters_, new_slots_, free_list_, cap);
-    CommitKernel<<<1, 1, 0, st>>>(counters_, cap);
+    CommitKernel<<<1, 1, 0, st>>>(counters_, cap, update_count_);
     FrameView f{depth_[0], has_rgb ? rgb_ : nullptr, cam_, static_cast<float>(config_.min_depth_m),
                 static_cast<float>(config_.max_depth_m)};
-    SelectKernel<<<sms_ * 8, kThreads, 0, st>>>(v, counters_, state_, f, visible_);
-    IntegrateKernel<<<sms_ * 16, kThreads, 0, st>>>(v, counters_, state_, f, visible_);
-    ApronKernel<<<sms_ * 8, kThreads, 0, st>>>(v, counters_, state_, visible_);
+    // The update list reuses new_slots_, which is dead from CommitKernel to the next frame.
+    int32_t* update = new_slots_;
+    SelectKernel<<<sms_ * 8, kThreads, 0, st>>>(v, counters_, state_, f, visible_, update,
+                                                update_count_, tile_max_,
+                                                (off_ & kOffCull) == 0 ? 1 : 0);
+    IntegrateKernel<<<sms_ * 16, kThreads, 0, st>>>(v, update_count_, state_, f, update);
+    ApronKernel<<<sms_ * 8, kThreads, 0, st>>>(v, counters_, state_, visible_,
+                                                (off_ & kOffApronIlp) == 0 ? 1 : 0);
     FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR("fusion integrate");
     FRESNEL_RETURN_IF_ERROR(clock.Mark());
     if (config_.tracking) {
-      RaycastModelKernel<<<cuda::BlocksFor(px, kThreads), kThreads, 0, st>>>(
-          v, counters_, state_, cam_, static_cast<float>(config_.min_depth_m),
-          static_cast<float>(config_.max_depth_m), model_v_, model_n_, 1, PoseF{}, depth_[0]);
+      LaunchModelRaycast(st, /*use_state=*/true, PoseF{}, depth_[0]);
       FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR("fusion raycast");
     }
     FRESNEL_RETURN_IF_ERROR(clock.Mark());
@@ -950,9 +1125,7 @@ class CudaBackend : public VolumeBackend {
     FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(state_, h_state_, sizeof(TrackState), cudaMemcpyHostToDevice, st));
     FRESNEL_RETURN_IF_ERROR(Rebuild(st, /*rehash=*/false));
     if (s.has_model) {
-      RaycastModelKernel<<<cuda::BlocksFor(sizes_.pixels, kThreads), kThreads, 0, st>>>(
-          View(), counters_, state_, cam_, static_cast<float>(config_.min_depth_m),
-          static_cast<float>(config_.max_depth_m), model_v_, model_n_, 0, s.model_T_wc, nullptr);
+      LaunchModelRaycast(st, /*use_state=*/false, s.model_T_wc, nullptr);
       FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR("fusion raycast");
     }
     idx.Reset();
@@ -1048,6 +1221,8 @@ class CudaBackend : public VolumeBackend {
   uint64_t *top_keys_ = nullptr, *top_masks_ = nullptr, *top_mids_ = nullptr;
   int32_t* new_slots_ = nullptr;
   int32_t* visible_ = nullptr;
+  int* update_count_ = nullptr;  // bricks listed for IntegrateKernel
+  float* tile_max_ = nullptr;    // largest depth per kTile x kTile pixel tile
   uint8_t* raw_ = nullptr;
   uint8_t* rgb_ = nullptr;
   float* depth_[kLevels] = {};
@@ -1059,6 +1234,9 @@ class CudaBackend : public VolumeBackend {
   Counters* counters_ = nullptr;
   TrackState* state_ = nullptr;
   double* partials_ = nullptr;
+  unsigned off_ = 0;    // FusionConfig::cuda_disable
+  IcpStop icp_stop_{};  // defaults, or FusionConfig::cuda_icp_stop_xi2
+  unsigned model_ray_opts_ = kRayDefault;
   cudaGraphExec_t icp_graph_ = nullptr;  // the ICP loop, captured at the first tracked frame
   bool icp_graph_failed_ = false;
   TrackState* h_state_ = nullptr;

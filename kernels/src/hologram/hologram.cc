@@ -2,6 +2,7 @@
 // path, and the comparison metrics.
 #include "fresnel/hologram/hologram.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <complex>
@@ -17,9 +18,8 @@ namespace {
 
 using internal::PreparedPoints;
 
-constexpr double kMaxCoordinateM = 1e3;
-// Largest point amplitude: 2^24 points of it still sum far below float32's range (3.4e38).
-constexpr double kMaxAmplitude = 1e12;
+using internal::kMaxAmplitude;
+using internal::kMaxCoordinateM;
 
 // Index of the first NaN or infinity among n values, or -1.
 template <class T>
@@ -146,8 +146,7 @@ double ExpectedTensorSnrDb(TensorPrecision precision) {
   return 0;
 }
 
-absl::Status ValidateHologram(const PointCloud& points, const HologramOptions& options,
-                              const Limits& limits) {
+absl::Status ValidateOptions(const HologramOptions& options, const Limits& limits) {
   FRESNEL_RETURN_IF_ERROR(CheckSize("width", options.width, limits.max_width));
   FRESNEL_RETURN_IF_ERROR(CheckSize("height", options.height, limits.max_height));
   if (options.width * options.height > limits.max_pixels) {
@@ -171,6 +170,41 @@ absl::Status ValidateHologram(const PointCloud& points, const HologramOptions& o
     FRESNEL_RETURN_IF_ERROR(CheckPositiveLength("reconstruction.depth_m",
                                                 options.reconstruction.depth_m, kMaxCoordinateM));
   }
+  return absl::OkStatus();
+}
+
+namespace internal {
+
+absl::Status CheckPoint(const Point& p, int64_t index) {
+  auto field = [index](const char* name) { return absl::StrCat("points[", index, "].", name); };
+  if (!std::isfinite(p.x_m) || std::abs(p.x_m) > kMaxCoordinateM) {
+    return Invalid(field("x_m"), absl::StrCat("must be finite with |x| <= ", kMaxCoordinateM,
+                                              " m, got ", p.x_m));
+  }
+  if (!std::isfinite(p.y_m) || std::abs(p.y_m) > kMaxCoordinateM) {
+    return Invalid(field("y_m"), absl::StrCat("must be finite with |y| <= ", kMaxCoordinateM,
+                                              " m, got ", p.y_m));
+  }
+  if (!std::isfinite(p.z_m) || p.z_m <= 0 || p.z_m > kMaxCoordinateM) {
+    return Invalid(field("z_m"), absl::StrCat("must be positive (in front of the hologram), "
+                                              "finite and at most ", kMaxCoordinateM,
+                                              " m, got ", p.z_m));
+  }
+  if (!std::isfinite(p.amplitude) || p.amplitude < 0 || p.amplitude > kMaxAmplitude) {
+    return Invalid(field("amplitude"), absl::StrCat("must be finite, >= 0 and at most ",
+                                                    kMaxAmplitude, ", got ", p.amplitude));
+  }
+  if (!std::isfinite(p.phase_rad)) {
+    return Invalid(field("phase_rad"), absl::StrCat("must be finite, got ", p.phase_rad));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace internal
+
+absl::Status ValidateHologram(const PointCloud& points, const HologramOptions& options,
+                              const Limits& limits) {
+  FRESNEL_RETURN_IF_ERROR(ValidateOptions(options, limits));
   if (points.empty()) return Invalid("points", "the point cloud is empty");
   if (static_cast<int64_t>(points.size()) > limits.max_points) {
     return Invalid("points", absl::StrCat(points.size(), " points exceed the limit of ",
@@ -178,26 +212,8 @@ absl::Status ValidateHologram(const PointCloud& points, const HologramOptions& o
   }
   for (size_t i = 0; i < points.size(); ++i) {
     const Point& p = points[i];
-    auto field = [i](const char* name) { return absl::StrCat("points[", i, "].", name); };
-    if (!std::isfinite(p.x_m) || std::abs(p.x_m) > kMaxCoordinateM) {
-      return Invalid(field("x_m"), absl::StrCat("must be finite with |x| <= ", kMaxCoordinateM,
-                                                " m, got ", p.x_m));
-    }
-    if (!std::isfinite(p.y_m) || std::abs(p.y_m) > kMaxCoordinateM) {
-      return Invalid(field("y_m"), absl::StrCat("must be finite with |y| <= ", kMaxCoordinateM,
-                                                " m, got ", p.y_m));
-    }
-    if (!std::isfinite(p.z_m) || p.z_m <= 0 || p.z_m > kMaxCoordinateM) {
-      return Invalid(field("z_m"), absl::StrCat("must be positive (in front of the hologram), "
-                                                "finite and at most ", kMaxCoordinateM,
-                                                " m, got ", p.z_m));
-    }
-    if (!std::isfinite(p.amplitude) || p.amplitude < 0 || p.amplitude > kMaxAmplitude) {
-      return Invalid(field("amplitude"), absl::StrCat("must be finite, >= 0 and at most ",
-                                                      kMaxAmplitude, ", got ", p.amplitude));
-    }
-    if (!std::isfinite(p.phase_rad)) {
-      return Invalid(field("phase_rad"), absl::StrCat("must be finite, got ", p.phase_rad));
+    if (!internal::PointOk(p.x_m, p.y_m, p.z_m, p.amplitude, p.phase_rad)) {
+      return internal::CheckPoint(p, static_cast<int64_t>(i));
     }
   }
   return absl::OkStatus();
@@ -206,10 +222,21 @@ absl::Status ValidateHologram(const PointCloud& points, const HologramOptions& o
 absl::StatusOr<HologramResult> ComputeHologram(const Device& device, const PointCloud& points,
                                                const HologramOptions& options, StageTimes* times,
                                                const Limits& limits) {
-  FRESNEL_RETURN_IF_ERROR(ValidateHologram(points, options, limits));
+  FRESNEL_RETURN_IF_ERROR(ValidateOptions(options, limits));
+  FRESNEL_ASSIGN_OR_RETURN(PreparedCloud prepared, PrepareCloud(points, options, limits));
+  return ComputeHologram(device, prepared, options, times);
+}
+
+absl::StatusOr<HologramResult> ComputeHologram(const Device& device, const PreparedCloud& cloud,
+                                               const HologramOptions& options, StageTimes* times) {
+  if (cloud.size() == 0) return Invalid("points", "the point cloud is empty");
+  const PreparedPoints& prepared = internal::CloudAccess::Points(cloud);
+  if (!internal::SameGeometry(prepared, options)) {
+    return Invalid("points", "the prepared cloud was built for another hologram geometry "
+                             "(width, height, pitch_m, wavelength_m or alias)");
+  }
   FRESNEL_RETURN_IF_ERROR(RequireStream(device));
   const Algorithm algorithm = internal::ResolveAlgorithm(device, options);
-  const PreparedPoints prepared = internal::PreparePoints(points, options);
 
   if (device.kind == DeviceKind::kCuda) {
 #if FRESNEL_WITH_CUDA
@@ -246,6 +273,35 @@ absl::StatusOr<HologramResult> ComputeHologram(const Device& device, const Point
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
   return result;
+}
+
+int64_t OutputBytes(const HologramOptions& o) {
+  const int64_t pixels = o.width * o.height;
+  int64_t per_pixel = 0;
+  if (o.outputs.field) per_pixel += 8;
+  if (o.outputs.phase) per_pixel += 1;
+  if (o.outputs.amplitude) per_pixel += 4;
+  if (o.reconstruction.enabled) per_pixel += 1;
+  return pixels * per_pixel;
+}
+
+int64_t DeviceBytes(const HologramOptions& o, int64_t points) {
+  // The matrix operands (TA/PA and tensor: about (width + height) bytes per point per pass) are
+  // batched to fit the free device memory, so only this much of them counts: enough to keep a
+  // GPU from being picked when it cannot hold even the field.
+  constexpr int64_t kOperandBudgetBytes = int64_t{512} << 20;
+  // Per point: the uploaded arrays of PreparedPoints (five doubles, four int32 pixel bounds), the
+  // tables the tensor path builds from them on the device (two 24-byte axis polynomials and a
+  // float amplitude), and merged groups' member copies (three doubles, two bounds).
+  constexpr int64_t kBytesPerPoint = (5 * 8 + 4 * 4) + (2 * 24 + 4) + (3 * 8 + 2 * 4);
+  const int64_t pixels = o.width * o.height;
+  // The float field accumulator (complex64) and the outputs.
+  int64_t bytes = pixels * 8 + OutputBytes(o);
+  // ASM: the spectrum and the propagated field (complex64 each) plus the cuFFT work area.
+  if (o.reconstruction.enabled) bytes += pixels * 8 * 3;
+  bytes += points * kBytesPerPoint;
+  bytes += std::min<int64_t>(kOperandBudgetBytes, points * (o.width + o.height));
+  return bytes;
 }
 
 absl::StatusOr<Reconstruction> ReconstructAsm(const Device& device, const HostArray& field,

@@ -342,24 +342,27 @@ absl::StatusOr<HologramResult> HologramCuda(const Device& device, const Prepared
   FRESNEL_RETURN_IF_ERROR(clock.Mark());
 
   const std::vector<int64_t> shape = {h, w};
+  PackedDownload down;
   if (options.outputs.field) {
     result.field = HostArray(DType::kComplex64, shape);
-    FRESNEL_RETURN_IF_ERROR(CopyToHost(device, field.get(), &result.field));
+    down.Add(field.get(), &result.field);
   }
   if (options.outputs.phase) {
     result.phase = HostArray(DType::kUint8, shape);
-    FRESNEL_RETURN_IF_ERROR(CopyToHost(device, phase.get(), &result.phase));
+    down.Add(phase.get(), &result.phase);
   }
   if (options.outputs.amplitude) {
     result.amplitude = HostArray(DType::kFloat32, shape);
-    FRESNEL_RETURN_IF_ERROR(CopyToHost(device, amplitude.get(), &result.amplitude));
+    down.Add(amplitude.get(), &result.amplitude);
   }
   if (options.reconstruction.enabled) {
     result.reconstruction = HostArray(DType::kUint8, shape);
-    FRESNEL_RETURN_IF_ERROR(CopyToHost(device, recon.get(), &result.reconstruction));
+    down.Add(recon.get(), &result.reconstruction);
   }
+  FRESNEL_RETURN_IF_ERROR(down.Enqueue(device));
   FRESNEL_RETURN_IF_ERROR(clock.Mark());
   FRESNEL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  down.Finish();
   result.reconstruction_scale = BitsToFloat(scale_bits);
   result.profile = profiler.Durations();
   if (times != nullptr) {

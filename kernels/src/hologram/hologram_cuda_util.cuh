@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cuda_runtime.h>
+#include <tbb/parallel_for.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -51,6 +52,34 @@ inline HostStaging& ThreadStaging() {
   thread_local HostStaging staging;
   return staging;
 }
+// The calling thread's buffer for results on their way back (PackedDownload).
+inline HostStaging& ThreadDownloadStaging() {
+  thread_local HostStaging staging;
+  return staging;
+}
+
+// Grows `s` to at least `bytes` (pinned when the driver allows). Nothing may be in flight from
+// or to it.
+inline absl::Status GrowStaging(HostStaging& s, size_t bytes) {
+  if (s.capacity >= bytes) return absl::OkStatus();
+  const size_t capacity = std::max({bytes, s.capacity * 3 / 2, size_t{1} << 20});
+  if (s.data != nullptr) s.pinned ? static_cast<void>(cudaFreeHost(s.data)) : std::free(s.data);
+  s.data = nullptr;
+  s.capacity = 0;
+  void* p = nullptr;
+  s.pinned = cudaHostAlloc(&p, capacity, cudaHostAllocPortable) == cudaSuccess;
+  if (!s.pinned) {
+    cudaGetLastError();
+    p = std::malloc(capacity);
+    if (p == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("host staging: cannot allocate ", capacity, " bytes"));
+    }
+  }
+  s.data = static_cast<char*>(p);
+  s.capacity = capacity;
+  return absl::OkStatus();
+}
 
 // Several host tables copied to the device in one allocation and one transfer, through the
 // thread's staging buffer. Two phases: the layout (Reserve / Add), then Stage() — after which
@@ -58,11 +87,24 @@ inline HostStaging& ThreadStaging() {
 // `v` must stay alive and unchanged until then.
 class PackedUpload {
  public:
+  // Offsets of several tables in one buffer, each 256-byte aligned (also for device-only tables).
+  class Layout {
+   public:
+    template <class T>
+    size_t Reserve(size_t count) {
+      const size_t offset = static_cast<size_t>(RoundUp(static_cast<int64_t>(size_), 256));
+      size_ = offset + count * sizeof(T);
+      return offset;
+    }
+    size_t size() const { return size_; }
+
+   private:
+    size_t size_ = 0;
+  };
+
   template <class T>
   size_t Reserve(size_t count) {
-    const size_t offset = static_cast<size_t>(RoundUp(static_cast<int64_t>(size_), 256));
-    size_ = offset + count * sizeof(T);
-    return offset;
+    return layout_.Reserve<T>(count);
   }
   template <class T>
   size_t Add(const std::vector<T>& v) {
@@ -74,11 +116,12 @@ class PackedUpload {
   // left the staging buffer. Layouts over kMaxRetainedBytes (clouds of millions of points) use a
   // pageable buffer of their own instead, so that no worker keeps gigabytes pinned.
   absl::Status Stage() {
-    if (size_ > kMaxRetainedBytes) {
-      own_.reset(new (std::nothrow) char[size_]);
+    const size_t total = layout_.size();
+    if (total > kMaxRetainedBytes) {
+      own_.reset(new (std::nothrow) char[total]);
       if (own_ == nullptr) {
         return absl::ResourceExhaustedError(
-            absl::StrCat("host staging: cannot allocate ", size_, " bytes"));
+            absl::StrCat("host staging: cannot allocate ", total, " bytes"));
       }
       host_ = own_.get();
       return absl::OkStatus();
@@ -88,24 +131,7 @@ class PackedUpload {
       FRESNEL_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(s.done));
       s.pending = false;
     }
-    if (s.capacity < size_) {
-      const size_t capacity = std::max({size_, s.capacity * 3 / 2, size_t{1} << 20});
-      if (s.data != nullptr) s.pinned ? static_cast<void>(cudaFreeHost(s.data)) : std::free(s.data);
-      s.data = nullptr;
-      s.capacity = 0;
-      void* p = nullptr;
-      s.pinned = cudaHostAlloc(&p, capacity, cudaHostAllocPortable) == cudaSuccess;
-      if (!s.pinned) {
-        cudaGetLastError();
-        p = std::malloc(capacity);
-        if (p == nullptr) {
-          return absl::ResourceExhaustedError(
-              absl::StrCat("host staging: cannot allocate ", capacity, " bytes"));
-        }
-      }
-      s.data = static_cast<char*>(p);
-      s.capacity = capacity;
-    }
+    FRESNEL_RETURN_IF_ERROR(GrowStaging(s, total));
     host_ = s.data;
     return absl::OkStatus();
   }
@@ -115,12 +141,13 @@ class PackedUpload {
   }
   absl::Status Upload(const Device& device) {
     if (host_ == nullptr) FRESNEL_RETURN_IF_ERROR(Stage());
-    for (const Copy& c : copies_) std::memcpy(host_ + c.offset, c.source, c.bytes);
-    FRESNEL_RETURN_IF_ERROR(dev_.Allocate(device, static_cast<int64_t>(size_)));
-    if (size_ == 0) return absl::OkStatus();
+    const size_t total = layout_.size();
+    CopySlices(copies_, host_);
+    FRESNEL_RETURN_IF_ERROR(dev_.Allocate(device, static_cast<int64_t>(total)));
+    if (total == 0) return absl::OkStatus();
     const cudaStream_t stream = StreamOf(device);
     FRESNEL_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(dev_.get(), host_, size_, cudaMemcpyHostToDevice, stream));
+        cudaMemcpyAsync(dev_.get(), host_, total, cudaMemcpyHostToDevice, stream));
     // From pageable memory the call returns once the source has been read; our own buffer is
     // then free to go with this object.
     if (own_ != nullptr) return absl::OkStatus();
@@ -142,18 +169,88 @@ class PackedUpload {
     return reinterpret_cast<const T*>(dev_.get() + offset);
   }
 
- private:
   struct Copy {
-    size_t offset;
-    const void* source;
+    size_t offset;       // in the staging buffer
+    const void* source;  // host memory (upload) or the destination (download)
     size_t bytes;
   };
+  // Copies each table to staging + offset (or, with `back`, from there to its source). A few
+  // megabytes a frame: one thread below kParallelBytes — on a host shared by many streams and
+  // clients a parallel copy waits for its slowest slice — and all cores in slices above.
+  static void CopySlices(const std::vector<Copy>& copies, char* staging, bool back = false) {
+    constexpr size_t kParallelBytes = size_t{16} << 20;
+    constexpr size_t kSlice = size_t{1} << 20;
+    size_t total = 0;
+    for (const Copy& c : copies) total += c.bytes;
+    auto one = [&](const Copy& c) {
+      char* s = staging + c.offset;
+      void* d = const_cast<void*>(c.source);
+      back ? std::memcpy(d, s, c.bytes) : std::memcpy(s, c.source, c.bytes);
+    };
+    if (total < kParallelBytes) {
+      for (const Copy& c : copies) one(c);
+      return;
+    }
+    std::vector<Copy> slices;
+    for (const Copy& c : copies) {
+      for (size_t o = 0; o < c.bytes; o += kSlice) {
+        slices.push_back({c.offset + o, static_cast<const char*>(c.source) + o,
+                          std::min(kSlice, c.bytes - o)});
+      }
+    }
+    tbb::parallel_for(size_t{0}, slices.size(), [&](size_t i) { one(slices[i]); });
+  }
+
+ private:
   static constexpr size_t kMaxRetainedBytes = size_t{256} << 20;
-  size_t size_ = 0;
+  Layout layout_;
   std::vector<Copy> copies_;
   char* host_ = nullptr;
   std::unique_ptr<char[]> own_;
   DeviceBuffer<char> dev_;
+};
+
+// Results copied back in one pass through the thread's pinned download buffer: Add() each
+// device array with its HostArray, Enqueue() the device-to-host copies on the stream, and after
+// synchronising the stream Finish() moves the bytes into the arrays. A pageable destination
+// would make each copy a synchronous driver-staged transfer; results over kMaxRetainedBytes
+// still go that way, straight into the arrays.
+class PackedDownload {
+ public:
+  void Add(const void* device_src, HostArray* dst) {
+    if (dst->nbytes() == 0) return;
+    const size_t offset = layout_.Reserve<char>(dst->nbytes());
+    items_.push_back({device_src, dst, offset});
+  }
+  absl::Status Enqueue(const Device& device) {
+    const cudaStream_t stream = StreamOf(device);
+    staged_ = layout_.size() <= kMaxRetainedBytes;
+    if (staged_) FRESNEL_RETURN_IF_ERROR(GrowStaging(ThreadDownloadStaging(), layout_.size()));
+    for (const Item& it : items_) {
+      void* dst = staged_ ? ThreadDownloadStaging().data + it.offset : it.dst->raw();
+      FRESNEL_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(dst, it.src, it.dst->nbytes(), cudaMemcpyDeviceToHost, stream));
+    }
+    return absl::OkStatus();
+  }
+  // After the stream was synchronised.
+  void Finish() {
+    if (!staged_) return;
+    std::vector<PackedUpload::Copy> copies;
+    for (const Item& it : items_) copies.push_back({it.offset, it.dst->raw(), it.dst->nbytes()});
+    PackedUpload::CopySlices(copies, ThreadDownloadStaging().data, /*back=*/true);
+  }
+
+ private:
+  struct Item {
+    const void* src;
+    HostArray* dst;
+    size_t offset;
+  };
+  static constexpr size_t kMaxRetainedBytes = size_t{256} << 20;
+  PackedUpload::Layout layout_;
+  std::vector<Item> items_;
+  bool staged_ = false;
 };
 
 // Named device-time marks for HologramResult::profile: each mark's duration is the time since

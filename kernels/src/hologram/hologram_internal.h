@@ -6,6 +6,7 @@
 #include <cmath>
 #include <complex>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -34,6 +35,8 @@ struct PreparedPoints {
   std::vector<int32_t> ulo, uhi, vlo, vhi;
   bool clipped = false;  // some range leaves out some pixel of the hologram
   double amax = 0;       // largest amplitude
+  double amin = 0;       // smallest amplitude (0 for an empty cloud)
+  AliasPolicy alias = AliasPolicy::kClip;
 
   int64_t size() const { return static_cast<int64_t>(x.size()); }
   // Pixel-centre coordinates (hologram.h): x_u = (u − width/2)·p.
@@ -41,7 +44,29 @@ struct PreparedPoints {
   double PixelY(int64_t v) const { return static_cast<double>(AxisOffset(v, height)) * pitch_m; }
 };
 
-PreparedPoints PreparePoints(const PointCloud& points, const HologramOptions& options);
+// Whether `options` describe the geometry `prepared` was built for.
+bool SameGeometry(const PreparedPoints& prepared, const HologramOptions& options);
+
+// PreparedCloud's data, for the implementation.
+struct CloudAccess {
+  static const PreparedPoints& Points(const PreparedCloud& cloud) { return *cloud.p_; }
+  static PreparedCloud Wrap(std::unique_ptr<PreparedPoints> p) {
+    PreparedCloud c;
+    c.p_ = std::move(p);
+    return c;
+  }
+};
+
+// The checks of one point (hologram.h's ValidateHologram), the message naming points[index].
+absl::Status CheckPoint(const Point& p, int64_t index);
+constexpr double kMaxCoordinateM = 1e3;
+// Largest point amplitude: 2^24 points of it still sum far below float32's range (3.4e38).
+constexpr double kMaxAmplitude = 1e12;
+inline bool PointOk(double x, double y, double z, double a, double phase) {
+  // Written so that NaN fails every comparison.
+  return std::abs(x) <= kMaxCoordinateM && std::abs(y) <= kMaxCoordinateM && z > 0 &&
+         z <= kMaxCoordinateM && a >= 0 && a <= kMaxAmplitude && std::isfinite(phase);
+}
 
 // frac(t) in [0, 1).
 inline double FracTurns(double t) { return t - std::floor(t); }

@@ -123,6 +123,84 @@ __device__ __forceinline__ void StoreFour(float* dst, const float (&v)[4], float
                                                 RoundTf32(v[2] * qs), RoundTf32(v[3] * qs));
 }
 
+// frac(v) · 2^64 as an unsigned fixed-point turn count (host and device give the same bits:
+// every step is one correctly rounded or exact operation).
+__host__ __device__ __forceinline__ uint64_t TurnsFixed64(double v) {
+  const double f = v - floor(v);
+  const double r = f * 18446744073709551616.0;  // exact: a power of two
+  return r >= 18446744073709551616.0 ? 0 : static_cast<uint64_t>(r);
+}
+
+// The AxisPoly of coordinate `coord` along an axis of pitch p (see AxisPoly). Double precision is
+// ample: the largest term, c = δ²/(2λζ) + θ/2π, is at most a few thousand turns, so its fraction
+// keeps ≥ 40 bits (1e-12 turn), and a = p²/(2λζ) < 1 is exact to 2^-53 relative, i.e. < 1e-12 turn
+// after m² ≤ 2^24; the tables resolve 2^-12 turn (int8) or ~2^-23 (sincos). Built on the device
+// (TensorPolyKernel); the explicit round-to-nearest products keep nvcc from contracting them into
+// FMAs, so the bits are those of the same expression evaluated on the host.
+__device__ __forceinline__ AxisPoly MakePoly(double coord, double inv2lz, double pitch,
+                                             double phase_turns) {
+  return AxisPoly{TurnsFixed64(__dmul_rn(__dmul_rn(pitch, pitch), inv2lz)),
+                  TurnsFixed64(__dmul_rn(__dmul_rn(-2.0 * pitch, coord), inv2lz)),
+                  TurnsFixed64(__dadd_rn(__dmul_rn(__dmul_rn(coord, coord), inv2lz), phase_turns))};
+}
+
+// The uploaded per-point arrays (PreparedPoints, cloud order).
+struct PointArrays {
+  const double* x;
+  const double* y;
+  const double* inv2lz;
+  const double* phase_turns;
+  const double* amplitude;
+  const int32_t* ulo;
+  const int32_t* uhi;
+  const int32_t* vlo;
+  const int32_t* vhi;
+};
+
+// Per-column tables from the point arrays, one thread per column i: point j = index[i] (index
+// null: j = i). kRows: the row polynomial (with the point phase) and B = a / amax; else the
+// column polynomial and, when lo_out is set, the point's column range gathered.
+template <bool kRows>
+__global__ void TensorPolyKernel(PointArrays pts, const int32_t* __restrict__ index, int64_t count,
+                                 double pitch, double amax, AxisPoly* __restrict__ poly,
+                                 int32_t* __restrict__ lo_out, int32_t* __restrict__ hi_out,
+                                 float* __restrict__ amp_out) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t j = index != nullptr ? index[i] : i;
+    if (kRows) {
+      poly[i] = MakePoly(pts.y[j], pts.inv2lz[j], pitch, pts.phase_turns[j]);
+      amp_out[i] = amax > 0 ? __double2float_rn(__ddiv_rn(pts.amplitude[j], amax)) : 0.f;
+    } else {
+      poly[i] = MakePoly(pts.x[j], pts.inv2lz[j], pitch, 0.0);
+      if (lo_out != nullptr) {
+        lo_out[i] = pts.ulo[j];
+        hi_out[i] = pts.uhi[j];
+      }
+    }
+  }
+}
+
+// Merged mode: the members' data in group order (member i is point order[i]) for
+// TensorGroupSumKernel.
+__global__ void TensorGatherMembersKernel(PointArrays pts, const int32_t* __restrict__ order,
+                                          int64_t n, double amax, double* __restrict__ y,
+                                          double* __restrict__ inv2lz,
+                                          double* __restrict__ phase_turns,
+                                          float* __restrict__ amp, int32_t* __restrict__ lo,
+                                          int32_t* __restrict__ hi) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int32_t j = order[i];
+    y[i] = pts.y[j];
+    inv2lz[i] = pts.inv2lz[j];
+    phase_turns[i] = pts.phase_turns[j];
+    amp[i] = amax > 0 ? __double2float_rn(__ddiv_rn(pts.amplitude[j], amax)) : 0.f;
+    lo[i] = pts.vlo[j];
+    hi[i] = pts.vhi[j];
+  }
+}
+
 constexpr int kBuildThreads = 128;  // along k: 512 columns per block
 constexpr int kBuildRun = 16;       // pixel rows (u for X, v for Y) per thread
 
@@ -523,22 +601,6 @@ absl::Status BatchedGemm(const Device& device, TensorPrecision precision, const 
 
 // ---------------------------------------------------------------------------------------------
 
-// frac(v) · 2^64 as an unsigned fixed-point turn count.
-uint64_t TurnsFixed64(double v) {
-  const double f = v - std::floor(v);
-  const double r = std::ldexp(f, 64);
-  return r >= 18446744073709551616.0 ? 0 : static_cast<uint64_t>(r);
-}
-
-// The AxisPoly of coordinate `coord` along an axis of pitch p (see AxisPoly). Double precision is
-// ample: the largest term, c = δ²/(2λζ) + θ/2π, is at most a few thousand turns, so its fraction
-// keeps ≥ 40 bits (1e-12 turn), and a = p²/(2λζ) < 1 is exact to 2^-53 relative, i.e. < 1e-12 turn
-// after m² ≤ 2^24; the tables resolve 2^-12 turn (int8) or ~2^-23 (sincos).
-AxisPoly MakePoly(double coord, double inv2lz, double pitch, double phase_turns) {
-  return AxisPoly{TurnsFixed64(pitch * pitch * inv2lz), TurnsFixed64(-2 * pitch * coord * inv2lz),
-                  TurnsFixed64(coord * coord * inv2lz + phase_turns)};
-}
-
 // TensorLutBuildKernel's table: plane bytes round(127·v) at the angles 2π·i/kLutSize, X's
 // planes (cos(φ − π/4), cos φ, sin φ) or Y's with B = 1 (cos ψ, sin(ψ − π/4), cos(ψ − π/4)).
 std::vector<uint32_t> MakeByteTable(bool rows) {
@@ -581,45 +643,34 @@ absl::Status RunTensorTyped(const Device& device, const PreparedPoints& p,
   const int64_t n = p.size();
   const float qs = precision == TensorPrecision::kInt8 ? 127.f : 1.f;
   const double amax = p.amax;
-  auto norm_amp = [&](int64_t j) {
-    return amax > 0 ? static_cast<float>(p.amplitude[j] / amax) : 0.f;
-  };
 
   // Columns: groups of points sharing (x, z) when that at least halves the inner dimension.
   std::optional<internal::PointGroups> groups;
   if (options.tensor_grouping) groups = internal::GroupByColumn(p, n / 2);
   const bool merged = groups.has_value();
   const int64_t ncols = merged ? groups->count() : n;
-
-  profiler->Mark("host_grouping");
-  // Per-column tables on all cores: video frames of 1e5-1e6 points.
-  auto parallel = [](int64_t count, const auto& body) {
-    tbb::parallel_for(tbb::blocked_range<int64_t>(0, count, 8192),
-                      [&](const tbb::blocked_range<int64_t>& r) {
-                        for (int64_t i = r.begin(); i < r.end(); ++i) body(i);
-                      });
-  };
-  // int8: X from the phase table always, Y too when every point has the same amplitude.
-  // The table build is the default for int8; options.tensor_byte_table = false selects the
-  // sincos build (TensorBuildKernel) for comparison.
-  const bool table_build = std::is_same_v<T, int8_t> && options.tensor_byte_table;
-  PackedUpload up;
-  const size_t oxp = up.Reserve<AxisPoly>(ncols), oxl = up.Reserve<int32_t>(ncols),
-               oxh = up.Reserve<int32_t>(ncols);
-  size_t oyp = 0, oyl = 0, oyh = 0, oya = 0, omy = 0, ominv = 0, omph = 0, ost = 0;
+  std::vector<int32_t> representative;  // merged: the first point of each group
   if (merged) {
-    omy = up.Reserve<double>(n);
-    ominv = up.Reserve<double>(n);
-    omph = up.Reserve<double>(n);
-    oya = up.Reserve<float>(n);
-    oyl = up.Reserve<int32_t>(n);
-    oyh = up.Reserve<int32_t>(n);
+    representative.resize(static_cast<size_t>(ncols));
+    for (int64_t g = 0; g < ncols; ++g) representative[g] = groups->order[groups->starts[g]];
+  }
+  profiler->Mark("host_grouping");
+  // int8: X from the phase table always, Y too when every point has the same amplitude (then
+  // every B = a / amax rounds to 1 in float). The table build is the default for int8;
+  // options.tensor_byte_table = false selects the sincos build (TensorBuildKernel) for comparison.
+  const bool table_build = std::is_same_v<T, int8_t> && options.tensor_byte_table;
+  const bool uniform_amplitude = amax > 0 && static_cast<float>(p.amin / amax) == 1.f;
+  // The point arrays go up as they are; the per-column tables are built from them on the device
+  // (TensorPolyKernel, TensorGatherMembersKernel), so the host does no per-point work here.
+  PackedUpload up;
+  const size_t ox = up.Add(p.x), oy = up.Add(p.y), oi = up.Add(p.inv2lz),
+               ot = up.Add(p.phase_turns), oa = up.Add(p.amplitude), oul = up.Add(p.ulo),
+               ouh = up.Add(p.uhi), ovl = up.Add(p.vlo), ovh = up.Add(p.vhi);
+  size_t orep = 0, oord = 0, ost = 0;
+  if (merged) {
+    orep = up.Add(representative);
+    oord = up.Add(groups->order);
     ost = up.Add(groups->starts);
-  } else {
-    oyp = up.Reserve<AxisPoly>(n);
-    oya = up.Reserve<float>(n);
-    oyl = up.Add(p.vlo);
-    oyh = up.Add(p.vhi);
   }
   size_t otx = 0, oty = 0;
   unsigned lut_blocks = 0;
@@ -628,44 +679,23 @@ absl::Status RunTensorTyped(const Device& device, const PreparedPoints& p,
     oty = up.Add(ByteTable(true));
     FRESNEL_ASSIGN_OR_RETURN(lut_blocks, LutBuildBlocks(device));
   }
-  // The tables are written straight into the thread's (pinned) staging buffer.
-  FRESNEL_RETURN_IF_ERROR(up.Stage());
-  AxisPoly* const xpoly = up.Host<AxisPoly>(oxp);
-  int32_t* const xlo = up.Host<int32_t>(oxl);
-  int32_t* const xhi = up.Host<int32_t>(oxh);
-  parallel(ncols, [&](int64_t g) {
-    const int32_t j = merged ? groups->order[groups->starts[g]] : static_cast<int32_t>(g);
-    xpoly[g] = MakePoly(p.x[j], p.inv2lz[j], p.pitch_m, 0.0);
-    xlo[g] = p.ulo[j];
-    xhi[g] = p.uhi[j];
-  });
-  profiler->Mark("host_x_tables");
-  float* const yamp = up.Host<float>(oya);
-  bool uniform_amplitude = true;
+  // Device tables: X polynomials (+ gathered ranges when merged); unmerged Y polynomials and
+  // amplitudes, or the merged members in group order.
+  PackedUpload::Layout tables;
+  const size_t txp = tables.Reserve<AxisPoly>(ncols);
+  const size_t txl = merged ? tables.Reserve<int32_t>(ncols) : 0;
+  const size_t txh = merged ? tables.Reserve<int32_t>(ncols) : 0;
+  const size_t typ = merged ? 0 : tables.Reserve<AxisPoly>(n);
+  const size_t tya = tables.Reserve<float>(n);
+  size_t tmy = 0, tmi = 0, tmp = 0, tml = 0, tmh = 0;
   if (merged) {
-    double* const my = up.Host<double>(omy);
-    double* const minv = up.Host<double>(ominv);
-    double* const mphase = up.Host<double>(omph);
-    int32_t* const mlo = up.Host<int32_t>(oyl);
-    int32_t* const mhi = up.Host<int32_t>(oyh);
-    parallel(n, [&](int64_t i) {
-      const int32_t j = groups->order[i];
-      my[i] = p.y[j];
-      minv[i] = p.inv2lz[j];
-      mphase[i] = p.phase_turns[j];
-      yamp[i] = norm_amp(j);
-      mlo[i] = p.vlo[j];
-      mhi[i] = p.vhi[j];
-    });
-  } else {
-    AxisPoly* const ypoly = up.Host<AxisPoly>(oyp);
-    parallel(n, [&](int64_t j) {
-      ypoly[j] = MakePoly(p.y[j], p.inv2lz[j], p.pitch_m, p.phase_turns[j]);
-      yamp[j] = norm_amp(j);
-    });
-    for (int64_t j = 0; j < n && uniform_amplitude; ++j) uniform_amplitude = yamp[j] == 1.f;
+    tmy = tables.Reserve<double>(n);
+    tmi = tables.Reserve<double>(n);
+    tmp = tables.Reserve<double>(n);
+    tml = tables.Reserve<int32_t>(n);
+    tmh = tables.Reserve<int32_t>(n);
   }
-  profiler->Mark("host_y_tables");
+  profiler->Mark("host_tables");
   // Sizes, budget and buffers before the upload: cudaMemGetInfo and pool growth are host work
   // that must not leave the device idle between the upload and the first kernel.
   const int64_t mpad = RoundUp(p.width, 16), npad = RoundUp(p.height, 16);
@@ -692,12 +722,44 @@ absl::Status RunTensorTyped(const Device& device, const PreparedPoints& p,
     FRESNEL_RETURN_IF_ERROR(bim.Allocate(device, npad * chunk));
     FRESNEL_RETURN_IF_ERROR(max_bits.Allocate(device, 1));
   }
+  DeviceBuffer<char> table_buf;
+  FRESNEL_RETURN_IF_ERROR(table_buf.Allocate(device, static_cast<int64_t>(tables.size())));
+  auto table = [&](size_t offset) { return table_buf.get() + offset; };
   profiler->Mark("host_buffers");
   FRESNEL_RETURN_IF_ERROR(up.Upload(device));
   FRESNEL_RETURN_IF_ERROR(clock->Mark());
   profiler->Mark("upload");
-  const Members mem{up.Ptr<double>(omy),  up.Ptr<double>(ominv), up.Ptr<double>(omph),
-                    up.Ptr<float>(oya),   up.Ptr<int32_t>(oyl),  up.Ptr<int32_t>(oyh),
+  const PointArrays pts{up.Ptr<double>(ox),   up.Ptr<double>(oy),   up.Ptr<double>(oi),
+                        up.Ptr<double>(ot),   up.Ptr<double>(oa),   up.Ptr<int32_t>(oul),
+                        up.Ptr<int32_t>(ouh), up.Ptr<int32_t>(ovl), up.Ptr<int32_t>(ovh)};
+  AxisPoly* const xpoly = reinterpret_cast<AxisPoly*>(table(txp));
+  const int32_t* const xlo = merged ? reinterpret_cast<int32_t*>(table(txl)) : pts.ulo;
+  const int32_t* const xhi = merged ? reinterpret_cast<int32_t*>(table(txh)) : pts.uhi;
+  AxisPoly* const ypoly = merged ? nullptr : reinterpret_cast<AxisPoly*>(table(typ));
+  float* const yamp = reinterpret_cast<float*>(table(tya));
+  TensorPolyKernel<false><<<StrideGrid(ncols), 256, 0, stream>>>(
+      pts, merged ? up.Ptr<int32_t>(orep) : nullptr, ncols, p.pitch_m, amax, xpoly,
+      merged ? reinterpret_cast<int32_t*>(table(txl)) : nullptr,
+      merged ? reinterpret_cast<int32_t*>(table(txh)) : nullptr, nullptr);
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaGetLastError());  // TensorPolyKernel (X)
+  if (merged) {
+    TensorGatherMembersKernel<<<StrideGrid(n), 256, 0, stream>>>(
+        pts, up.Ptr<int32_t>(oord), n, amax, reinterpret_cast<double*>(table(tmy)),
+        reinterpret_cast<double*>(table(tmi)), reinterpret_cast<double*>(table(tmp)), yamp,
+        reinterpret_cast<int32_t*>(table(tml)), reinterpret_cast<int32_t*>(table(tmh)));
+    FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(TensorGatherMembersKernel);
+  } else {
+    TensorPolyKernel<true><<<StrideGrid(n), 256, 0, stream>>>(pts, nullptr, n, p.pitch_m, amax,
+                                                              ypoly, nullptr, nullptr, yamp);
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaGetLastError());  // TensorPolyKernel (Y)
+  }
+  profiler->Mark("tables");
+  const Members mem{reinterpret_cast<const double*>(table(tmy)),
+                    reinterpret_cast<const double*>(table(tmi)),
+                    reinterpret_cast<const double*>(table(tmp)),
+                    yamp,
+                    reinterpret_cast<const int32_t*>(table(tml)),
+                    reinterpret_cast<const int32_t*>(table(tmh)),
                     up.Ptr<int64_t>(ost)};
 
   const double sigma = std::sqrt(2.0) * amax / (static_cast<double>(qs) * qs);
@@ -710,16 +772,14 @@ absl::Status RunTensorTyped(const Device& device, const PreparedPoints& p,
     if constexpr (std::is_same_v<T, int8_t>) {
       if (table_build) {
         TensorLutBuildKernel<<<lut_blocks, kLutThreads, 0, stream>>>(
-            up.Ptr<AxisPoly>(oxp), up.Ptr<int32_t>(oxl), up.Ptr<int32_t>(oxh),
-            up.Ptr<uint32_t>(otx), c0, nc, kc, p.width, mpad, xbuf.get());
+            xpoly, xlo, xhi, up.Ptr<uint32_t>(otx), c0, nc, kc, p.width, mpad, xbuf.get());
         FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(TensorLutBuildKernel);
       }
     }
     if (!table_build) {
       TensorBuildKernel<T, false>
           <<<dim3(kblocks, static_cast<unsigned>(CeilDiv(mpad, kBuildRun))), kBuildThreads, 0,
-             stream>>>(up.Ptr<AxisPoly>(oxp), up.Ptr<int32_t>(oxl), up.Ptr<int32_t>(oxh),
-                       nullptr, c0, nc, kc, p.width, mpad, qs, xbuf.get());
+             stream>>>(xpoly, xlo, xhi, nullptr, c0, nc, kc, p.width, mpad, qs, xbuf.get());
       FRESNEL_CUDA_RETURN_IF_ERROR(cudaGetLastError());  // TensorBuildKernel (X)
     }
     profiler->Mark("build_x");
@@ -737,15 +797,15 @@ absl::Status RunTensorTyped(const Device& device, const PreparedPoints& p,
     } else if (table_build && uniform_amplitude) {
       if constexpr (std::is_same_v<T, int8_t>) {
         TensorLutBuildKernel<<<lut_blocks, kLutThreads, 0, stream>>>(
-            up.Ptr<AxisPoly>(oyp), up.Ptr<int32_t>(oyl), up.Ptr<int32_t>(oyh),
-            up.Ptr<uint32_t>(oty), c0, nc, kc, p.height, npad, ybuf.get());
+            ypoly, pts.vlo, pts.vhi, up.Ptr<uint32_t>(oty), c0, nc, kc, p.height, npad,
+            ybuf.get());
         FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(TensorLutBuildKernel);
       }
     } else {
       TensorBuildKernel<T, true>
           <<<dim3(kblocks, static_cast<unsigned>(CeilDiv(npad, kBuildRun))), kBuildThreads, 0,
-             stream>>>(up.Ptr<AxisPoly>(oyp), up.Ptr<int32_t>(oyl), up.Ptr<int32_t>(oyh),
-                       up.Ptr<float>(oya), c0, nc, kc, p.height, npad, qs, ybuf.get());
+             stream>>>(ypoly, pts.vlo, pts.vhi, yamp, c0, nc, kc, p.height, npad, qs,
+                       ybuf.get());
       FRESNEL_CUDA_RETURN_IF_ERROR(cudaGetLastError());  // TensorBuildKernel (Y)
     }
     profiler->Mark("build_y");

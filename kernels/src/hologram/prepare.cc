@@ -4,6 +4,8 @@
 #include <tbb/parallel_for.h>
 
 #include <algorithm>
+#include <memory>
+#include <vector>
 #include <cmath>
 #include <cstring>
 #include <tuple>
@@ -13,6 +15,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 
+#include "absl/strings/str_cat.h"
+#include "fresnel/core/status.h"
 #include "hologram/hologram_internal.h"
 
 namespace fresnel::hologram::internal {
@@ -74,54 +78,217 @@ std::optional<PointGroups> GroupBy(const std::vector<double>& coord,
 
 }  // namespace
 
-PreparedPoints PreparePoints(const PointCloud& points, const HologramOptions& options) {
-  PreparedPoints p;
-  p.width = options.width;
-  p.height = options.height;
-  p.pitch_m = options.pitch_m;
-  p.wavelength_m = options.wavelength_m;
-  const size_t n = points.size();
-  p.x.resize(n);
-  p.y.resize(n);
-  p.inv2lz.resize(n);
-  p.amplitude.resize(n);
-  p.phase_turns.resize(n);
-  p.ulo.resize(n);
-  p.uhi.resize(n);
-  p.vlo.resize(n);
-  p.vhi.resize(n);
-  const bool clip = options.alias == AliasPolicy::kClip;
-  for (const Point& pt : points) p.amax = std::max(p.amax, pt.amplitude);
-  auto one = [&](size_t j) {
-    const Point& pt = points[j];
-    p.x[j] = pt.x_m;
-    p.y[j] = pt.y_m;
-    p.inv2lz[j] = 1.0 / (2.0 * options.wavelength_m * pt.z_m);
-    p.amplitude[j] = pt.amplitude;
-    p.phase_turns[j] = pt.phase_rad / (2.0 * kPi);
-    if (clip) {
-      // Local frequency |x − δ|/(λζ) ≤ 1/(2p)  ⟺  |x − δ| ≤ λζ/(2p).
-      const double half = options.wavelength_m * pt.z_m / (2.0 * options.pitch_m);
-      std::tie(p.ulo[j], p.uhi[j]) = AliasFreeRange(pt.x_m, half, p.width, p.pitch_m);
-      std::tie(p.vlo[j], p.vhi[j]) = AliasFreeRange(pt.y_m, half, p.height, p.pitch_m);
-    } else {
-      p.ulo[j] = 0;
-      p.uhi[j] = static_cast<int32_t>(p.width - 1);
-      p.vlo[j] = 0;
-      p.vhi[j] = static_cast<int32_t>(p.height - 1);
-    }
-  };
-  // Video frames of 1e5-1e6 points: the per-point work runs on all cores.
-  tbb::parallel_for(tbb::blocked_range<size_t>(0, n, 16384),
-                    [&](const tbb::blocked_range<size_t>& r) {
-                      for (size_t j = r.begin(); j < r.end(); ++j) one(j);
-                    });
-  for (size_t j = 0; j < n && !p.clipped; ++j) {
-    p.clipped = p.ulo[j] != 0 || p.uhi[j] != p.width - 1 || p.vlo[j] != 0 ||
-                p.vhi[j] != p.height - 1;
+namespace {
+
+// One point's prepared quantities into slot j of `p` (the geometry is p's).
+inline void PrepareOne(PreparedPoints* p, size_t j, double x, double y, double z, double a,
+                       double phase) {
+  p->x[j] = x;
+  p->y[j] = y;
+  p->inv2lz[j] = 1.0 / (2.0 * p->wavelength_m * z);
+  p->amplitude[j] = a;
+  p->phase_turns[j] = phase / (2.0 * kPi);
+  if (p->alias == AliasPolicy::kClip) {
+    // Local frequency |x − δ|/(λζ) ≤ 1/(2p)  ⟺  |x − δ| ≤ λζ/(2p).
+    const double half = p->wavelength_m * z / (2.0 * p->pitch_m);
+    std::tie(p->ulo[j], p->uhi[j]) = AliasFreeRange(x, half, p->width, p->pitch_m);
+    std::tie(p->vlo[j], p->vhi[j]) = AliasFreeRange(y, half, p->height, p->pitch_m);
+  } else {
+    p->ulo[j] = 0;
+    p->uhi[j] = static_cast<int32_t>(p->width - 1);
+    p->vlo[j] = 0;
+    p->vhi[j] = static_cast<int32_t>(p->height - 1);
   }
+}
+
+void ResizePoints(PreparedPoints* p, size_t n) {
+  for (auto* v : {&p->x, &p->y, &p->inv2lz, &p->amplitude, &p->phase_turns}) v->resize(n);
+  for (auto* v : {&p->ulo, &p->uhi, &p->vlo, &p->vhi}) v->resize(n);
+}
+
+absl::Status Invalid(absl::string_view field, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
+}
+
+// Appends `rows` points read by `read(i, &x, &y, &z, &a, &phase)`: checks and converts in one
+// pass over blocks of kBlock points on all cores (video frames of 1e5-1e6 points), each block
+// keeping its first bad point and its amplitude range, so the result (and the point an error
+// names: the first bad one) does not depend on the scheduling.
+template <class Read>
+absl::Status AppendPoints(PreparedPoints* p, const Limits& limits, int64_t rows,
+                          const Read& read) {
+  const int64_t old = p->size();
+  if (rows < 0 || old + rows > limits.max_points) {
+    return Invalid("points", absl::StrCat(old + rows, " points exceed the limit of ",
+                                          limits.max_points));
+  }
+  if (rows == 0) return absl::OkStatus();
+  ResizePoints(p, static_cast<size_t>(old + rows));
+  constexpr int64_t kBlock = 16384;
+  const int64_t blocks = (rows + kBlock - 1) / kBlock;
+  struct BlockResult {
+    int64_t first_bad = -1;
+    double amax = 0;
+    double amin = 0;
+    bool clipped = false;
+  };
+  std::vector<BlockResult> results(static_cast<size_t>(blocks));
+  const int32_t last_u = static_cast<int32_t>(p->width - 1);
+  const int32_t last_v = static_cast<int32_t>(p->height - 1);
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, blocks, 1),
+                    [&](const tbb::blocked_range<int64_t>& r) {
+    for (int64_t b = r.begin(); b < r.end(); ++b) {
+      BlockResult& out = results[static_cast<size_t>(b)];
+      double amax = 0, amin = INFINITY;
+      bool clipped = false;
+      const int64_t end = std::min(rows, (b + 1) * kBlock);
+      for (int64_t i = b * kBlock; i < end; ++i) {
+        double x, y, z, a, phase;
+        read(i, &x, &y, &z, &a, &phase);
+        if (!PointOk(x, y, z, a, phase)) {
+          out.first_bad = i;
+          return;
+        }
+        const size_t j = static_cast<size_t>(old + i);
+        PrepareOne(p, j, x, y, z, a, phase);
+        amax = std::max(amax, a);
+        amin = std::min(amin, a);
+        clipped = clipped || p->ulo[j] != 0 || p->uhi[j] != last_u || p->vlo[j] != 0 ||
+                  p->vhi[j] != last_v;
+      }
+      out.amax = amax;
+      out.amin = amin;
+      out.clipped = clipped;
+    }
+  });
+  for (const BlockResult& b : results) {
+    if (b.first_bad >= 0) {
+      ResizePoints(p, static_cast<size_t>(old));
+      Point pt;
+      read(b.first_bad, &pt.x_m, &pt.y_m, &pt.z_m, &pt.amplitude, &pt.phase_rad);
+      return CheckPoint(pt, old + b.first_bad);
+    }
+  }
+  for (const BlockResult& b : results) {
+    p->amin = old == 0 && &b == &results[0] ? b.amin : std::min(p->amin, b.amin);
+    p->amax = std::max(p->amax, b.amax);
+    p->clipped = p->clipped || b.clipped;
+  }
+  return absl::OkStatus();
+}
+
+template <class T>
+absl::Status AppendRowsTyped(PreparedPoints* p, const Limits& limits, const char* data,
+                             int64_t rows, int columns) {
+  return AppendPoints(p, limits, rows,
+                      [data, columns](int64_t i, double* x, double* y, double* z, double* a,
+                                      double* phase) {
+                        T v[5] = {0, 0, 0, 0, 0};
+                        std::memcpy(v, data + i * columns * sizeof(T), columns * sizeof(T));
+                        *x = v[0];
+                        *y = v[1];
+                        *z = v[2];
+                        *a = v[3];
+                        *phase = v[4];
+                      });
+}
+
+}  // namespace
+
+bool SameGeometry(const PreparedPoints& p, const HologramOptions& o) {
+  return p.width == o.width && p.height == o.height && p.pitch_m == o.pitch_m &&
+         p.wavelength_m == o.wavelength_m && p.alias == o.alias;
+}
+
+}  // namespace fresnel::hologram::internal
+
+namespace fresnel::hologram {
+
+using internal::PreparedPoints;
+
+PreparedCloud::PreparedCloud() = default;
+PreparedCloud::~PreparedCloud() = default;
+PreparedCloud::PreparedCloud(PreparedCloud&&) noexcept = default;
+PreparedCloud& PreparedCloud::operator=(PreparedCloud&&) noexcept = default;
+int64_t PreparedCloud::size() const { return p_ == nullptr ? 0 : p_->size(); }
+int64_t PreparedCloud::host_bytes() const {
+  // Five doubles and four pixel bounds per point.
+  return size() * static_cast<int64_t>(5 * sizeof(double) + 4 * sizeof(int32_t));
+}
+
+namespace {
+std::unique_ptr<PreparedPoints> EmptyPoints(const HologramOptions& o) {
+  auto p = std::make_unique<PreparedPoints>();
+  p->width = o.width;
+  p->height = o.height;
+  p->pitch_m = o.pitch_m;
+  p->wavelength_m = o.wavelength_m;
+  p->alias = o.alias;
   return p;
 }
+}  // namespace
+
+CloudBuilder::CloudBuilder(const HologramOptions& options, const Limits& limits)
+    : p_(EmptyPoints(options)), limits_(limits) {}
+CloudBuilder::~CloudBuilder() = default;
+CloudBuilder::CloudBuilder(CloudBuilder&&) noexcept = default;
+CloudBuilder& CloudBuilder::operator=(CloudBuilder&&) noexcept = default;
+
+int64_t CloudBuilder::size() const { return p_->size(); }
+
+absl::Status CloudBuilder::AppendRows(const void* data, DType dtype, int64_t rows, int columns) {
+  if (columns != 4 && columns != 5) {
+    return internal::Invalid("points", absl::StrCat("must have 4 (x_m, y_m, z_m, amplitude) or "
+                                                    "5 (+ phase_rad) columns, got ", columns));
+  }
+  const char* bytes = static_cast<const char*>(data);
+  switch (dtype) {
+    case DType::kFloat32:
+      return internal::AppendRowsTyped<float>(p_.get(), limits_, bytes, rows, columns);
+    case DType::kFloat64:
+      return internal::AppendRowsTyped<double>(p_.get(), limits_, bytes, rows, columns);
+    default: break;
+  }
+  return internal::Invalid("points", absl::StrCat("must be float32 or float64, got ",
+                                                  DTypeName(dtype)));
+}
+
+absl::Status CloudBuilder::Append(const PointCloud& points) {
+  const Point* v = points.data();
+  return internal::AppendPoints(
+      p_.get(), limits_, static_cast<int64_t>(points.size()),
+      [v](int64_t i, double* x, double* y, double* z, double* a, double* phase) {
+        *x = v[i].x_m;
+        *y = v[i].y_m;
+        *z = v[i].z_m;
+        *a = v[i].amplitude;
+        *phase = v[i].phase_rad;
+      });
+}
+
+absl::StatusOr<PreparedCloud> CloudBuilder::Finish() {
+  if (p_->size() == 0) return internal::Invalid("points", "the point cloud is empty");
+  HologramOptions geometry;
+  geometry.width = p_->width;
+  geometry.height = p_->height;
+  geometry.pitch_m = p_->pitch_m;
+  geometry.wavelength_m = p_->wavelength_m;
+  geometry.alias = p_->alias;
+  std::unique_ptr<PreparedPoints> done = std::move(p_);
+  p_ = EmptyPoints(geometry);
+  return internal::CloudAccess::Wrap(std::move(done));
+}
+
+absl::StatusOr<PreparedCloud> PrepareCloud(const PointCloud& points, const HologramOptions& options,
+                                           const Limits& limits) {
+  CloudBuilder builder(options, limits);
+  FRESNEL_RETURN_IF_ERROR(builder.Append(points));
+  return builder.Finish();
+}
+
+}  // namespace fresnel::hologram
+
+namespace fresnel::hologram::internal {
 
 double FundamentalAmplitude(bool piecewise) {
   double a1 = 0;

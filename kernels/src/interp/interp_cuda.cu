@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <complex>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <type_traits>
@@ -16,6 +15,8 @@
 #include "fresnel/core/status.h"
 #include "interp/interp_internal.h"
 #include "interp/interp_kernels.cuh"
+#include "interp/phase_groups.h"
+#include "interp/transfer_cuda.cuh"
 
 namespace fresnel::interp::internal {
 namespace {
@@ -37,9 +38,16 @@ namespace k = ::fresnel::interp::kernels;
 //    down > 1 and float64/complex64 take kSmemTile. The default store variant is kBulk (per-warp
 //    cp.async.bulk stores of the staged outputs): 82% of copy bandwidth on case (a) against 75%
 //    for the block-wide synchronous stores (kBlock) in the same run.
-// 2. kSmemTile when P < kWarpMinTapsPerPhase and the U*P taps fit in shared memory (48 KiB with
-//    the tile's input span, or alone when the span goes to global memory): the general path.
-// 3. kWarpPerOutput otherwise. Measured with up/down = 3/2 on 2^22 float32 samples, one warp
+// 2. kPhaseGroups for every other float32 filter whose band table and tile fit in shared memory
+//    with all 8 warps of a block busy (phase_groups.h): rational resampling and long filters.
+//    kSmemTile needs two shared-memory loads per FMA (tap and input, different per output);
+//    kPhaseGroups one broadcast tap load per V = 4 FMAs and, per lane, one input load per V
+//    FMAs (R = 2 or 8 periods per lane). Measured on the H200: docs/bench/interp.md, cases (b)
+//    and the long-filter rows.
+// 3. kSmemTile when P < kWarpMinTapsPerPhase and the U*P taps fit in shared memory (48 KiB with
+//    the tile's input span, or alone when the span goes to global memory): the general path
+//    (float64, complex64, complex128, and float32 filters kPhaseGroups cannot tile).
+// 4. kWarpPerOutput otherwise. Measured with up/down = 3/2 on 2^22 float32 samples, one warp
 //    per output lost to kSmemTile by 20x at P = 8, 4.3x at P = 64 and 1.6x at P = 256, tied at
 //    P = 1024 (3.18 vs 3.20 ms) and won by 12% at P = 2048 (5.66 vs 6.42 ms): a thread that
 //    loops over thousands of taps per output leaves too little independent work per SM, while
@@ -78,10 +86,9 @@ double2 DeviceValue<double2>(double v) { return make_double2(v, 0.0); }
 // ---- kRegisterBlocked store variants ----------------------------------------------------------
 //
 // The default is kDefaultRbStore (docs/bench/interp.md has the measurements). For diagnosis and
-// the benchmark, FRESNEL_INTERP_RB_STORE=<variant>[:<blocks per SM>] (variant: block, block_cs,
-// warp, warp_cs, bulk, bulk_cs, direct) picks another store path and optionally caps the
-// resident blocks per SM; it is read when a plan is created. Every variant computes the same
-// bits (shared compute code; only the store path differs).
+// the benchmark, CudaPlanOptions::rb_store picks another store path and rb_max_blocks_per_sm
+// caps the resident blocks per SM. Every variant computes the same bits (shared compute code;
+// only the store path differs).
 constexpr k::RbStore kDefaultRbStore = k::RbStore::kBulk;
 
 constexpr struct {
@@ -99,26 +106,21 @@ struct RbConfig {
   int max_blocks_per_sm = 0;  // 0: as many as fit
 };
 
-absl::StatusOr<RbConfig> RbConfigFromEnv() {
+absl::StatusOr<RbConfig> RbConfigFrom(const CudaPlanOptions& options) {
   RbConfig cfg;
-  const char* v = std::getenv("FRESNEL_INTERP_RB_STORE");
-  if (v == nullptr || v[0] == '\0') return cfg;
-  const std::string spec(v);
-  const size_t colon = spec.find(':');
-  const std::string name = spec.substr(0, colon);
-  bool found = false;
+  cfg.max_blocks_per_sm = options.rb_max_blocks_per_sm;
+  bool found = options.rb_store.empty();
   for (const auto& e : kRbStoreNames) {
-    if (name == e.name) {
+    if (options.rb_store == e.name) {
       cfg.store = e.store;
       found = true;
     }
   }
-  if (colon != std::string::npos) cfg.max_blocks_per_sm = std::atoi(spec.c_str() + colon + 1);
   if (!found || cfg.max_blocks_per_sm < 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("FRESNEL_INTERP_RB_STORE=", spec,
-                     ": expected block|block_cs|warp|warp_cs|bulk|bulk_cs|direct"
-                     "[:blocks per SM]"));
+        absl::StrCat("rb_store \"", options.rb_store, "\" / rb_max_blocks_per_sm ",
+                     options.rb_max_blocks_per_sm,
+                     ": expected block|block_cs|warp|warp_cs|bulk|bulk_cs|direct and a cap >= 0"));
   }
   return cfg;
 }
@@ -203,6 +205,7 @@ const char* CudaKernelName(CudaKernel kernel) {
     case CudaKernel::kRegisterBlocked: return "register_blocked";
     case CudaKernel::kSmemTile: return "smem_tile";
     case CudaKernel::kWarpPerOutput: return "warp_per_output";
+    case CudaKernel::kPhaseGroups: return "phase_groups";
   }
   return "unknown";
 }
@@ -218,6 +221,8 @@ bool CudaPolyphase::Supports(CudaKernel kernel, int up, int down, int64_t p, DTy
     case CudaKernel::kSmemTile:
       return AlignUp16(static_cast<int64_t>(up) * p * static_cast<int64_t>(TapSize(dtype))) <=
              kMaxSmemBytes;
+    case CudaKernel::kPhaseGroups:
+      return dtype == DType::kFloat32 && PlanPhaseGroups(up, down, p, {}).ok();
   }
   return false;
 }
@@ -226,6 +231,7 @@ CudaKernel CudaPolyphase::Select(int up, int down, int64_t p, DType dtype) {
   if (Supports(CudaKernel::kRegisterBlocked, up, down, p, dtype)) {
     return CudaKernel::kRegisterBlocked;
   }
+  if (Supports(CudaKernel::kPhaseGroups, up, down, p, dtype)) return CudaKernel::kPhaseGroups;
   if (p < kWarpMinTapsPerPhase && Supports(CudaKernel::kSmemTile, up, down, p, dtype)) {
     return CudaKernel::kSmemTile;
   }
@@ -245,6 +251,9 @@ struct CudaPolyphase::Impl {
   cuda::DeviceBuffer<double> taps_d;
   RbConfig rb;              // kRegisterBlocked: store variant, blocks-per-SM cap
   int rb_blocks_per_sm = 1;  // resident blocks of the selected instantiation
+  PhaseGroupsPlan pg;        // kPhaseGroups: geometry and band table (uploaded to pg_table)
+  cuda::DeviceBuffer<float> pg_table;
+  int pg_blocks_per_sm = 1;
 
   template <class T>
   absl::Status LaunchTyped(cudaStream_t stream, const DeviceSignal& s) const;
@@ -262,6 +271,14 @@ CudaKernel CudaPolyphase::kernel() const { return impl_->kernel; }
 
 absl::StatusOr<CudaPolyphase> CudaPolyphase::Create(const Device& device, const Polyphase& filter,
                                                     DType dtype, CudaKernel kernel) {
+  CudaPlanOptions options;
+  options.kernel = kernel;
+  return Create(device, filter, dtype, options);
+}
+
+absl::StatusOr<CudaPolyphase> CudaPolyphase::Create(const Device& device, const Polyphase& filter,
+                                                    DType dtype, const CudaPlanOptions& options) {
+  CudaKernel kernel = options.kernel;
   if (device.kind != DeviceKind::kCuda) {
     return absl::InvalidArgumentError("CudaPolyphase needs a CUDA device");
   }
@@ -292,7 +309,7 @@ absl::StatusOr<CudaPolyphase> CudaPolyphase::Create(const Device& device, const 
   FRESNEL_CUDA_RETURN_IF_ERROR(
       cudaDeviceGetAttribute(&impl->sm_count, cudaDevAttrMultiProcessorCount, device.ordinal));
   if (kernel == CudaKernel::kRegisterBlocked) {
-    FRESNEL_ASSIGN_OR_RETURN(impl->rb, RbConfigFromEnv());
+    FRESNEL_ASSIGN_OR_RETURN(impl->rb, RbConfigFrom(options));
     Impl* im = impl.get();
     FRESNEL_RETURN_IF_ERROR(WithRb(filter.up, impl->p, [im](auto u, auto kp) {
       return im->PrepareRb<decltype(u)::value, decltype(kp)::value>();
@@ -311,7 +328,21 @@ absl::StatusOr<CudaPolyphase> CudaPolyphase::Create(const Device& device, const 
     }
   } else {
     impl->htf_f.assign(htf.begin(), htf.end());
-    if (kernel != CudaKernel::kRegisterBlocked) {
+    if (kernel == CudaKernel::kPhaseGroups) {
+      PhaseGroupsChoice choice;
+      choice.widen = options.pg_widen;
+      if (choice.widen < 0 || choice.widen > 2) {
+        return absl::InvalidArgumentError("pg_widen: 0, 1 or 2");
+      }
+      FRESNEL_ASSIGN_OR_RETURN(
+          impl->pg, PlanPhaseGroups(filter.up, filter.down, impl->p, impl->htf_f, choice));
+      FRESNEL_ASSIGN_OR_RETURN(impl->pg_blocks_per_sm, PhaseGroupsOccupancy(impl->pg));
+      FRESNEL_RETURN_IF_ERROR(
+          impl->pg_table.Allocate(device, static_cast<int64_t>(impl->pg.table.size())));
+      FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(impl->pg_table.get(), impl->pg.table.data(),
+                                                   impl->pg.table.size() * sizeof(float),
+                                                   cudaMemcpyHostToDevice, stream));
+    } else if (kernel != CudaKernel::kRegisterBlocked) {
       FRESNEL_RETURN_IF_ERROR(
           impl->taps_f.Allocate(device, static_cast<int64_t>(impl->htf_f.size())));
       FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(impl->taps_f.get(), impl->htf_f.data(),
@@ -428,6 +459,10 @@ absl::Status CudaPolyphase::LaunchAsync(const Device& device, const DeviceSignal
   FRESNEL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device.ordinal));
   cudaStream_t stream = cuda::StreamOf(device);
   const Impl& im = *impl_;
+  if (im.kernel == CudaKernel::kPhaseGroups) {
+    return LaunchPhaseGroups(im.pg, im.pg_table.get(), im.sm_count, im.pg_blocks_per_sm, stream,
+                             s);
+  }
   if (im.kernel == CudaKernel::kRegisterBlocked) {
     return WithRb(im.up, im.p, [&](auto u, auto kp) {
       return im.LaunchRb<decltype(u)::value, decltype(kp)::value>(stream, s);
@@ -459,24 +494,11 @@ absl::StatusOr<HostArray> UpfirdnWindowCuda(const Device& device, const Polyphas
   cuda::StageClock clock(stream);
   FRESNEL_RETURN_IF_ERROR(clock.Mark());
   FRESNEL_ASSIGN_OR_RETURN(CudaPolyphase plan,
-                           CudaPolyphase::Create(device, filter, x.dtype, options.kernel));
+                           CudaPolyphase::Create(device, filter, x.dtype, options.plan));
   cuda::DeviceBuffer<unsigned char> xd, yd;
   FRESNEL_RETURN_IF_ERROR(xd.Allocate(device, x.channels * x.len * static_cast<int64_t>(es)));
   FRESNEL_RETURN_IF_ERROR(yd.Allocate(device, x.channels * out_count * static_cast<int64_t>(es)));
-  if (x.channels * x.len > 0) {
-    if (x.stride == x.len) {
-      FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(xd.get(), x.data,
-                                                   static_cast<size_t>(x.channels * x.len) * es,
-                                                   cudaMemcpyHostToDevice, stream));
-    } else {
-      for (int64_t c = 0; c < x.channels; ++c) {
-        FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
-            xd.get() + c * x.len * static_cast<int64_t>(es),
-            static_cast<const char*>(x.data) + c * x.stride * static_cast<int64_t>(es),
-            static_cast<size_t>(x.len) * es, cudaMemcpyHostToDevice, stream));
-      }
-    }
-  }
+  FRESNEL_RETURN_IF_ERROR(UploadRowsAsync(x, xd.get(), stream));
   if (options.poison_output) {
     FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(yd.get(), 0xff, y.nbytes(), stream));  // NaN
   }
@@ -493,16 +515,7 @@ absl::StatusOr<HostArray> UpfirdnWindowCuda(const Device& device, const Polyphas
   s.out_first = out_first;
   s.out_count = out_count;
   FRESNEL_RETURN_IF_ERROR(plan.LaunchAsync(device, s));
-  FRESNEL_RETURN_IF_ERROR(clock.Mark());
-  FRESNEL_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(y.raw(), yd.get(), y.nbytes(), cudaMemcpyDeviceToHost, stream));
-  FRESNEL_RETURN_IF_ERROR(clock.Mark());
-  FRESNEL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-  if (times != nullptr) {
-    times->h2d_s = clock.Seconds(0);
-    times->compute_s = clock.Seconds(1);
-    times->d2h_s = clock.Seconds(2);
-  }
+  FRESNEL_RETURN_IF_ERROR(FinishCall(clock, yd.get(), y, stream, times));
   return y;
 }
 

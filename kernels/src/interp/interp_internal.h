@@ -22,6 +22,7 @@
 #include <complex>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -142,13 +143,27 @@ enum class CudaKernel {
   kRegisterBlocked,  // float32, down == 1, up in {1,2,3,4,8}, P <= 32
   kSmemTile,         // taps + input span in shared memory, 4 outputs per thread
   kWarpPerOutput,    // one warp per output, lanes split the taps (long filters)
+  kPhaseGroups,      // float32, any up/down: groups of phases share one band (phase_groups.h)
 };
 const char* CudaKernelName(CudaKernel kernel);
 
+// How a CudaPolyphase plan is built: the kernel (kAuto: the selector's) and, for
+// kRegisterBlocked, its store path and a cap on resident blocks per SM (diagnosis and the
+// benchmark; every store path computes the same bits).
+struct CudaPlanOptions {
+  CudaKernel kernel = CudaKernel::kAuto;  // a forced kernel must support the filter
+  // "" (the default, bulk), block, block_cs, warp, warp_cs, bulk, bulk_cs or direct.
+  std::string rb_store;
+  int rb_max_blocks_per_sm = 0;  // 0: as many as fit
+  // kPhaseGroups (phase_groups.h, PhaseGroupsChoice): period widening, 1: never, 2: by the
+  // cost model, 0: the default (2). Same bits either way.
+  int pg_widen = 0;
+};
+
 // Test hooks of the host-level CUDA call.
 struct CudaWindowOptions {
-  CudaKernel kernel = CudaKernel::kAuto;  // force a kernel (must support the filter)
-  bool poison_output = false;             // fill y with NaN first: unwritten outputs show
+  CudaPlanOptions plan;        // force a kernel (must support the filter) and its variant
+  bool poison_output = false;  // fill y with NaN first: unwritten outputs show
 };
 
 #if defined(FRESNEL_WITH_CUDA)
@@ -182,6 +197,9 @@ class CudaPolyphase {
   // Enqueues the taps upload on device.stream; does not synchronise.
   static absl::StatusOr<CudaPolyphase> Create(const Device& device, const Polyphase& filter,
                                               DType dtype, CudaKernel kernel = CudaKernel::kAuto);
+  // InvalidArgument for an unknown options.rb_store or a negative block cap.
+  static absl::StatusOr<CudaPolyphase> Create(const Device& device, const Polyphase& filter,
+                                              DType dtype, const CudaPlanOptions& options);
   CudaPolyphase(CudaPolyphase&&) noexcept;
   CudaPolyphase& operator=(CudaPolyphase&&) noexcept;
   ~CudaPolyphase();
@@ -192,7 +210,8 @@ class CudaPolyphase {
 
   // The selector, exposed for tests and the benchmark. Returns kAuto never.
   static CudaKernel Select(int up, int down, int64_t taps_per_phase, DType dtype);
-  // Whether `kernel` can run this filter (kRegisterBlocked and kSmemTile have limits).
+  // Whether `kernel` can run this filter (kRegisterBlocked, kSmemTile and kPhaseGroups have
+  // limits).
   static bool Supports(CudaKernel kernel, int up, int down, int64_t taps_per_phase, DType dtype);
 
  private:

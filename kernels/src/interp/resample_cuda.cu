@@ -13,6 +13,7 @@
 #include "fresnel/core/status.h"
 #include "interp/interp_internal.h"
 #include "interp/resample_spectrum.h"
+#include "interp/transfer_cuda.cuh"
 
 namespace fresnel::interp::internal {
 namespace {
@@ -164,18 +165,7 @@ absl::StatusOr<HostArray> Run(const Device& device, const HostSignalView& x, int
   FRESNEL_RETURN_IF_ERROR(xs.Allocate(device, ch * nx));
   FRESNEL_RETURN_IF_ERROR(f.Allocate(device, ch * num));
   FRESNEL_RETURN_IF_ERROR(yd.Allocate(device, ch * num));
-  const size_t es = sizeof(T);
-  if (x.stride == nx) {
-    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(xd.get(), x.data,
-                                                 static_cast<size_t>(ch * nx) * es,
-                                                 cudaMemcpyHostToDevice, stream));
-  } else {
-    for (int64_t c = 0; c < ch; ++c) {
-      FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
-          xd.get() + c * nx, static_cast<const char*>(x.data) + c * x.stride * es,
-          static_cast<size_t>(nx) * es, cudaMemcpyHostToDevice, stream));
-    }
-  }
+  FRESNEL_RETURN_IF_ERROR(UploadRowsAsync(x, xd.get(), stream));
   FRESNEL_RETURN_IF_ERROR(clock.Mark());
   Plan forward, inverse;
   cuda::DeviceBuffer<unsigned char> work_f, work_i;
@@ -191,16 +181,7 @@ absl::StatusOr<HostArray> Run(const Device& device, const HostSignalView& x, int
   StoreKernel<T, C><<<GridFor(ch * num), kThreads, 0, stream>>>(
       f.get(), ch * num, 1.0 / static_cast<double>(nx), yd.get());
   FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR((StoreKernel<T, C>));
-  FRESNEL_RETURN_IF_ERROR(clock.Mark());
-  FRESNEL_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(y.raw(), yd.get(), y.nbytes(), cudaMemcpyDeviceToHost, stream));
-  FRESNEL_RETURN_IF_ERROR(clock.Mark());
-  FRESNEL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-  if (times != nullptr) {
-    times->h2d_s = clock.Seconds(0);
-    times->compute_s = clock.Seconds(1);
-    times->d2h_s = clock.Seconds(2);
-  }
+  FRESNEL_RETURN_IF_ERROR(FinishCall(clock, yd.get(), y, stream, times));
   return y;
 }
 

@@ -257,6 +257,7 @@ absl::StatusOr<RenderResult> Render(const Device& device, const DeviceMesh& mesh
   job.camera = MakeCameraFrame(camera);
   job.hash_block_bits = options.hash_block_bits;
   job.compositing = options.compositing;
+  job.scan_conversion = options.scan_conversion;
   job.max_block_records = options.max_block_records;
   job.max_pass_records = options.max_pass_records;
   job.rgba8 = options.rgba8 && device.kind == DeviceKind::kCuda;

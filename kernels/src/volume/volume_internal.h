@@ -47,6 +47,7 @@ struct RenderJob {
   math::CameraFrame camera;
   int hash_block_bits = 2;
   Compositing compositing = Compositing::kAuto;
+  ScanConversion scan_conversion = ScanConversion::kAuto;
   int64_t max_block_records = 0;
   int64_t max_pass_records = 0;
   bool rgba8 = false;

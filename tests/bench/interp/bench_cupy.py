@@ -69,6 +69,12 @@ def main():
     case("c: 64ch resample 160/147 2^20",
          lambda: csignal.resample_poly(xc, 160, 147, axis=-1), xc)
 
+    x22 = uniform(1 << 22)
+    for up, down, taps in ((3, 2, 1024), (2, 1, 256)):
+        h = cp.asarray(np.random.default_rng(taps).uniform(-1, 1, taps), dtype=cp.float32)
+        case(f"long: {up}/{down} {taps}t 2^22",
+             lambda h=h, up=up, down=down: csignal.upfirdn(h, x22, up=up, down=down), x22)
+
     if as_json:
         print(json.dumps({"device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(),
                           "copy_gbps": copy, "rows": rows}, indent=1))

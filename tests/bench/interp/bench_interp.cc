@@ -9,17 +9,31 @@
 // 256 MiB and writing 1 GiB (one float4 in, four out per thread) without arithmetic.
 //
 //   fresnel_bench_interp [--json] [--no-e2e] [--variants all|V1,V2,...]
+//   fresnel_bench_interp --cpu [--cpu-log2n N] [--cpu-case PREFIX] [--python PATH]
 //
-// --variants also times kRegisterBlocked's store variants (FRESNEL_INTERP_RB_STORE values, e.g.
-// bulk or warp:3; interp_cuda.cu) on case (a) and the up sweep.
+// --variants also times kRegisterBlocked's store variants (CudaPlanOptions::rb_store values,
+// optionally with a blocks-per-SM cap, e.g. bulk or warp:3; interp_cuda.cu) on case (a) and the
+// up sweep. Long-filter rows also print useful GFMA/s (outputs x taps per phase over kernel
+// time) against the FP32 FMA peak (SMs x 128 lanes x the clock attribute).
+//
+// --cpu needs no GPU: it times the CPU back end (Device::Cpu, all TBB threads) on the same
+// filters over 2^N samples (default 2^22), and scipy.signal's single-threaded upfirdn /
+// resample_poly on the same data through `python3 -c` (when python3 with scipy is installed;
+// otherwise it prints "scipy not available"; --python names the interpreter, default python3),
+// side by side with the speed-up. --cpu-case keeps the cases whose name starts with PREFIX.
 #include <cuda_runtime.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
+#include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -95,6 +109,7 @@ struct Row {
   double in_bytes = 0, out_bytes = 0;
   double kernel_s = 0;
   double gbps = 0, pct_copy = 0;
+  double fma_per_s = 0, pct_fma = 0;  // long-filter rows: useful FMAs (outputs x P)
   // End to end (0 when not measured).
   double e2e_s = 0, h2d_s = 0, compute_s = 0, d2h_s = 0;
 };
@@ -115,6 +130,19 @@ class Bench {
     copy_gbps_ = 2.0 * bytes / s / 1e9;
   }
   double copy_gbps() const { return copy_gbps_; }
+  // FP32 FMA/s of the device: SMs x 128 FP32 lanes x clock.
+  void MeasureFmaPeak(int sms) {
+    int khz = 0;
+    if (cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, device_.ordinal) != cudaSuccess ||
+        khz <= 0) {
+      cudaGetLastError();
+      khz = 1980000;  // H200 boost clock
+    }
+    clock_mhz_ = khz / 1000.0;
+    fma_peak_ = static_cast<double>(sms) * 128.0 * khz * 1e3;
+  }
+  double fma_peak() const { return fma_peak_; }
+  double clock_mhz() const { return clock_mhz_; }
 
   // Probe bandwidth (bytes read + written over time) of internal::LaunchBandwidthProbe.
   double MeasureProbe(int kind) {
@@ -134,6 +162,12 @@ class Bench {
   // full upfirdn of `channels` x n float32 samples.
   Row Kernel(const std::string& name, const Polyphase& f, int64_t channels, int64_t n,
              int64_t out_first, int64_t out_count, CudaKernel kernel) {
+    internal::CudaPlanOptions o;
+    o.kernel = kernel;
+    return Kernel(name, f, channels, n, out_first, out_count, o);
+  }
+  Row Kernel(const std::string& name, const Polyphase& f, int64_t channels, int64_t n,
+             int64_t out_first, int64_t out_count, const internal::CudaPlanOptions& options) {
     Row r;
     r.name = name;
     r.channels = channels;
@@ -147,9 +181,10 @@ class Bench {
     BENCH_CHECK(y.Allocate(device_, channels * out_count));
     BENCH_CUDA(cudaMemcpyAsync(x.get(), host.data(), host.size() * 4, cudaMemcpyHostToDevice,
                                Stream()));
-    auto plan = CudaPolyphase::Create(device_, f, DType::kFloat32, kernel);
+    auto plan = CudaPolyphase::Create(device_, f, DType::kFloat32, options);
     BENCH_CHECK(plan.status());
     r.kernel = internal::CudaKernelName(plan->kernel());
+    if (options.pg_widen != 0) r.kernel = absl::StrCat("phase_groups/widen", options.pg_widen);
     internal::DeviceSignal s;
     s.channels = channels;
     s.x = x.get();
@@ -163,6 +198,8 @@ class Bench {
     BENCH_CUDA(cudaStreamSynchronize(Stream()));
     r.gbps = (r.in_bytes + r.out_bytes) / r.kernel_s / 1e9;
     r.pct_copy = 100.0 * r.gbps / copy_gbps_;
+    r.fma_per_s = static_cast<double>(channels) * out_count * f.TapsPerPhase() / r.kernel_s;
+    r.pct_fma = fma_peak_ > 0 ? 100.0 * r.fma_per_s / fma_peak_ : 0;
     return r;
   }
 
@@ -203,7 +240,16 @@ class Bench {
   Device device_;
   bool e2e_;
   double copy_gbps_ = 0;
+  double fma_peak_ = 0, clock_mhz_ = 0;
 };
+
+// kPhaseGroups forced with a variant (0: the default).
+internal::CudaPlanOptions PgOptions(int widen) {
+  internal::CudaPlanOptions o;
+  o.kernel = CudaKernel::kPhaseGroups;
+  o.pg_widen = widen;
+  return o;
+}
 
 std::vector<double> Taps(int64_t l) {
   std::vector<float> r = RandomFloats(static_cast<size_t>(l), 99 + l);
@@ -213,13 +259,13 @@ std::vector<double> Taps(int64_t l) {
 void PrintTable(const std::vector<Row>& rows, double copy_gbps, const GpuProperties& p) {
   std::printf("device: %s (%d SMs)   D2D copy bandwidth (read + write): %.0f GB/s\n",
               p.name.c_str(), p.multiprocessors, copy_gbps);
-  std::printf("%-34s %-18s %9s %9s %10s %8s %7s | %9s %8s %8s %8s\n", "case", "kernel",
-              "in MiB", "out MiB", "kernel ms", "GB/s", "%copy", "e2e ms", "h2d ms", "gpu ms",
-              "d2h ms");
+  std::printf("%-34s %-18s %9s %9s %10s %8s %7s %8s %6s | %9s %8s %8s %8s\n", "case",
+              "kernel", "in MiB", "out MiB", "kernel ms", "GB/s", "%copy", "GFMA/s", "%FMA",
+              "e2e ms", "h2d ms", "gpu ms", "d2h ms");
   for (const Row& r : rows) {
-    std::printf("%-34s %-18s %9.1f %9.1f %10.4f %8.0f %6.1f%% |", r.name.c_str(),
+    std::printf("%-34s %-18s %9.1f %9.1f %10.4f %8.0f %6.1f%% %8.0f %5.1f%% |", r.name.c_str(),
                 r.kernel.c_str(), r.in_bytes / 1048576.0, r.out_bytes / 1048576.0,
-                r.kernel_s * 1e3, r.gbps, r.pct_copy);
+                r.kernel_s * 1e3, r.gbps, r.pct_copy, r.fma_per_s * 1e-9, r.pct_fma);
     if (r.e2e_s > 0) {
       std::printf(" %9.1f %8.1f %8.3f %8.1f\n", r.e2e_s * 1e3, r.h2d_s * 1e3,
                   r.compute_s * 1e3, r.d2h_s * 1e3);
@@ -237,21 +283,185 @@ void PrintJson(const std::vector<Row>& rows, double copy_gbps, const GpuProperti
     std::printf(
         "  {\"case\": \"%s\", \"kernel\": \"%s\", \"channels\": %lld, \"n\": %lld, "
         "\"out\": %lld, \"in_bytes\": %.0f, \"out_bytes\": %.0f, \"kernel_s\": %.6e, "
-        "\"gbps\": %.1f, \"pct_copy\": %.2f, \"e2e_s\": %.6e, \"h2d_s\": %.6e, "
-        "\"compute_s\": %.6e, \"d2h_s\": %.6e}%s\n",
+        "\"gbps\": %.1f, \"pct_copy\": %.2f, \"gfma_s\": %.1f, \"pct_fma\": %.2f, "
+        "\"e2e_s\": %.6e, \"h2d_s\": %.6e, \"compute_s\": %.6e, \"d2h_s\": %.6e}%s\n",
         r.name.c_str(), r.kernel.c_str(), static_cast<long long>(r.channels),
         static_cast<long long>(r.n), static_cast<long long>(r.out), r.in_bytes, r.out_bytes,
-        r.kernel_s, r.gbps, r.pct_copy, r.e2e_s, r.h2d_s, r.compute_s, r.d2h_s,
+        r.kernel_s, r.gbps, r.pct_copy, r.fma_per_s * 1e-9, r.pct_fma, r.e2e_s, r.h2d_s,
+        r.compute_s, r.d2h_s,
         i + 1 < rows.size() ? "," : "");
   }
   std::printf("]}\n");
 }
 
+// ---- --cpu: the CPU back end against SciPy (single-threaded), same data ----------------------
+
+// Times scipy.signal on x (float32) with taps h (float32; empty: resample_poly's own filter) and
+// writes its result next to the inputs. Returns the median seconds, or -1 without scipy.
+constexpr char kScipyScript[] = R"PY(
+import sys, time
+import numpy as np
+try:
+    from scipy import signal
+except Exception:
+    print("-1"); sys.exit(0)
+xp, hp, up, down, kind, yp = sys.argv[1:7]
+x = np.fromfile(xp, dtype=np.float32)
+h = np.fromfile(hp, dtype=np.float32)
+up, down = int(up), int(down)
+f = (lambda: signal.upfirdn(h, x, up, down)) if kind == "upfirdn" else \
+    (lambda: signal.resample_poly(x, up, down))
+y = f()
+t = []
+c0 = time.process_time()
+for _ in range(3):
+    t0 = time.perf_counter(); f(); t.append(time.perf_counter() - t0)
+cpu = (time.process_time() - c0) / 3
+y.astype(np.float32).tofile(yp)
+print(sorted(t)[1], cpu, signal.__name__, __import__("scipy").__version__)
+)PY";
+
+// User + system CPU seconds of this process (all threads).
+double ProcessCpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+int CpuMain(int log2n, const std::string& python, const std::string& only) {
+  const int64_t n = int64_t{1} << log2n;
+  const std::string dir = "/tmp/fresnel_bench_interp_cpu";
+  if (std::system(("mkdir -p " + dir).c_str()) != 0) return 1;
+  {
+    std::ofstream py(dir + "/scipy_bench.py");
+    py << kScipyScript;
+  }
+  const Device cpu = Device::Cpu();
+  struct CpuCase {
+    std::string name;
+    int up, down;
+    int64_t taps;  // 0: resample_poly with its default filter
+  };
+  const std::vector<CpuCase> cases = {
+      {"a: upfirdn up4 64t", 4, 1, 64},
+      {"b: resample_poly 160/147", 160, 147, 0},
+      {"long: upfirdn 3/2 1024t", 3, 2, 1024},
+      {"long: upfirdn up2 256t", 2, 1, 256},
+  };
+  std::printf("CPU back end (%u hardware threads) against scipy.signal (single-threaded), "
+              "2^%d float32 samples, median of 3 after one warm-up\n",
+              std::thread::hardware_concurrency(), log2n);
+  std::printf("%-28s %10s %10s %12s %9s | %9s %9s %9s | %10s\n", "case", "fresnel ms",
+              "scipy ms", "MFMA/s", "speed-up", "f cpu ms", "s cpu ms", "cpu ratio", "max |dy|");
+  const std::vector<float> xv = RandomFloats(static_cast<size_t>(n), 5);
+  HostArray x(DType::kFloat32, {n});
+  std::memcpy(x.raw(), xv.data(), xv.size() * 4);
+  {
+    std::ofstream f(dir + "/x.f32", std::ios::binary);
+    f.write(reinterpret_cast<const char*>(xv.data()), static_cast<std::streamsize>(xv.size() * 4));
+  }
+  std::string scipy_version;
+  for (const CpuCase& c : cases) {
+    if (c.name.rfind(only, 0) != 0) continue;
+    std::vector<double> taps;
+    std::vector<float> taps_f;
+    if (c.taps > 0) {
+      taps_f = RandomFloats(static_cast<size_t>(c.taps), 99 + c.taps);
+      taps.assign(taps_f.begin(), taps_f.end());
+    }
+    {
+      std::ofstream f(dir + "/h.f32", std::ios::binary);
+      f.write(reinterpret_cast<const char*>(taps_f.data()),
+              static_cast<std::streamsize>(taps_f.size() * 4));
+    }
+    auto call = [&]() -> absl::StatusOr<HostArray> {
+      if (c.taps > 0) {
+        UpfirdnOptions o;
+        o.up = c.up;
+        o.down = c.down;
+        return Upfirdn(cpu, taps, x, o);
+      }
+      ResamplePolyOptions o;
+      o.up = c.up;
+      o.down = c.down;
+      return ResamplePoly(cpu, x, o);
+    };
+    absl::StatusOr<HostArray> y = call();
+    BENCH_CHECK(y.status());
+    std::vector<double> t;
+    const double cpu0 = ProcessCpuSeconds();
+    for (int i = 0; i < 3; ++i) {
+      auto t0 = std::chrono::steady_clock::now();
+      BENCH_CHECK(call().status());
+      t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    const double ours_cpu = (ProcessCpuSeconds() - cpu0) / 3;
+    const double ours = Median(t);
+    // Useful FMAs: outputs x taps per phase.
+    const int64_t taps_len = c.taps > 0 ? c.taps : -1;
+    double fmas = 0;
+    if (taps_len > 0) {
+      fmas = static_cast<double>(y->size()) * ((taps_len + c.up - 1) / c.up);
+    } else {
+      ResamplePolyOptions o;
+      o.up = c.up;
+      o.down = c.down;
+      auto d = internal::DesignResamplePoly(o, DType::kFloat32);
+      BENCH_CHECK(d.status());
+      fmas = static_cast<double>(y->size()) * d->filter.TapsPerPhase();
+    }
+    const std::string cmd = "OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 " + python + " " + dir +
+                            "/scipy_bench.py " + dir + "/x.f32 " + dir + "/h.f32 " +
+                            std::to_string(c.up) + " " + std::to_string(c.down) + " " +
+                            (c.taps > 0 ? "upfirdn" : "resample") + " " + dir +
+                            "/y.f32 2>/dev/null";
+    double scipy_s = -1, scipy_cpu = 0;
+    std::string line;
+    if (FILE* p = popen(cmd.c_str(), "r")) {
+      char buf[256] = {0};
+      if (std::fgets(buf, sizeof buf, p) != nullptr) line = buf;
+      pclose(p);
+      scipy_s = line.empty() ? -1 : std::atof(line.c_str());
+      const size_t sp1 = line.find(' ');
+      if (sp1 != std::string::npos) scipy_cpu = std::atof(line.c_str() + sp1 + 1);
+    }
+    if (scipy_s <= 0) {
+      std::printf("%-28s %10.1f %10s %12.0f %9s %10s   scipy not available\n", c.name.c_str(),
+                  ours * 1e3, "-", fmas / ours * 1e-6, "-", "-");
+      continue;
+    }
+    const size_t sp = line.find(' ', line.find(' ') + 1);
+    if (sp != std::string::npos) scipy_version = line.substr(sp + 1);
+    // The largest difference to SciPy's float32 result (SciPy sums in float32, Fresnel's CPU
+    // back end in double).
+    std::vector<float> ys(static_cast<size_t>(y->size()));
+    std::ifstream f(dir + "/y.f32", std::ios::binary);
+    f.read(reinterpret_cast<char*>(ys.data()), static_cast<std::streamsize>(ys.size() * 4));
+    double maxd = f ? 0 : -1;
+    for (size_t i = 0; f && i < ys.size(); ++i) {
+      maxd = std::max(maxd, std::abs(static_cast<double>(ys[i]) - y->data<float>()[i]));
+    }
+    std::printf("%-28s %10.1f %10.1f %12.0f %8.2fx | %9.1f %9.1f %8.2fx | %10.2e\n",
+                c.name.c_str(), ours * 1e3, scipy_s * 1e3, fmas / ours * 1e-6, scipy_s / ours,
+                ours_cpu * 1e3, scipy_cpu * 1e3, scipy_cpu / ours_cpu, maxd);
+  }
+  if (!scipy_version.empty()) std::printf("scipy: %s", scipy_version.c_str());
+  std::printf("cpu ms: user + system CPU time per call (all threads); cpu ratio = scipy's / "
+              "Fresnel's, i.e. work per call, independent of how busy the machine is\n");
+  return 0;
+}
+
 int Main(int argc, char** argv) {
-  bool json = false, e2e = true;
+  bool json = false, e2e = true, cpu = false;
+  int cpu_log2n = 22;
+  std::string python = "python3", cpu_case;
   std::vector<std::string> variants;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--json") == 0) json = true;
+    else if (std::strcmp(argv[i], "--cpu") == 0) cpu = true;
+    else if (std::strcmp(argv[i], "--python") == 0 && i + 1 < argc) python = argv[++i];
+    else if (std::strcmp(argv[i], "--cpu-case") == 0 && i + 1 < argc) cpu_case = argv[++i];
+    else if (std::strcmp(argv[i], "--cpu-log2n") == 0 && i + 1 < argc) cpu_log2n = std::atoi(argv[++i]);
     else if (std::strcmp(argv[i], "--no-e2e") == 0) e2e = false;
     else if (std::strcmp(argv[i], "--variants") == 0 && i + 1 < argc) {
       const std::string list = argv[++i];
@@ -270,11 +480,14 @@ int Main(int argc, char** argv) {
         a = e + 1;
       }
     } else {
-      std::fprintf(stderr, "usage: %s [--json] [--no-e2e] [--variants all|V1,V2,...]\n",
+      std::fprintf(stderr,
+                   "usage: %s [--json] [--no-e2e] [--variants all|V1,V2,...] | --cpu "
+                   "[--cpu-log2n N] [--cpu-case PREFIX] [--python PATH]\n",
                    argv[0]);
       return 2;
     }
   }
+  if (cpu) return CpuMain(cpu_log2n, python, cpu_case);
   if (GpuCount() == 0) {
     std::fprintf(stderr, "fresnel_bench_interp: no CUDA device visible\n");
     return 1;
@@ -287,6 +500,7 @@ int Main(int argc, char** argv) {
   BENCH_CHECK(pool.status());
   Bench b(Device::Cuda(0, (*stream)->handle(), (*pool)->handle()), e2e);
   b.MeasureCopy();
+  b.MeasureFmaPeak(props->multiprocessors);
   const double write_gbps = b.MeasureProbe(0);
   const double up_gbps = b.MeasureProbe(1);
   const double up_cs_gbps = b.MeasureProbe(2);
@@ -321,6 +535,9 @@ int Main(int argc, char** argv) {
     HostArray x = b.HostSignal(1, n26);
     b.EndToEnd(r, [&](StageTimes* t) { BENCH_CHECK(ResamplePoly(b.device(), x, o, t).status()); });
     rows.push_back(r);
+    rows.push_back(b.Kernel("b: (forced)", d->filter, 1, n26, d->skip, out, PgOptions(1)));
+    rows.push_back(b.Kernel("b: (forced)", d->filter, 1, n26, d->skip, out,
+                            CudaKernel::kSmemTile));
     rows.push_back(b.Kernel("b: (forced)", d->filter, 1, n26, d->skip, out,
                             CudaKernel::kWarpPerOutput));
   }
@@ -352,10 +569,22 @@ int Main(int argc, char** argv) {
   // one warp per output ever win for long filters?), and the fast path against kSmemTile for
   // other up values.
   const int64_t n22 = int64_t{1} << 22, n24 = int64_t{1} << 24;
+  // Long filters (taps per phase >= 64): the issue's 3/2 x 1024 taps and up 2 x 256 taps.
+  for (auto [up, down, l] : {std::tuple{3, 2, 1024}, std::tuple{2, 1, 256}}) {
+    Polyphase f{Taps(l), up, down};
+    const int64_t out = UpfirdnOutputLength(n22, l, up, down);
+    const std::string name = absl::StrCat("long: ", up, "/", down, " ", l, "t 2^22");
+    rows.push_back(b.Kernel(name, f, 1, n22, 0, out, CudaKernel::kAuto));
+    rows.push_back(b.Kernel(name, f, 1, n22, 0, out, PgOptions(1)));
+    for (CudaKernel k : {CudaKernel::kSmemTile, CudaKernel::kWarpPerOutput}) {
+      rows.push_back(b.Kernel(name, f, 1, n22, 0, out, k));
+    }
+  }
   for (int64_t p : {8, 64, 256, 1024, 2048}) {
     Polyphase f{Taps(3 * p), 3, 2};
     const int64_t out = UpfirdnOutputLength(n22, 3 * p, 3, 2);
-    for (CudaKernel k : {CudaKernel::kSmemTile, CudaKernel::kWarpPerOutput}) {
+    for (CudaKernel k :
+         {CudaKernel::kPhaseGroups, CudaKernel::kSmemTile, CudaKernel::kWarpPerOutput}) {
       rows.push_back(b.Kernel(absl::StrCat("sweep: 3/2 P=", p, " 2^22"), f, 1, n22, 0, out, k));
     }
   }
@@ -366,25 +595,27 @@ int Main(int argc, char** argv) {
       rows.push_back(b.Kernel(absl::StrCat("sweep: up", up, " P=16 2^24"), f, 1, n24, 0, out, k));
     }
   }
-  // kRegisterBlocked store variants (same bits, different store paths).
+  // kRegisterBlocked store variants (same bits, different store paths): "name[:blocks per SM]".
   for (const std::string& v : variants) {
-    setenv("FRESNEL_INTERP_RB_STORE", v.c_str(), 1);
+    internal::CudaPlanOptions o;
+    o.kernel = CudaKernel::kRegisterBlocked;
+    const size_t colon = v.find(':');
+    o.rb_store = v.substr(0, colon);
+    if (colon != std::string::npos) o.rb_max_blocks_per_sm = std::atoi(v.c_str() + colon + 1);
     {
       Polyphase f{Taps(64), 4, 1};
       const int64_t out = UpfirdnOutputLength(n26, 64, 4, 1);
-      Row r = b.Kernel("a: upfirdn up4 64t 2^26", f, 1, n26, 0, out, CudaKernel::kRegisterBlocked);
+      Row r = b.Kernel("a: upfirdn up4 64t 2^26", f, 1, n26, 0, out, o);
       r.kernel = "rb/" + v;
       rows.push_back(r);
     }
     for (int up : {1, 2, 3, 8}) {
       Polyphase f{Taps(16 * up), up, 1};
       const int64_t out = UpfirdnOutputLength(n24, 16 * up, up, 1);
-      Row r = b.Kernel(absl::StrCat("sweep: up", up, " P=16 2^24"), f, 1, n24, 0, out,
-                       CudaKernel::kRegisterBlocked);
+      Row r = b.Kernel(absl::StrCat("sweep: up", up, " P=16 2^24"), f, 1, n24, 0, out, o);
       r.kernel = "rb/" + v;
       rows.push_back(r);
     }
-    unsetenv("FRESNEL_INTERP_RB_STORE");
   }
   if (json) {
     PrintJson(rows, b.copy_gbps(), *props);
@@ -392,6 +623,9 @@ int Main(int argc, char** argv) {
                  write_gbps, up_gbps, up_cs_gbps);
   } else {
     PrintTable(rows, b.copy_gbps(), *props);
+    std::printf("FP32 FMA peak: %d SMs x 128 x %.0f MHz = %.1f TFMA/s (%.1f TFLOP/s)\n",
+                props->multiprocessors, b.clock_mhz(), b.fma_peak() * 1e-12,
+                2e-3 * b.fma_peak() * 1e-9);
     std::printf("ceilings: write-only 1 GiB float4 %.0f GB/s (%.1f%% of copy); read 256 MiB + "
                 "write 1 GiB (1:4) %.0f GB/s (%.1f%%), with streaming stores %.0f GB/s (%.1f%%)\n",
                 write_gbps, 100.0 * write_gbps / b.copy_gbps(), up_gbps,

@@ -4,9 +4,14 @@
 // the image's copy to the host included).
 //
 //   fresnel_bench_volume [--data DIR] [--size N] [--frames K] [--meshes fin,1m,6m,35m] [--cpu]
+//                        [--scans thread,list,one] [--quick] [--pass-records N,...]
 //
 // --data: the folder holding volume/bluntfin_tets.vtk (default: the build's FRESNEL_DATA_DIR).
 // --cpu: also time the CPU ray caster on Blunt Fin at 512².
+// --scans: the ScanConversion variants to time (thread = kThread, list = kWarpList, one =
+//   kWarpListOnePass; default all three). --quick: per scan only the default options with RGBA8 out (the turntable's frame),
+//   not the four f32 rows (16/64 blocks × pairwise/segmented scan). --pass-records: the
+//   RenderOptions::max_pass_records values to time the RGBA8 row with (default: the default, 2^28).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -28,6 +33,13 @@ namespace {
 
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+const char* ScanName(ScanConversion s) {
+  return s == ScanConversion::kThread             ? "thread"
+         : s == ScanConversion::kWarpList         ? "list"
+         : s == ScanConversion::kWarpListOnePass ? "one"
+                                                  : "auto";
 }
 
 const char* ModeName(Compositing c) {
@@ -63,8 +75,9 @@ Result Time(const Device& dev, const DeviceMesh& mesh, const TransferFunction& t
 
 void Row(const char* name, int64_t tets, int bits, bool rgba8, const Result& r) {
   const RenderStats& s = r.median;
-  std::printf("%-10s %10lld %3d %-9s %-5s %2d %8.3f %7.3f %7.3f %7.3f %7.3f %7.3f %11lld %10.3g %8.0f\n",
-              name, static_cast<long long>(tets), 1 << (2 * bits), ModeName(s.compositing),
+  std::printf("%-10s %10lld %-6s %3d %-9s %-5s %2d %8.3f %7.3f %7.3f %7.3f %7.3f %7.3f %11lld %10.3g %8.0f\n",
+              name, static_cast<long long>(tets), ScanName(s.scan_conversion), 1 << (2 * bits),
+              ModeName(s.compositing),
               rgba8 ? "rgba8" : "f32", s.passes,
               1e3 * r.frame_s, 1e3 * s.project_s, 1e3 * s.records_s, 1e3 * s.sort_s,
               1e3 * s.composite_s, 1e3 * s.d2h_s, static_cast<long long>(s.records),
@@ -77,8 +90,10 @@ void Row(const char* name, int64_t tets, int bits, bool rgba8, const Result& r) 
 int main(int argc, char** argv) {
   std::string data = FRESNEL_DATA_DIR;
   int size = 1024, frames = 5;
-  bool cpu = false;
+  bool cpu = false, quick = false;
+  std::vector<int64_t> pass_records = {RenderOptions{}.max_pass_records};
   std::vector<std::string> meshes = {"fin", "1m", "6m", "35m"};
+  std::vector<std::string> scan_names = {"thread", "list", "one"};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--data" && i + 1 < argc) data = argv[++i];
@@ -86,10 +101,27 @@ int main(int argc, char** argv) {
     else if (a == "--frames" && i + 1 < argc) frames = std::max(1, std::atoi(argv[++i]));
     else if (a == "--meshes" && i + 1 < argc) meshes = absl::StrSplit(argv[++i], ',');
     else if (a == "--cpu") cpu = true;
+    else if (a == "--quick") quick = true;
+    else if (a == "--scans" && i + 1 < argc) scan_names = absl::StrSplit(argv[++i], ',');
+    else if (a == "--pass-records" && i + 1 < argc) {
+      pass_records.clear();
+      for (absl::string_view v : absl::StrSplit(argv[++i], ','))
+        pass_records.push_back(std::atoll(std::string(v).c_str()));
+    }
     else {
-      std::fprintf(stderr, "usage: %s [--data DIR] [--size N] [--frames K] [--meshes fin,1m,6m,35m] [--cpu]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--data DIR] [--size N] [--frames K] [--meshes fin,1m,6m,35m] [--cpu] [--scans thread,list,one] [--quick] [--pass-records N,...]\n", argv[0]);
       return 2;
     }
+  }
+  std::vector<ScanConversion> scans;
+  for (const std::string& n : scan_names) {
+    if (n != "thread" && n != "list" && n != "one") {
+      std::fprintf(stderr, "--scans: thread, list or one, got '%s'\n", n.c_str());
+      return 2;
+    }
+    scans.push_back(n == "thread" ? ScanConversion::kThread
+                    : n == "list" ? ScanConversion::kWarpList
+                                  : ScanConversion::kWarpListOnePass);
   }
   if (GpuCount() < 1) {
     std::fprintf(stderr, "no CUDA device\n");
@@ -102,8 +134,8 @@ int main(int argc, char** argv) {
   const Device dev = Device::Cuda(0, (*stream)->handle(), (*pool)->handle());
   std::printf("device: %s, image %d x %d, median of %d frames after a warm-up\n",
               props->name.c_str(), size, size, frames);
-  std::printf("%-10s %10s %3s %-9s %-5s %2s %8s %7s %7s %7s %7s %7s %11s %10s %8s\n", "mesh", "tets",
-              "blk", "composite", "out", "ps", "frame_ms", "proj", "records", "sort", "compos", "d2h",
+  std::printf("%-10s %10s %-6s %3s %-9s %-5s %2s %8s %7s %7s %7s %7s %7s %11s %10s %8s\n", "mesh", "tets",
+              "scan", "blk", "composite", "out", "ps", "frame_ms", "proj", "records", "sort", "compos", "d2h",
               "records", "tets/s", "peak_MiB");
   for (const std::string& name : meshes) {
     TetMesh mesh;
@@ -140,21 +172,29 @@ int main(int argc, char** argv) {
     const TransferFunction tf =
         DefaultTransferFunction(rep.scalar_min, rep.scalar_max, 8.0f / extent);
     const Camera cam = OrbitCamera(rep.bounds_min, rep.bounds_max, 30, 20, size, size);
-    for (int bits : {2, 3})
-      for (Compositing c : {Compositing::kPairwise, Compositing::kSegmentedScan}) {
-        RenderOptions opt;
-        opt.hash_block_bits = bits;
-        opt.compositing = c;
-        Row(name.c_str(), tets, bits, false, Time(dev, **dm, tf, cam, opt, frames));
+    for (ScanConversion scan : scans) {
+      if (!quick) {
+        for (int bits : {2, 3})
+          for (Compositing c : {Compositing::kPairwise, Compositing::kSegmentedScan}) {
+            RenderOptions opt;
+            opt.hash_block_bits = bits;
+            opt.compositing = c;
+            opt.scan_conversion = scan;
+            Row(name.c_str(), tets, bits, false, Time(dev, **dm, tf, cam, opt, frames));
+          }
       }
-    {
-      RenderOptions opt;  // the defaults, RGBA8 out: what the service's turntable asks for
-      opt.rgba8 = true;
-      const Result r = Time(dev, **dm, tf, cam, opt, frames);
-      Row(name.c_str(), tets, r.median.num_blocks == 64 ? 3 : 2, true, r);
-      std::fprintf(stderr, "%s: %lld chunks of big tetrahedra (warp each), max block %lld records\n",
-                   name.c_str(), static_cast<long long>(r.median.warp_chunks),
-                   static_cast<long long>(r.median.max_block_records));
+      for (int64_t pr : pass_records) {
+        RenderOptions opt;  // the defaults, RGBA8 out: what the service's turntable asks for
+        opt.rgba8 = true;
+        opt.scan_conversion = scan;
+        opt.max_pass_records = pr;
+        const Result r = Time(dev, **dm, tf, cam, opt, frames);
+        Row(name.c_str(), tets, r.median.num_blocks == 64 ? 3 : 2, true, r);
+        std::fprintf(stderr,
+                     "%s: %lld chunks of big tetrahedra (warp each), max block %lld records\n",
+                     name.c_str(), static_cast<long long>(r.median.warp_chunks),
+                     static_cast<long long>(r.median.max_block_records));
+      }
     }
     if (cpu && name == "fin") {
       auto cm = DeviceMesh::Create(Device::Cpu(), mesh);

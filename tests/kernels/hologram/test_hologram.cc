@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <complex>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -483,6 +484,194 @@ TEST_CASE("metrics", "[hologram]") {
   x.data<std::complex<float>>()[0] = {1.1f, 0};
   x.data<std::complex<float>>()[1] = {0, 1};
   CHECK(SnrDb(x, y) == Approx(10 * std::log10(2 / 0.01)).epsilon(1e-5));
+}
+
+// Row-major [n, columns] values of `pts` as T, shifted by one byte so that they are unaligned
+// (as in a protobuf bytes field).
+template <class T>
+std::string Rows(const PointCloud& pts, int columns) {
+  std::string bytes(1 + pts.size() * columns * sizeof(T), '\0');
+  for (size_t i = 0; i < pts.size(); ++i) {
+    const T v[5] = {static_cast<T>(pts[i].x_m), static_cast<T>(pts[i].y_m),
+                    static_cast<T>(pts[i].z_m), static_cast<T>(pts[i].amplitude),
+                    static_cast<T>(pts[i].phase_rad)};
+    std::memcpy(&bytes[1 + i * columns * sizeof(T)], v, columns * sizeof(T));
+  }
+  return bytes;
+}
+
+void RequireSameResult(const HologramResult& a, const HologramResult& b) {
+  REQUIRE(a.field.shape() == b.field.shape());
+  REQUIRE(a.field.bytes() == b.field.bytes());
+  REQUIRE(a.phase.bytes() == b.phase.bytes());
+}
+
+TEST_CASE("a prepared cloud renders bit for bit as the cloud it came from", "[hologram]") {
+  auto rng = Rng();
+  for (AliasPolicy alias : {AliasPolicy::kClip, AliasPolicy::kNone}) {
+    for (Algorithm algorithm : {Algorithm::kReference, Algorithm::kTriangular}) {
+      HologramOptions o = SmallOptions(40, 24, algorithm);
+      o.alias = alias;
+      o.outputs.phase = true;
+      const PointCloud pts = RandomCloud(70, o, 0.02, 0.05, true, rng);
+      const auto want = ComputeHologram(kCpu, pts, o);
+      REQUIRE(want.ok());
+      // In three parts of float64 rows, unaligned: the same values, so the same bits.
+      CloudBuilder builder(o);
+      const std::string rows = Rows<double>(pts, 5);
+      const int64_t row_bytes = 5 * sizeof(double);
+      int64_t from = 0;
+      for (int64_t to : {int64_t{10}, int64_t{45}, int64_t{70}}) {
+        REQUIRE(builder.AppendRows(rows.data() + 1 + from * row_bytes, DType::kFloat64, to - from,
+                                   5).ok());
+        from = to;
+      }
+      REQUIRE(builder.size() == 70);
+      absl::StatusOr<PreparedCloud> cloud = builder.Finish();
+      REQUIRE(cloud.ok());
+      CHECK(builder.size() == 0);
+      REQUIRE(cloud->size() == 70);
+      const auto got = ComputeHologram(kCpu, *cloud, o);
+      REQUIRE(got.ok());
+      RequireSameResult(*got, *want);
+    }
+  }
+}
+
+TEST_CASE("float32 rows and four columns convert like the same values as a PointCloud",
+          "[hologram]") {
+  auto rng = Rng();
+  HologramOptions o = SmallOptions(32, 32, Algorithm::kReference);
+  PointCloud pts = RandomCloud(40, o, 0.02, 0.05, true, rng);
+  PointCloud rounded = pts;  // what float32 [N, 4] carries: rounded values, phase 0
+  for (Point& p : rounded) {
+    p = Point{static_cast<float>(p.x_m), static_cast<float>(p.y_m), static_cast<float>(p.z_m),
+              static_cast<float>(p.amplitude), 0.0};
+  }
+  CloudBuilder builder(o);
+  const std::string rows = Rows<float>(pts, 4);
+  REQUIRE(builder.AppendRows(rows.data() + 1, DType::kFloat32, 40, 4).ok());
+  absl::StatusOr<PreparedCloud> cloud = builder.Finish();
+  REQUIRE(cloud.ok());
+  const auto got = ComputeHologram(kCpu, *cloud, o);
+  const auto want = ComputeHologram(kCpu, rounded, o);
+  REQUIRE(got.ok());
+  REQUIRE(want.ok());
+  RequireSameResult(*got, *want);
+}
+
+TEST_CASE("CloudBuilder rejects bad values by their index in the whole cloud, keeping nothing",
+          "[hologram]") {
+  auto rng = Rng();
+  const HologramOptions o = SmallOptions(32, 32, Algorithm::kReference);
+  Limits limits;
+  // A bad value far into a large batch (several parallel blocks) is found and named.
+  PointCloud big = RandomCloud(40000, o, 0.02, 0.05, true, rng);
+  limits.max_points = 100000;
+  {
+    CloudBuilder builder(o, limits);
+    REQUIRE(builder.Append(PointCloud(big.begin(), big.begin() + 5)).ok());
+    big[33000].z_m = -1;
+    big[37000].amplitude = NAN;
+    const absl::Status st = builder.Append(big);
+    INFO(st.ToString());
+    REQUIRE(st.code() == absl::StatusCode::kInvalidArgument);
+    CHECK(MessageOf(st).rfind("points[33005].z_m:", 0) == 0);
+    CHECK(builder.size() == 5);  // the bad batch left nothing behind
+    big[33000].z_m = 0.03;
+    big[37000].amplitude = 0.5;
+    REQUIRE(builder.Append(big).ok());
+    CHECK(builder.size() == 40005);
+  }
+  // Each check of ValidateHologram, with the same message.
+  const PointCloud good = RandomCloud(6, o, 0.02, 0.05, true, rng);
+  for (int field = 0; field < 5; ++field) {
+    PointCloud bad = good;
+    double* v[5] = {&bad[4].x_m, &bad[4].y_m, &bad[4].z_m, &bad[4].amplitude, &bad[4].phase_rad};
+    *v[field] = field == 2 ? 0.0 : INFINITY;
+    CloudBuilder builder(o, limits);
+    const absl::Status st = builder.Append(bad);
+    REQUIRE(st.code() == absl::StatusCode::kInvalidArgument);
+    CHECK(st == ValidateHologram(bad, o, limits));
+  }
+  // The limit counts every part; the columns and dtype are checked.
+  limits.max_points = 10;
+  CloudBuilder builder(o, limits);
+  REQUIRE(builder.Append(good).ok());
+  const absl::Status over = builder.Append(good);
+  CHECK(over.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(MessageOf(over).rfind("points: 12 points exceed the limit of 10", 0) == 0);
+  const std::string rows = Rows<double>(good, 5);
+  CHECK(builder.AppendRows(rows.data() + 1, DType::kFloat64, 1, 3).code() ==
+        absl::StatusCode::kInvalidArgument);
+  CHECK(builder.AppendRows(rows.data() + 1, DType::kInt32, 1, 5).code() ==
+        absl::StatusCode::kInvalidArgument);
+  CHECK(builder.size() == 6);
+  // Nothing appended: the empty cloud's error.
+  CloudBuilder empty(o, limits);
+  const absl::StatusOr<PreparedCloud> none = empty.Finish();
+  CHECK(MessageOf(none.status()) == "points: the point cloud is empty");
+}
+
+TEST_CASE("a prepared cloud refuses another geometry", "[hologram]") {
+  auto rng = Rng();
+  const HologramOptions o = SmallOptions(32, 32, Algorithm::kReference);
+  absl::StatusOr<PreparedCloud> cloud =
+      PrepareCloud(RandomCloud(8, o, 0.02, 0.05, false, rng), o);
+  REQUIRE(cloud.ok());
+  HologramOptions other = o;
+  other.pitch_m *= 2;
+  const auto r = ComputeHologram(kCpu, *cloud, other);
+  CHECK(r.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(MessageOf(r.status()).rfind("points:", 0) == 0);
+  other = o;
+  other.outputs.amplitude = true;  // not geometry: accepted
+  CHECK(ComputeHologram(kCpu, *cloud, other).ok());
+  CHECK(ComputeHologram(kCpu, PreparedCloud(), o).status().code() ==
+        absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("ValidateOptions checks what ValidateHologram checks before the points",
+          "[hologram]") {
+  const HologramOptions good = SmallOptions(64, 48, Algorithm::kReference);
+  CHECK(ValidateOptions(good).ok());
+  const PointCloud one = {Point{0, 0, 0.1, 1, 0}};
+  for (int c = 0; c < 4; ++c) {
+    HologramOptions o = good;
+    if (c == 0) o.width = 0;
+    if (c == 1) o.wavelength_m = NAN;
+    if (c == 2) o.lateral_subdivision = 300;
+    if (c == 3) {
+      o.reconstruction.enabled = true;
+      o.reconstruction.depth_m = -1;
+    }
+    const absl::Status st = ValidateOptions(o);
+    CHECK(st.code() == absl::StatusCode::kInvalidArgument);
+    CHECK(st == ValidateHologram(one, o));
+  }
+}
+
+TEST_CASE("DeviceBytes counts the field, the outputs, the reconstruction and the points",
+          "[hologram]") {
+  HologramOptions o = SmallOptions(2048, 1024, Algorithm::kTensor);
+  o.outputs.field = false;
+  o.outputs.phase = true;
+  const int64_t pixels = 2048 * 1024;
+  CHECK(OutputBytes(o) == pixels);
+  const int64_t one = DeviceBytes(o, 1);
+  CHECK(one >= pixels * 8 + OutputBytes(o));
+  CHECK(DeviceBytes(o, 1001) - one >= 1000 * (5 * 8 + 4 * 4));  // at least the uploaded arrays
+  o.reconstruction.enabled = true;
+  CHECK(DeviceBytes(o, 1) - one >= pixels * 8 * 3 + pixels);  // + spectra and the 8-bit image
+  // The largest request the default limits allow stays far from overflow.
+  const Limits limits;
+  HologramOptions big = o;
+  big.width = 16384;
+  big.height = limits.max_pixels / 16384;
+  big.outputs.field = big.outputs.amplitude = true;
+  const int64_t most = DeviceBytes(big, limits.max_points);
+  CHECK(most > 0);
+  CHECK(most < (int64_t{1} << 40));
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -81,6 +82,19 @@ std::vector<Config> KernelConfigs() {
   cs.push_back({2, 1, 1000, 5000, 1, DType::kFloat32, 0.0});
   cs.push_back({1, 3, 4000, 7000, 2, DType::kFloat64, 0.0});
   cs.push_back({3, 5, 2000, 3000, 1, DType::kComplex64, 1.0});
+  // kPhaseGroups (float32): rational rates with many phases (one tile and many, several
+  // channels), long bands (R = 8 periods per lane) for up 1, 2, 3 and 5, decimation, and rates
+  // that reduce by their gcd.
+  cs.push_back({160, 147, 3201, 3000017, 1, DType::kFloat32, 0.0});
+  cs.push_back({160, 147, 3218, 200003, 3, DType::kFloat32, 0.5});
+  cs.push_back({147, 160, 3201, 100003, 1, DType::kFloat32, 0.0});
+  cs.push_back({3, 2, 1024, 1000003, 1, DType::kFloat32, 0.0});
+  cs.push_back({3, 2, 3 * 2048, 100003, 2, DType::kFloat32, -0.5});
+  cs.push_back({2, 1, 256, 1000003, 1, DType::kFloat32, 0.0});
+  cs.push_back({1, 3, 400, 300007, 2, DType::kFloat32, 0.0});
+  cs.push_back({5, 3, 333, 200003, 1, DType::kFloat32, 0.25});
+  cs.push_back({4, 6, 90, 100003, 2, DType::kFloat32, 0.0});
+  cs.push_back({11, 7, 7, 50021, 1, DType::kFloat32, 1.0});
   // complex128 (double2): kSmemTile with and without the staged span, and kWarpPerOutput.
   cs.push_back({4, 1, 64, 8191, 2, DType::kComplex128, 0.25});
   cs.push_back({2, 61, 300, 40000, 1, DType::kComplex128, 0.0});
@@ -206,16 +220,67 @@ TEST_CASE("every CUDA kernel agrees with the CPU oracle on windows", "[gpu][inte
     auto want = internal::UpfirdnWindowCpu(f, internal::ViewOf(x), x_first, c.cval, out_first,
                                            out_count);
     REQUIRE(want.ok());
-    for (CudaKernel kernel : {CudaKernel::kRegisterBlocked, CudaKernel::kSmemTile,
-                              CudaKernel::kWarpPerOutput}) {
-      if (!internal::CudaPolyphase::Supports(kernel, c.up, c.down, p, c.dtype)) continue;
-      INFO(Describe(c) << " kernel " << internal::CudaKernelName(kernel) << " x_first "
-                       << x_first << " out_first " << out_first);
+    // kPhaseGroups runs its default plan, then each variant (widened period or not): every
+    // variant sums the same products in the same order, so they must agree bit for bit.
+    struct Variant {
+      CudaKernel kernel;
+      int pg_widen;
+    };
+    const Variant variants[] = {
+        {CudaKernel::kRegisterBlocked, 0}, {CudaKernel::kSmemTile, 0},
+        {CudaKernel::kWarpPerOutput, 0},   {CudaKernel::kPhaseGroups, 0},
+        {CudaKernel::kPhaseGroups, 1},     {CudaKernel::kPhaseGroups, 2},
+    };
+    std::optional<HostArray> pg_default;
+    for (const Variant& v : variants) {
+      if (!internal::CudaPolyphase::Supports(v.kernel, c.up, c.down, p, c.dtype)) continue;
+      INFO(Describe(c) << " kernel " << internal::CudaKernelName(v.kernel) << " pg_widen "
+                       << v.pg_widen << " x_first " << x_first << " out_first " << out_first);
       internal::CudaWindowOptions opt;
-      opt.kernel = kernel;
+      opt.plan.kernel = v.kernel;
+      opt.plan.pg_widen = v.pg_widen;
       opt.poison_output = true;
       auto y = internal::UpfirdnWindowCuda(gpu, f, internal::ViewOf(x), x_first, c.cval,
                                            out_first, out_count, nullptr, opt);
+      REQUIRE(y.ok());
+      CHECK(AllFinite(*y));
+      CHECK(RelativeError(*y, *want) <= Tolerance(c.dtype));
+      if (v.kernel == CudaKernel::kPhaseGroups) {
+        if (!pg_default) {
+          pg_default = *y;
+        } else {
+          CHECK(SameValues(*y, *pg_default));
+        }
+      }
+    }
+  }
+}
+
+// Small signals (a few tiles), every kPhaseGroups variant: quick enough for compute-sanitizer.
+TEST_CASE("kPhaseGroups variants agree with the CPU oracle on short windows", "[gpu][interp]") {
+  if (SkipWithoutGpu()) return;
+  const Device& gpu = *TestGpu();
+  const Config configs[] = {
+      {160, 147, 3201, 9001, 2, DType::kFloat32, 0.5}, {3, 2, 1024, 20011, 1, DType::kFloat32, 0.0},
+      {2, 1, 256, 20011, 1, DType::kFloat32, -1.0},    {1, 5, 300, 30011, 1, DType::kFloat32, 0.0},
+      {5, 3, 40, 7001, 3, DType::kFloat32, 0.0},
+  };
+  for (const Config& c : configs) {
+    internal::Polyphase f{RandomTaps(c.taps), c.up, c.down};
+    HostArray x = RandomArray(c.dtype, {c.channels, c.n});
+    const int64_t out_count = UpfirdnOutputLength(c.n, c.taps, c.up, c.down) + 3;
+    auto want = internal::UpfirdnWindowCpu(f, internal::ViewOf(x), -3, c.cval, 5, out_count);
+    REQUIRE(want.ok());
+    REQUIRE(internal::CudaPolyphase::Supports(internal::CudaKernel::kPhaseGroups, c.up, c.down,
+                                              f.TapsPerPhase(), c.dtype));
+    for (int widen : {1, 2}) {
+      INFO(Describe(c) << " pg_widen " << widen);
+      internal::CudaWindowOptions opt;
+      opt.plan.kernel = internal::CudaKernel::kPhaseGroups;
+      opt.plan.pg_widen = widen;
+      opt.poison_output = true;
+      auto y = internal::UpfirdnWindowCuda(gpu, f, internal::ViewOf(x), -3, c.cval, 5, out_count,
+                                           nullptr, opt);
       REQUIRE(y.ok());
       CHECK(AllFinite(*y));
       CHECK(RelativeError(*y, *want) <= Tolerance(c.dtype));
@@ -330,11 +395,13 @@ TEST_CASE("GPU streaming equals the GPU one-shot result exactly", "[gpu][interp]
     DType dtype;
   };
   const StreamCase cases[] = {
-      {4, 1, 64, DType::kFloat32},     // kRegisterBlocked
-      {8, 1, 200, DType::kFloat32},    // kRegisterBlocked, P = 25 padded to 32
-      {3, 2, 61, DType::kComplex64},   // kSmemTile
-      {2, 1, 1000, DType::kFloat64},   // kWarpPerOutput
-      {160, 147, 0, DType::kFloat32},  // resample_poly, kSmemTile
+      {160, 147, 0, DType::kFloat32},    // resample_poly, kPhaseGroups (V = 4, R = 2)
+      {3, 2, 1024, DType::kFloat32},     // kPhaseGroups, long band (R = 8), widened period
+      {4, 1, 64, DType::kFloat32},       // kRegisterBlocked
+      {8, 1, 200, DType::kFloat32},      // kRegisterBlocked, P = 25 padded to 32
+      {3, 2, 61, DType::kComplex64},     // kSmemTile
+      {2, 1, 1000, DType::kFloat64},     // kWarpPerOutput
+      {160, 147, 0, DType::kComplex64},  // kSmemTile
       {2, 3, 0, DType::kFloat64},
   };
   for (const StreamCase& c : cases) {

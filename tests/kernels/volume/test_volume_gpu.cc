@@ -83,18 +83,26 @@ TEST_CASE("GPU vs CPU: Blunt Fin, PSNR >= 40 dB", "[volume][gpu]") {
   for (int rep = 0; rep < 2; ++rep) {
     const TransferFunction tf = DefaultTransferFunction(r.scalar_min, r.scalar_max, 1.5f);
     const Camera cam = RandomCamera(r, 384, 256, rng);
-    RenderStats stats;
-    const HostArray g = Gpu(*p.gpu, tf, cam, {}, &stats);
     const HostArray c = Cpu(*p.cpu, tf, cam);
-    const double psnr = ImagePsnrDb(g, c);
-    INFO("PSNR " << psnr << " dB, max |diff| " << MaxAbsDiff(g, c) << ", records "
-                 << stats.records);
-    WARN("Blunt Fin GPU vs CPU PSNR " << psnr << " dB, max |diff| " << MaxAbsDiff(g, c) << "; "
-                                      << WorstPixel(g, c) << "; eye " << cam.eye[0] << " "
-                                      << cam.eye[1] << " " << cam.eye[2]);
-    CHECK(psnr >= 40);
-    CHECK(stats.records > 100000);
-    CHECK(stats.tets_rendered == r.num_tets - r.degenerate_tets);
+    for (ScanConversion scan : {ScanConversion::kThread, ScanConversion::kWarpList,
+                                ScanConversion::kWarpListOnePass}) {
+      RenderOptions opt;
+      opt.scan_conversion = scan;
+      RenderStats stats;
+      const HostArray g = Gpu(*p.gpu, tf, cam, opt, &stats);
+      const double psnr = ImagePsnrDb(g, c);
+      INFO("PSNR " << psnr << " dB, max |diff| " << MaxAbsDiff(g, c) << ", records "
+                   << stats.records);
+      WARN("Blunt Fin GPU (scan " << static_cast<int>(scan) << ") vs CPU PSNR " << psnr
+                                  << " dB, max |diff| " << MaxAbsDiff(g, c) << "; "
+                                  << WorstPixel(g, c) << "; records " << stats.records
+                                  << "; eye " << cam.eye[0] << " " << cam.eye[1] << " "
+                                  << cam.eye[2]);
+      CHECK(psnr >= 40);
+      CHECK(stats.scan_conversion == scan);
+      CHECK(stats.records > 100000);
+      CHECK(stats.tets_rendered == r.num_tets - r.degenerate_tets);
+    }
   }
 }
 
@@ -108,17 +116,22 @@ TEST_CASE("GPU vs CPU: generated meshes, convex and not", "[volume][gpu]") {
     const TransferFunction tf = DefaultTransferFunction(0, 1, 8.0f);
     Camera cam = RandomCamera(p.gpu->report(), 256, 224, rng);
     const HostArray c = Cpu(*p.cpu, tf, cam);
-    for (Compositing mode : {Compositing::kPairwise, Compositing::kSegmentedScan}) {
-      RenderOptions opt;
-      opt.compositing = mode;
-      RenderStats stats;
-      const HostArray g = Gpu(*p.gpu, tf, cam, opt, &stats);
-      const double psnr = ImagePsnrDb(g, c);
-      WARN("generated (shape " << static_cast<int>(shape) << ", compositing "
-                               << static_cast<int>(mode) << ") PSNR " << psnr << " dB");
-      CHECK(psnr >= 40);
-      CHECK(stats.compositing == mode);
-    }
+    for (Compositing mode : {Compositing::kPairwise, Compositing::kSegmentedScan})
+      for (ScanConversion scan : {ScanConversion::kThread, ScanConversion::kWarpList,
+                                  ScanConversion::kWarpListOnePass}) {
+        RenderOptions opt;
+        opt.compositing = mode;
+        opt.scan_conversion = scan;
+        RenderStats stats;
+        const HostArray g = Gpu(*p.gpu, tf, cam, opt, &stats);
+        const double psnr = ImagePsnrDb(g, c);
+        WARN("generated (shape " << static_cast<int>(shape) << ", compositing "
+                                 << static_cast<int>(mode) << ", scan " << static_cast<int>(scan)
+                                 << ") PSNR " << psnr << " dB");
+        CHECK(psnr >= 40);
+        CHECK(stats.compositing == mode);
+        CHECK(stats.scan_conversion == scan);
+      }
   }
 }
 
@@ -131,19 +144,85 @@ TEST_CASE("GPU: 16 vs 64 hash blocks give the same image", "[volume][gpu]") {
   REQUIRE(g.ok());
   const TransferFunction tf = DefaultTransferFunction(0, 1, 6.0f);
   const Camera cam = RandomCamera((*g)->report(), 300, 260, rng);
-  RenderOptions o16, o64;
-  o16.hash_block_bits = 2;
-  o64.hash_block_bits = 3;
-  RenderStats s16, s64;
-  const HostArray a = Gpu(**g, tf, cam, o16, &s16), b = Gpu(**g, tf, cam, o64, &s64);
-  CHECK(s16.num_blocks == 16);
-  CHECK(s64.num_blocks == 64);
-  CHECK(s16.records == s64.records);
-  // The records of a pixel are the same in both. Only segments whose quantised depths tie
-  // (16 depth bits with 16 blocks, 18 with 64 at this size) may composite in another order;
-  // four H200 runs gave max |diff| <= 1e-6.
-  CHECK(MaxAbsDiff(a, b) <= 1e-4);
-  CHECK(ImagePsnrDb(a, b) >= 90);
+  for (ScanConversion scan : {ScanConversion::kThread, ScanConversion::kWarpList,
+                              ScanConversion::kWarpListOnePass}) {
+    INFO("scan " << static_cast<int>(scan));
+    RenderOptions o16, o64;
+    o16.hash_block_bits = 2;
+    o64.hash_block_bits = 3;
+    o16.scan_conversion = o64.scan_conversion = scan;
+    RenderStats s16, s64;
+    const HostArray a = Gpu(**g, tf, cam, o16, &s16), b = Gpu(**g, tf, cam, o64, &s64);
+    CHECK(s16.num_blocks == 16);
+    CHECK(s64.num_blocks == 64);
+    CHECK(s16.records == s64.records);
+    // The records of a pixel are the same in both. Only segments whose quantised depths tie
+    // (16 depth bits with 16 blocks, 18 with 64 at this size) may composite in another order;
+    // four H200 runs gave max |diff| <= 1e-6.
+    CHECK(MaxAbsDiff(a, b) <= 1e-4);
+    CHECK(ImagePsnrDb(a, b) >= 90);
+  }
+}
+
+TEST_CASE("GPU: the three scan conversions give the same records", "[volume][gpu]") {
+  if (SkipWithoutGpu()) return;
+  std::mt19937_64 rng(FreshSeed());
+  // Fine: cubes ~6 pixels wide, nearly all tetrahedra small (the spans differ from the boxes).
+  // Coarse: cubes ~35 pixels, tetrahedra cut into chunks (the chunk lists differ).
+  for (int coarse = 0; coarse < 2; ++coarse) {
+    auto m = coarse ? GenerateGridMesh({7, 6, 5, {-1, -0.9f, -0.8f}, {1, 0.9f, 0.8f},
+                                        GridShape::kHoleAndNotch})
+                    : GenerateGridMesh({30, 28, 26, {-1, -0.9f, -0.8f}, {1, 0.9f, 0.8f},
+                                        GridShape::kHoleAndNotch});
+    REQUIRE(m.ok());
+    auto g = DeviceMesh::Create(*TestGpu(), *m);
+    REQUIRE(g.ok());
+    const TransferFunction tf = DefaultTransferFunction(0, 1, 6.0f);
+    for (int rep = 0; rep < 2; ++rep) {
+      Camera cam = RandomCamera((*g)->report(), 256, 224, rng);
+      if (rep == 1) cam.orthographic_height = 2.5f;
+      RenderOptions thread, list, one;
+      thread.scan_conversion = ScanConversion::kThread;
+      list.scan_conversion = ScanConversion::kWarpList;
+      one.scan_conversion = ScanConversion::kWarpListOnePass;
+      RenderStats st, sl, sp, so, sop;
+      const HostArray a = Gpu(**g, tf, cam, thread, &st), b = Gpu(**g, tf, cam, list, &sl);
+      const HostArray d = Gpu(**g, tf, cam, one, &so);
+      INFO("coarse " << coarse << ", orthographic " << cam.orthographic_height << ": records "
+                     << st.records << " / " << sl.records << ", chunks " << st.warp_chunks);
+      CHECK(st.scan_conversion == ScanConversion::kThread);
+      CHECK(sl.scan_conversion == ScanConversion::kWarpList);
+      CHECK(so.scan_conversion == ScanConversion::kWarpListOnePass);
+      // One pass: a record per candidate, the misses transparent; the hits are the same.
+      CHECK(so.records == st.records);
+      CHECK(so.max_block_records >= st.max_block_records);
+      CHECK(MaxAbsDiff(a, d) <= 1e-4);
+      CHECK(ImagePsnrDb(a, d) >= 90);
+      // Proper tetrahedra: no pixel the exact test accepts lies 0.05 pixel outside the
+      // projected hull, so the spans lose no record; chunks test the same pixels either way.
+      // Ties of quantised depths may composite in another order.
+      CHECK(st.records == sl.records);
+      CHECK(st.records > 20000);
+      if (coarse) {
+        CHECK(st.warp_chunks > 100);
+      } else {
+        CHECK(st.warp_chunks * 100 < (*g)->report().num_tets);
+      }
+      CHECK(MaxAbsDiff(a, b) <= 1e-4);
+      CHECK(ImagePsnrDb(a, b) >= 90);
+      // Several record passes: each takes only its blocks' hits from the warp lists.
+      list.max_pass_records = sl.records / 5 + 1;
+      const HostArray c = Gpu(**g, tf, cam, list, &sp);
+      CHECK(sp.passes >= 3);
+      CHECK(sp.records == sl.records);
+      CHECK(MaxAbsDiff(b, c) <= 1e-4);
+      one.max_pass_records = so.max_block_records * 4;
+      const HostArray e = Gpu(**g, tf, cam, one, &sop);
+      CHECK(sop.passes >= 3);
+      CHECK(sop.records == so.records);
+      CHECK(MaxAbsDiff(d, e) <= 1e-4);
+    }
+  }
 }
 
 TEST_CASE("GPU: 64-bit sort keys for large images match the CPU", "[volume][gpu]") {
@@ -155,14 +234,20 @@ TEST_CASE("GPU: 64-bit sort keys for large images match the CPU", "[volume][gpu]
   // 1100² with 16 blocks: 275² local pixels need 17 bits, so the keys are 64-bit (float depth).
   const Camera cam = RandomCamera(p.gpu->report(), 1100, 1100, rng);
   const TransferFunction tf = DefaultTransferFunction(0, 1, 5.0f);
-  RenderOptions opt;
-  opt.hash_block_bits = 2;
-  RenderStats stats;
-  const HostArray g = Gpu(*p.gpu, tf, cam, opt, &stats);
-  const double psnr = ImagePsnrDb(g, Cpu(*p.cpu, tf, cam));
-  WARN("1100x1100, 64-bit keys: PSNR " << psnr << " dB");
-  CHECK(psnr >= 40);
-  CHECK(stats.records > 100000);
+  const HostArray c = Cpu(*p.cpu, tf, cam);
+  for (ScanConversion scan : {ScanConversion::kThread, ScanConversion::kWarpList,
+                              ScanConversion::kWarpListOnePass}) {
+    RenderOptions opt;
+    opt.hash_block_bits = 2;
+    opt.scan_conversion = scan;
+    RenderStats stats;
+    const HostArray g = Gpu(*p.gpu, tf, cam, opt, &stats);
+    const double psnr = ImagePsnrDb(g, c);
+    WARN("1100x1100, 64-bit keys, scan " << static_cast<int>(scan) << ": PSNR " << psnr
+                                         << " dB");
+    CHECK(psnr >= 40);
+    CHECK(stats.records > 100000);
+  }
 }
 
 TEST_CASE("GPU absorption: −ln(1 − α) = τ · chord through a cube of tetrahedra", "[volume][gpu]") {
@@ -173,10 +258,16 @@ TEST_CASE("GPU absorption: −ln(1 − α) = τ · chord through a cube of tetra
   auto g = DeviceMesh::Create(*TestGpu(), *m);
   REQUIRE(g.ok());
   const float tau = 1.7f;
-  for (int rep = 0; rep < 2; ++rep) {
+  for (int rep = 0; rep < 6; ++rep) {
     Camera cam = RandomCamera((*g)->report(), 96, 80, rng);
-    if (rep == 1) cam.orthographic_height = 2;
-    const HostArray img = Gpu(**g, ConstantTransferFunction(tau, {0, 0, 0}), cam);
+    if (rep % 2 == 1) cam.orthographic_height = 2;
+    RenderOptions opt;
+    opt.scan_conversion = rep < 2   ? ScanConversion::kThread
+                          : rep < 4 ? ScanConversion::kWarpList
+                                    : ScanConversion::kWarpListOnePass;
+    INFO("scan " << static_cast<int>(opt.scan_conversion) << ", orthographic "
+                 << cam.orthographic_height);
+    const HostArray img = Gpu(**g, ConstantTransferFunction(tau, {0, 0, 0}), cam, opt);
     int covered = 0;
     for (int y = 0; y < cam.height; ++y)
       for (int x = 0; x < cam.width; ++x) {

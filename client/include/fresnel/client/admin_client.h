@@ -3,7 +3,7 @@
 // answer. Shares a Client's channel, options and deadlines; thread-safe like it. Every call
 // blocks until its answer arrives or its deadline passes.
 //
-// fresnel::Client's GetServerInfo, GetStats and CheckHealth are these calls.
+// fresnel::Client's GetServerInfo, GetStats, InjectFault and CheckHealth are these calls.
 #pragma once
 
 #include <memory>
@@ -24,6 +24,11 @@ class AdminClient {
 
   absl::StatusOr<v1::ServerInfo> GetServerInfo(const CallOptions& call = {});
   absl::StatusOr<v1::ServerStats> GetStats(const CallOptions& call = {});
+  // AdminService.InjectFault (a test switch: the server needs --fault-injection); client.h says
+  // more.
+  absl::StatusOr<v1::InjectFaultResponse> InjectFault(const std::string& device_id,
+                                                      v1::FaultKind kind,
+                                                      const CallOptions& call = {});
   // grpc.health.v1 Check of `service` ("" = the whole server); kServiceUnknown for a service
   // the server does not know.
   absl::StatusOr<ServingStatus> CheckHealth(const std::string& service = "",

@@ -157,6 +157,11 @@ class Client {
 
   absl::StatusOr<v1::ServerInfo> GetServerInfo(const CallOptions& call = {});
   absl::StatusOr<v1::ServerStats> GetStats(const CallOptions& call = {});
+  // The server's fault switch (fresneld --fault-injection; an admin RPC under --token-file):
+  // takes `device_id` out of placement, or poisons a GPU's context for real.
+  absl::StatusOr<v1::InjectFaultResponse> InjectFault(const std::string& device_id,
+                                                      v1::FaultKind kind,
+                                                      const CallOptions& call = {});
   absl::StatusOr<ServingStatus> CheckHealth(const std::string& service = "",
                                             const CallOptions& call = {});
 

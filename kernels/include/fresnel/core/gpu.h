@@ -37,6 +37,13 @@ absl::StatusOr<int64_t> GpuFreeMemoryBytes(int ordinal);
 // waiting for it. Always OK in a build without CUDA.
 absl::Status GpuContextStatus(int ordinal, void* stream);
 
+// Fault injection (fresneld --fault-injection, tests): launches on `stream` a kernel that stores
+// through an invalid device address and waits for it, so the context is left in a genuine sticky
+// error (cudaErrorIllegalAddress) that only a new process clears. Returns that error (as
+// GpuContextStatus does afterwards). FAILED_PRECONDITION in a build without CUDA or for a null
+// stream.
+absl::Status GpuInjectStickyError(int ordinal, void* stream);
+
 // A non-blocking CUDA stream on one device. Destroying it synchronises the stream first.
 class GpuStream {
  public:

@@ -87,6 +87,13 @@ struct FusionConfig {
   int clearing_interval_frames = 8;
   // ICP iterations per pyramid level, finest (full resolution) first.
   std::array<int, 3> icp_iterations = {10, 5, 4};
+  // CUDA tuning for A/B measurements (`fresnel_bench_fusion --variants`); the defaults are what
+  // the service runs. `cuda_disable`: bits of CUDA optimisations to turn off (kOff* / kRay* in
+  // fusion_cuda.cu; results stay within the tests' tolerances). `cuda_icp_stop_xi2`: per-level
+  // |xi|^2 below which a CUDA ICP level counts as converged (0 = the default 1e-8). Not saved in
+  // snapshots; the CPU backend ignores both.
+  unsigned cuda_disable = 0;
+  std::array<double, 3> cuda_icp_stop_xi2 = {0, 0, 0};
 };
 
 // Checks every field (intrinsics, depth range, voxel and truncation sizes, weights, budget).

@@ -44,6 +44,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -170,6 +171,64 @@ struct HologramResult {
 // "height", "pitch_m", "wavelength_m", "points", "points[17].z_m", "reconstruction.depth_m", ...
 absl::Status ValidateHologram(const PointCloud& points, const HologramOptions& options,
                               const Limits& limits = {});
+// The options part of ValidateHologram alone (everything it checks before the points).
+absl::Status ValidateOptions(const HologramOptions& options, const Limits& limits = {});
+
+namespace internal {
+struct PreparedPoints;
+struct CloudAccess;
+}  // namespace internal
+
+// A point cloud checked once and held in the layout every algorithm starts from: per-point
+// arrays (x, y, 1/(2λz), amplitude, phase in turns) and each point's alias-free pixel ranges for
+// the geometry it was built for (width, height, pitch_m, wavelength_m, alias of the options given
+// to CloudBuilder). ComputeHologram on a PreparedCloud does not look at the values again. About
+// 56 bytes per point. Move-only; not thread-safe to modify, safe to read from several threads.
+class PreparedCloud {
+ public:
+  PreparedCloud();
+  ~PreparedCloud();
+  PreparedCloud(PreparedCloud&&) noexcept;
+  PreparedCloud& operator=(PreparedCloud&&) noexcept;
+  int64_t size() const;
+  // Host memory held (bytes).
+  int64_t host_bytes() const;
+
+ private:
+  friend struct internal::CloudAccess;
+  std::unique_ptr<internal::PreparedPoints> p_;
+};
+
+// Builds a PreparedCloud from one or more batches of points (a frame sent in parts), checking
+// and converting each value in one pass (TBB-parallel for large batches). `options` must have
+// passed ValidateOptions; only its geometry is used. Not thread-safe.
+class CloudBuilder {
+ public:
+  CloudBuilder(const HologramOptions& options, const Limits& limits = {});
+  ~CloudBuilder();
+  CloudBuilder(CloudBuilder&&) noexcept;
+  CloudBuilder& operator=(CloudBuilder&&) noexcept;
+
+  // Appends `rows` points given as row-major [rows, columns] values (columns 4: x_m, y_m, z_m,
+  // amplitude; 5: + phase_rad) of `dtype` kFloat32 or kFloat64; `data` needs no alignment (a
+  // protobuf bytes field). InvalidArgument, with nothing appended, for a bad value — naming the
+  // point by its index in the whole cloud ("points[17].z_m", as ValidateHologram) — or when the
+  // cloud would exceed limits.max_points ("points").
+  absl::Status AppendRows(const void* data, DType dtype, int64_t rows, int columns);
+  absl::Status Append(const PointCloud& points);
+  int64_t size() const;
+  // The cloud; InvalidArgument ("points: the point cloud is empty") when nothing was appended.
+  // The builder is empty afterwards.
+  absl::StatusOr<PreparedCloud> Finish();
+
+ private:
+  std::unique_ptr<internal::PreparedPoints> p_;
+  Limits limits_;
+};
+
+// Checks and converts `points` for `options` (ValidateHologram's checks, once).
+absl::StatusOr<PreparedCloud> PrepareCloud(const PointCloud& points, const HologramOptions& options,
+                                           const Limits& limits = {});
 
 // Computes the hologram of `points`. InvalidArgument for bad input (as ValidateHologram) or an
 // algorithm the device cannot run (kTensor on the CPU); ResourceExhausted when even one point
@@ -178,6 +237,23 @@ absl::StatusOr<HologramResult> ComputeHologram(const Device& device, const Point
                                                const HologramOptions& options,
                                                StageTimes* times = nullptr,
                                                const Limits& limits = {});
+// The same for a cloud already checked and converted: the hot path of a stream. `options` must
+// have passed ValidateOptions (they are not checked again) and have the geometry the cloud was
+// built for (width, height, pitch_m, wavelength_m, alias; InvalidArgument "points" otherwise).
+// The other errors are ComputeHologram's.
+absl::StatusOr<HologramResult> ComputeHologram(const Device& device, const PreparedCloud& points,
+                                               const HologramOptions& options,
+                                               StageTimes* times = nullptr);
+
+// Device memory a render of `points` points with `options` needs on a GPU (for placement: a
+// named estimate, not a bound): the complex64 accumulator and the outputs, the reconstruction's
+// spectrum, propagated field and cuFFT work area, the uploaded point arrays and the per-point
+// tables built from them, and the batched matrix operands, counted up to 512 MiB because the
+// kernels batch larger ones to fit the free memory (counting them whole would send every large
+// cloud to the CPU). Pure arithmetic; overflow-free for options within Limits.
+int64_t DeviceBytes(const HologramOptions& options, int64_t points);
+// Bytes of the arrays a render returns.
+int64_t OutputBytes(const HologramOptions& options);
 
 struct AsmOptions {
   double pitch_m = 0;

@@ -100,15 +100,35 @@ enum class Compositing {
   kSegmentedScan,  // CUB inclusive scan by pixel key with "over", last element per pixel
 };
 
+// CUDA scan conversion (which pixels' rays each tetrahedron is tested against). Tetrahedra whose
+// screen box holds at most 64 pixels are "small"; bigger ones are cut into 512-pixel chunks, a
+// warp each. Both give the same records for proper tetrahedra and images equal to rounding
+// (docs/volume.md says what differs and what was measured).
+enum class ScanConversion {
+  kAuto,      // the measured fastest (kWarpListOnePass on the H200, docs/volume.md)
+  kThread,    // a thread per small tetrahedron runs the exact ray test on every pixel of its
+              // box; a chunk's lanes test its pixels inside the projected hull, 16 steps each
+  kWarpList,  // the lanes of a warp share one list of candidate (tetrahedron, pixel) pairs:
+              // for small tetrahedra the per-row spans of the projected hulls of its 32
+              // tetrahedra, for a chunk its pixels inside the projected hull
+  kWarpListOnePass,  // as kWarpList with one exact ray test per candidate instead of two: the
+                     // count pass counts candidates, the record pass gives each a slot and a
+                     // candidate whose ray misses a transparent record (the identity of "over"),
+                     // so the sort sees 2-12 % more records (RenderStats::records: the hits)
+};
+
 struct RenderOptions {
   // Hash blocks are the pixels with equal (x mod 2^bits, y mod 2^bits): 2 → 16 blocks,
   // 3 → 64 blocks; each is sorted and composited on its own and reported to the callback.
   // 0 = 16, or 64 when one of 16 blocks would exceed max_block_records.
   int hash_block_bits = 0;
   Compositing compositing = Compositing::kAuto;
+  ScanConversion scan_conversion = ScanConversion::kAuto;
   // CUDA: the records of consecutive blocks are made together while they fit this many (about
-  // 24 bytes each); a block never splits. This bounds the frame's device memory.
-  int64_t max_pass_records = int64_t{1} << 27;
+  // 24 bytes each); a block never splits. This bounds the frame's device memory (2^28: up to
+  // 6 GiB of records; every further pass repeats the scan conversion's per-tetrahedron work:
+  // the 35 M-tetrahedron grid at 1024² took 29.1 ms in 2 passes, 24.8 ms in 1, docs/volume.md).
+  int64_t max_pass_records = int64_t{1} << 28;
   // CUDA: a block needing more records fails with ResourceExhausted (use more hash blocks).
   int64_t max_block_records = int64_t{1} << 30;  // at most 2^31 - 1
   // The image as uint8 RGBA [h, w, 4] (CUDA converts on the device: a quarter of the copy).
@@ -148,6 +168,7 @@ struct RenderStats {
   // CUDA: bytes of per-frame device buffers at their peak, plus the mesh's persistent buffers.
   int64_t peak_device_bytes = 0;
   Compositing compositing = Compositing::kAuto;  // the one used
+  ScanConversion scan_conversion = ScanConversion::kAuto;  // CUDA: the one used
 };
 
 struct RenderResult {

@@ -1,0 +1,79 @@
+// kPhaseGroups, the float32 polyphase kernel for rational resampling and long filters
+// (phase_groups_cuda.cu). Internal to the interp area; included by .cu files only.
+//
+// The idea, for y[k] = sum_{m<P} htf[t*P + m] * s[q - m] (interp_internal.h). With
+// g0 = gcd(up, down), u = up/g0 and d = down/g0, output k = n*u + j (period n, j in [0, u)) has
+// q = n*d + q_j and t = t_j, where q_j = floor(j*down/up) < d and t_j = j*down mod up: the
+// pattern repeats every u outputs and d inputs. Consecutive outputs j of one period read nearly
+// the same inputs, so they are grouped V at a time (group gr: j = gr*V + v, v < V; the last
+// group padded with zero taps) and, relative to the group's first input q_{gr*V} - (P-1), output
+// v reads inputs [D_v, D_v + P) with D_v = q_{gr*V+v} - q_{gr*V}. One band of K = P + Dmax
+// taps per group covers every v:
+//
+//   y[n*u + gr*V + v] = sum_{i<K} A[gr][i][v] * s[n*d + q_{gr*V} - (P-1) + i],
+//   A[gr][i][v] = htf[t_j*P + m] with m = D_v + P - 1 - i when 0 <= m < P, else 0.
+//
+// The kernel runs i from K-1 down to 0, i.e. m ascending from acc = 0 (the zero taps before
+// m = 0 leave acc at +0, those after m = P-1 add +0): the same sum in the same order as the
+// other kernels, independent of tiles and windows. Per i a warp loads one A[gr][i][0..V) (one
+// broadcast shared-memory load) and one input per lane and period it owns, and does V FMAs per
+// input: for 160/147 (P = 21, V = 4, R = 2 periods per lane) that is 24 FMAs per output (21
+// useful) for 9 shared loads (24 * (1/4 input + 1/8 tap)), against kSmemTile's 42 (a tap and an
+// input per FMA), which bound it at 23% of the copy bandwidth.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "interp/interp_internal.h"
+
+namespace fresnel::interp::internal {
+
+// Planner choice (CudaPlanOptions::pg_widen): 0 means the default (2).
+struct PhaseGroupsChoice {
+  int widen = 0;  // 1: never widen the period; 2: widen when the cost model says so (below)
+};
+
+// The geometry of one filter's kPhaseGroups launch, fixed at plan creation.
+//
+// Widening: the period may be taken M times longer (u' = M*u outputs per d' = M*d inputs,
+// M = 4/gcd(u, 4)) so that groups of V = 4 outputs are full: 3/2 then runs 12 outputs per 8
+// inputs in 3 full groups instead of 3 outputs per 2 inputs in one group with a zero fourth
+// column (25% of the FMAs wasted), up 2 runs 4 outputs per 2 inputs with V = 4 instead of V = 2
+// (half the loads per FMA). The price is a band longer by up to 3*d' (Dmax grows); the planner
+// takes the candidate with fewer issued instructions per output, counted as
+// groups * K * (R*(1 + V) + 6) / (R*u') (per band step: R input loads, one tap load, R*V FMAs and
+// about 6 index and loop instructions).
+struct PhaseGroupsPlan {
+  int v = 4;           // outputs per group (template: 1, 2 or 4)
+  int r = 2;           // periods per lane (template: 2 or 8)
+  int u = 1, d = 1;    // the period: u outputs per d inputs
+  int groups = 1;      // ceil(u / v)
+  int k = 1;           // band length (taps per group and output)
+  int p = 1;           // taps per phase
+  int periods = 64;    // periods per tile: chunks * 32 * r
+  int ld = 1;          // row length of the de-interleaved input tile
+  int sr = 1;          // staging row stride (floats per period)
+  int table_floats = 0;  // groups * k * v taps, then `groups` ints (first inputs q_{gr*V})
+  int smem_bytes = 0;
+  std::vector<float> table;  // the host copy, uploaded by the plan's owner
+};
+
+// Plans kPhaseGroups for up/down with P taps per phase, htf phase-major (P per phase). Not OK
+// (FailedPrecondition) when the filter does not suit it: its tap table and tile must fit in
+// shared memory with every warp of a block busy. An empty htf plans the geometry only (no table).
+absl::StatusOr<PhaseGroupsPlan> PlanPhaseGroups(int up, int down, int64_t p,
+                                                const std::vector<float>& htf,
+                                                PhaseGroupsChoice choice = {});
+
+// Enqueues the kernel on `stream`; `table` is the plan's table on the device, x and y float32.
+// blocks_per_sm is the occupancy measured at plan creation (PhaseGroupsOccupancy).
+absl::Status LaunchPhaseGroups(const PhaseGroupsPlan& plan, const float* table, int sm_count,
+                               int blocks_per_sm, cudaStream_t stream, const DeviceSignal& s);
+// Resident blocks per SM for the plan (opts the kernel into the shared memory it needs).
+absl::StatusOr<int> PhaseGroupsOccupancy(const PhaseGroupsPlan& plan);
+
+}  // namespace fresnel::interp::internal

@@ -1,0 +1,370 @@
+// kPhaseGroups (phase_groups.h has the decomposition): plan, kernel and launch.
+//
+// A block owns tiles of `periods` consecutive periods of one channel, persistent over tiles:
+//   1. the tile's inputs s[n_tile*d - (P-1) + z], z in [0, periods*d + K - 1), are copied into
+//      shared memory with cp.async (all of them in flight at once, no registers held),
+//      de-interleaved by z mod d: z sits at xin[(z mod d)*ld + z/d]. A lane owning period nl
+//      reads z = nl*d + c (c = q_{gr*V} + i, the same for the whole warp), i.e.
+//      xin[(c mod d)*ld + c/d + nl]: the 32 lanes of a warp read 32 consecutive words, free of
+//      bank conflicts whatever d is (plain layout: stride d, 2-way conflicts for even d and
+//      worse for multiples of 4);
+//   2. task (chunk, group) = 32*R periods x V outputs; warp w takes tasks w, w + 8, ...; lane
+//      l owns periods chunk*32*R + l + 32*r (r < R) and accumulates R*V outputs over i =
+//      K-1 .. 0: one broadcast load of V taps and R input loads per i, R*V FMAs;
+//   3. the outputs go to a staging tile st[nl*sr + j] (sr/V odd: the lanes' V-wide stores fall
+//      in distinct banks), then, after a barrier, to y with coalesced 4-byte stores while the
+//      next tile's copies (issued right after that barrier) are in flight.
+// The table (taps, then the groups' first inputs) is copied to shared memory once per block.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <type_traits>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "core/cuda_util.cuh"
+#include "fresnel/core/status.h"
+#include "interp/phase_groups.h"
+
+namespace fresnel::interp::internal {
+namespace {
+
+constexpr int kPgThreads = 256;
+constexpr int kPgWarps = kPgThreads / 32;
+// Shared memory per block the planner aims below (two blocks per SM fit), and the hard cap.
+constexpr int kPgSmemTarget = 100 * 1024;
+constexpr int kPgSmemMax = 200 * 1024;
+// Taps per phase from which a lane owns 8 periods rather than 2 (long bands amortise the wider
+// tile; short ones need the tasks to balance across warps).
+constexpr int kPgLongTaps = 48;
+// Default of PhaseGroupsChoice::widen (docs/bench/interp.md has the measurements).
+constexpr int kPgDefaultWiden = 2;
+
+int AlignUp4(int v) { return (v + 3) / 4 * 4; }
+
+// Kernel arguments derived from the plan and the launch.
+struct PgArgs {
+  int u, d, groups, k, p, periods, ld, sr, chunks;
+  int table_words;  // groups*k*v floats + groups ints
+  int xin_off;      // float offsets in shared memory
+  int st_off;
+  int wrap;  // (d-1)*ld - 1: offset change when c mod d wraps from 0 to d-1
+  int64_t n_first;  // first period of the requested range
+  int64_t tiles;    // per channel
+};
+
+__device__ __forceinline__ void CpAsync4(float* dst, const float* src) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(s), "l"(src) : "memory");
+#else
+  *dst = __ldg(src);
+#endif
+}
+__device__ __forceinline__ void CpAsyncWaitAll() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+}
+
+template <int V>
+__device__ __forceinline__ void LoadTaps(const float* p, float (&h)[V]) {
+  if constexpr (V == 4) {
+    const float4 t = *reinterpret_cast<const float4*>(p);
+    h[0] = t.x;
+    h[1] = t.y;
+    h[2] = t.z;
+    h[3] = t.w;
+  } else if constexpr (V == 2) {
+    const float2 t = *reinterpret_cast<const float2*>(p);
+    h[0] = t.x;
+    h[1] = t.y;
+  } else {
+    h[0] = *p;
+  }
+}
+template <int V>
+__device__ __forceinline__ void StoreGroup(float* p, const float (&a)[V]) {
+  if constexpr (V == 4) {
+    *reinterpret_cast<float4*>(p) = make_float4(a[0], a[1], a[2], a[3]);
+  } else if constexpr (V == 2) {
+    *reinterpret_cast<float2*>(p) = make_float2(a[0], a[1]);
+  } else {
+    *p = a[0];
+  }
+}
+
+template <int V, int R>
+__global__ void __launch_bounds__(kPgThreads)
+    PhaseGroupsKernel(const float* __restrict__ x, int64_t x_stride, int64_t x_first,
+                      int64_t x_len, float cval, float* __restrict__ y, int64_t y_stride,
+                      int64_t out_first, int64_t out_count, int64_t channels,
+                      const float* __restrict__ table, const PgArgs a) {
+  extern __shared__ float4 pg_smem4[];
+  float* const smem = reinterpret_cast<float*>(pg_smem4);
+  const float* const taps = smem;
+  const int* const qbase = reinterpret_cast<const int*>(smem + a.groups * a.k * V);
+  float* const xin = smem + a.xin_off;
+  float* const st = smem + a.st_off;
+  const int tid = threadIdx.x;
+  const int lane = tid & 31, warp = tid >> 5;
+  {
+    const unsigned* src = reinterpret_cast<const unsigned*>(table);
+    unsigned* dst = reinterpret_cast<unsigned*>(smem);
+    for (int i = tid; i < a.table_words; i += kPgThreads) dst[i] = __ldg(src + i);
+  }
+  const int64_t total = channels * a.tiles;
+  const int span = a.periods * a.d + a.k - 1;
+  // z = tid + 256 e, de-interleaved incrementally: 256 = step_q*d + step_r.
+  const int step_q = kPgThreads / a.d, step_r = kPgThreads % a.d;
+  const int z_q0 = tid / a.d, z_r0 = tid % a.d;
+
+  auto issue = [&](int64_t b) {
+    const int64_t c = b / a.tiles;
+    const int64_t n_tile = a.n_first + (b % a.tiles) * a.periods;
+    const int64_t rel0 = n_tile * a.d - (a.p - 1) - x_first;  // x index of z = 0
+    const float* xc = x + c * x_stride;
+    int qq = z_q0, rr = z_r0;
+    for (int z = tid; z < span; z += kPgThreads) {
+      float* dst = xin + rr * a.ld + qq;
+      const int64_t rel = rel0 + z;
+      if (rel >= 0 && rel < x_len) {
+        CpAsync4(dst, xc + rel);
+      } else {
+        *dst = cval;
+      }
+      qq += step_q;
+      rr += step_r;
+      if (rr >= a.d) {
+        rr -= a.d;
+        ++qq;
+      }
+    }
+  };
+  if (blockIdx.x < total) issue(blockIdx.x);
+
+  const int tasks = a.chunks * a.groups;
+  const int tile_outputs = a.periods * a.u;
+  const int out_step_n = kPgThreads / a.u, out_step_j = kPgThreads % a.u;
+  for (int64_t b = blockIdx.x; b < total; b += gridDim.x) {
+    CpAsyncWaitAll();
+    __syncthreads();  // xin (and the table, the first time) complete; st free
+    for (int task = warp; task < tasks; task += kPgWarps) {
+      const int gr = task % a.groups;
+      const int nl0 = (task / a.groups) * 32 * R + lane;
+      const float* tg = taps + gr * a.k * V;
+      const int c0 = qbase[gr] + a.k - 1;  // c of i = K-1
+      int row = c0 % a.d;
+      int off = row * a.ld + c0 / a.d + nl0;
+      float acc[R][V];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+#pragma unroll
+        for (int v = 0; v < V; ++v) acc[r][v] = 0.f;
+      }
+#pragma unroll 4
+      for (int i = a.k - 1; i >= 0; --i) {
+        float h[V];
+        LoadTaps<V>(tg + i * V, h);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const float sv = xin[off + 32 * r];
+#pragma unroll
+          for (int v = 0; v < V; ++v) acc[r][v] = fmaf(h[v], sv, acc[r][v]);
+        }
+        if (row == 0) {
+          row = a.d - 1;
+          off += a.wrap;
+        } else {
+          --row;
+          off -= a.ld;
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < R; ++r) StoreGroup<V>(st + (nl0 + 32 * r) * a.sr + gr * V, acc[r]);
+    }
+    __syncthreads();  // st complete; every warp is done reading xin
+    if (b + gridDim.x < total) issue(b + gridDim.x);
+
+    // Staged output (nl, j) is tile output nl*u + j, i.e. y[c][k_tile + nl*u + j - out_first].
+    const int64_t c = b / a.tiles;
+    const int64_t k_tile = (a.n_first + (b % a.tiles) * a.periods) * a.u;
+    const int lo = out_first > k_tile ? static_cast<int>(out_first - k_tile) : 0;
+    const int hi = out_first + out_count < k_tile + tile_outputs
+                       ? static_cast<int>(out_first + out_count - k_tile)
+                       : tile_outputs;
+    float* yt = y + c * y_stride + (k_tile - out_first);
+    int kl = lo + tid;
+    int nl = kl / a.u, j = kl % a.u;
+    for (; kl < hi; kl += kPgThreads) {
+      yt[kl] = st[nl * a.sr + j];
+      nl += out_step_n;
+      j += out_step_j;
+      if (j >= a.u) {
+        j -= a.u;
+        ++nl;
+      }
+    }
+  }
+}
+
+using PgKernelFn = void (*)(const float*, int64_t, int64_t, int64_t, float, float*, int64_t,
+                            int64_t, int64_t, int64_t, const float*, const PgArgs);
+
+PgKernelFn KernelFor(int v, int r) {
+  if (r == 8) {
+    if (v == 1) return PhaseGroupsKernel<1, 8>;
+    if (v == 2) return PhaseGroupsKernel<2, 8>;
+    return PhaseGroupsKernel<4, 8>;
+  }
+  if (v == 1) return PhaseGroupsKernel<1, 2>;
+  if (v == 2) return PhaseGroupsKernel<2, 2>;
+  return PhaseGroupsKernel<4, 2>;
+}
+
+int SmemBytes(const PhaseGroupsPlan& pl) {
+  return 4 * (AlignUp4(pl.table_floats) + AlignUp4(pl.d * pl.ld) + pl.periods * pl.sr);
+}
+
+// The plan for period multiple m (u = m*up/g0 outputs per d = m*down/g0 inputs) with the table
+// filled from htf when it is not empty.
+absl::StatusOr<PhaseGroupsPlan> PlanFor(int up, int down, int64_t p, const std::vector<float>& htf,
+                                        int m, int v) {
+  PhaseGroupsPlan pl;
+  const int g0 = std::gcd(up, down);
+  pl.u = m * (up / g0);
+  pl.d = m * (down / g0);
+  pl.v = v;
+  pl.r = p >= kPgLongTaps ? 8 : 2;
+  pl.groups = (pl.u + pl.v - 1) / pl.v;
+  pl.p = static_cast<int>(p);
+  // q_j = floor(j*down/up) < d and t_j = j*down mod up for j in [0, u).
+  std::vector<int> q(pl.u), t(pl.u);
+  for (int j = 0; j < pl.u; ++j) {
+    const int64_t jd = static_cast<int64_t>(j) * down;
+    q[j] = static_cast<int>(jd / up);
+    t[j] = static_cast<int>(jd % up);
+  }
+  int dmax = 0;
+  for (int gr = 0; gr < pl.groups; ++gr) {
+    const int last = std::min(gr * pl.v + pl.v - 1, pl.u - 1);
+    dmax = std::max(dmax, q[last] - q[gr * pl.v]);
+  }
+  pl.k = pl.p + dmax;
+  const int64_t tap_floats = static_cast<int64_t>(pl.groups) * pl.k * pl.v;
+  if (tap_floats + pl.groups > kPgSmemMax / 4) {
+    return absl::FailedPreconditionError("phase_groups: tap table exceeds shared memory");
+  }
+  pl.table_floats = static_cast<int>(tap_floats) + pl.groups;
+  pl.table.assign(htf.empty() ? 0 : static_cast<size_t>(pl.table_floats), 0.f);
+  for (int gr = 0; gr < pl.groups && !htf.empty(); ++gr) {
+    for (int vv = 0; vv < pl.v; ++vv) {
+      const int j = gr * pl.v + vv;
+      if (j >= pl.u) continue;  // padding: zero taps
+      const int dv = q[j] - q[gr * pl.v];
+      for (int i = 0; i < pl.k; ++i) {
+        const int mm = dv + pl.p - 1 - i;
+        if (mm >= 0 && mm < pl.p) {
+          pl.table[(static_cast<size_t>(gr) * pl.k + i) * pl.v + vv] =
+              htf[static_cast<size_t>(t[j]) * pl.p + mm];
+        }
+      }
+    }
+    const int base = q[gr * pl.v];
+    std::memcpy(&pl.table[static_cast<size_t>(tap_floats) + gr], &base, sizeof(int));
+  }
+  pl.sr = pl.v * (pl.groups % 2 == 1 ? pl.groups : pl.groups + 1);
+  // Tasks per tile = chunks * groups: a multiple of the 8 warps when the tile allows.
+  int chunks = kPgWarps / std::gcd(pl.groups, kPgWarps);
+  for (;;) {
+    pl.periods = chunks * 32 * pl.r;
+    const int64_t span = static_cast<int64_t>(pl.periods) * pl.d + pl.k - 1;
+    if (span > (int64_t{1} << 24) || static_cast<int64_t>(pl.periods) * pl.u > (1 << 24)) {
+      return absl::FailedPreconditionError("phase_groups: tile too large");
+    }
+    pl.ld = static_cast<int>((span + pl.d - 1) / pl.d);
+    pl.smem_bytes = SmemBytes(pl);
+    if (pl.smem_bytes <= kPgSmemTarget || chunks == 1) break;
+    chunks /= 2;
+  }
+  if (pl.smem_bytes > kPgSmemMax) {
+    return absl::FailedPreconditionError("phase_groups: tile exceeds shared memory");
+  }
+  if (chunks * pl.groups < kPgWarps) {
+    return absl::FailedPreconditionError("phase_groups: too few tasks per tile");
+  }
+  return pl;
+}
+
+// Issued instructions per output (the model in phase_groups.h).
+double IssueCost(const PhaseGroupsPlan& pl) {
+  return static_cast<double>(pl.groups) * pl.k * (pl.r * (1 + pl.v) + 6) / (pl.r * pl.u);
+}
+
+}  // namespace
+
+absl::StatusOr<PhaseGroupsPlan> PlanPhaseGroups(int up, int down, int64_t p,
+                                                const std::vector<float>& htf,
+                                                PhaseGroupsChoice choice) {
+  if (p > (1 << 16) ||
+      (!htf.empty() && static_cast<int64_t>(htf.size()) != static_cast<int64_t>(up) * p)) {
+    return absl::FailedPreconditionError("phase_groups: filter too long");
+  }
+  const int widen = choice.widen == 0 ? kPgDefaultWiden : choice.widen;
+  const int u = up / std::gcd(up, down);
+  const int v1 = u == 1 ? 1 : u == 2 ? 2 : 4;
+  absl::StatusOr<PhaseGroupsPlan> plain = PlanFor(up, down, p, htf, 1, v1);
+  const int m = 4 / std::gcd(u, 4);
+  if (widen == 1 || m == 1 || u > (1 << 14)) return plain;
+  absl::StatusOr<PhaseGroupsPlan> wide = PlanFor(up, down, p, htf, m, 4);
+  if (!wide.ok()) return plain;
+  if (!plain.ok() || IssueCost(*wide) < IssueCost(*plain)) return wide;
+  return plain;
+}
+
+absl::StatusOr<int> PhaseGroupsOccupancy(const PhaseGroupsPlan& plan) {
+  PgKernelFn fn = KernelFor(plan.v, plan.r);
+  if (plan.smem_bytes > 48 * 1024) {
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
+        fn, cudaFuncAttributeMaxDynamicSharedMemorySize, plan.smem_bytes));
+  }
+  int per_sm = 0;
+  FRESNEL_CUDA_RETURN_IF_ERROR(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, kPgThreads, plan.smem_bytes));
+  return std::max(per_sm, 1);
+}
+
+absl::Status LaunchPhaseGroups(const PhaseGroupsPlan& pl, const float* table, int sm_count,
+                               int blocks_per_sm, cudaStream_t stream, const DeviceSignal& s) {
+  PgArgs a{};
+  a.u = pl.u;
+  a.d = pl.d;
+  a.groups = pl.groups;
+  a.k = pl.k;
+  a.p = pl.p;
+  a.periods = pl.periods;
+  a.ld = pl.ld;
+  a.sr = pl.sr;
+  a.chunks = pl.periods / (32 * pl.r);
+  a.table_words = pl.table_floats;
+  a.xin_off = AlignUp4(pl.table_floats);
+  a.st_off = a.xin_off + AlignUp4(pl.d * pl.ld);
+  a.wrap = (pl.d - 1) * pl.ld - 1;
+  // Periods n_first .. n_last hold outputs out_first .. out_first + out_count - 1.
+  a.n_first = s.out_first / pl.u;
+  const int64_t n_last = (s.out_first + s.out_count - 1) / pl.u;
+  a.tiles = (n_last - a.n_first + pl.periods) / pl.periods;
+  const int64_t blocks = std::max<int64_t>(
+      1, std::min<int64_t>(s.channels * a.tiles, static_cast<int64_t>(sm_count) * blocks_per_sm));
+  PgKernelFn fn = KernelFor(pl.v, pl.r);
+  fn<<<static_cast<unsigned>(blocks), kPgThreads, static_cast<size_t>(pl.smem_bytes), stream>>>(
+      static_cast<const float*>(s.x), s.x_stride, s.x_first, s.x_len,
+      static_cast<float>(s.cval), static_cast<float*>(s.y), s.y_stride, s.out_first,
+      s.out_count, s.channels, table, a);
+  FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(fn);
+  return absl::OkStatus();
+}
+
+}  // namespace fresnel::interp::internal
