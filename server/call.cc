@@ -103,13 +103,21 @@ void FillExecutionInfo(const JobReport& report, double total_s, v1::ExecutionInf
   info->set_total_seconds(total_s);
 }
 
+grpc::ServerUnaryReactor* FinishUnary(RpcRecord& record, grpc::CallbackServerContext* context,
+                                      const absl::Status& status) {
+  record.Done(status);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
 UnaryJobCall::UnaryJobCall(ServiceContext* ctx, grpc::CallbackServerContext* context,
-                           std::string service, std::string method)
-    : ctx_(ctx),
+                           const char* service, const char* method)
+    : RpcCall(ctx->metrics, service, method),
+      ctx_(ctx),
       context_(context),
-      service_(std::move(service)),
-      method_(std::move(method)),
-      record_(ctx->metrics, service_.c_str(), method_.c_str()) {}
+      service_(service),
+      method_(method) {}
 
 void UnaryJobCall::Reject(const absl::Status& status) { FinishWith(status); }
 
@@ -121,7 +129,7 @@ void UnaryJobCall::Start(std::shared_ptr<Job> job,
   job->done = [this, respond = std::move(respond)](const absl::Status& status,
                                                    const JobReport& report) {
     absl::Status final_status = status;
-    if (final_status.ok()) final_status = respond(report, record_.Elapsed());
+    if (final_status.ok()) final_status = respond(report, Elapsed());
     FinishWith(final_status);  // `this` may be deleted after this line
   };
   job_ = job;
@@ -134,13 +142,6 @@ void UnaryJobCall::Start(std::shared_ptr<Job> job,
 
 void UnaryJobCall::OnCancel() {
   if (job_) job_->Cancel();
-}
-
-void UnaryJobCall::OnDone() { delete this; }
-
-void UnaryJobCall::FinishWith(const absl::Status& status) {
-  record_.Done(status);
-  Finish(ToGrpcStatus(status));
 }
 
 RpcRecord::RpcRecord(Metrics* metrics, const char* service, const char* method)

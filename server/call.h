@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <atomic>
 #include <mutex>
 #include <new>
 #include <exception>
@@ -16,14 +17,13 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "fresnel/interp/interp.h"
-#include "fresnel/unwrap/unwrap.h"
 #include "fresnel/v1/common.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "server/budget.h"
 #include "server/device_pool.h"
 #include "server/drain.h"
 #include "server/metrics.h"
+#include "server/status_util.h"
 
 namespace fresnel::server {
 
@@ -35,8 +35,6 @@ struct ServiceContext {
   DevicePool* pool = nullptr;
   Metrics* metrics = nullptr;
   int64_t max_message_bytes = 64 << 20;
-  interp::Limits interp_limits;
-  unwrap::Limits unwrap_limits;
   JobStore* jobs = nullptr;  // asynchronous jobs (server/jobs.h)
   SessionStore* sessions = nullptr;  // state kept on one device (server/sessions.h)
   // Server-wide caps on what live requests hold (server/budget.h): open streams, and the bytes of
@@ -122,6 +120,48 @@ class RpcRecord {
   bool done_ = false;
 };
 
+// The base of every reactor: the call's request record (in flight from construction; duration
+// and code at the finish) and FinishWith, which finishes the call with an absl::Status turned into
+// the gRPC status (server/status_util.h, the one translation) the first time only: later calls
+// return false and do nothing. Thread-safe. gRPC deletes the reactor after OnDone (the default
+// here deletes it), so a FinishWith that returned true must be its caller's last touch of `this`.
+// `service` and `method` must outlive the call (string literals).
+template <typename Reactor>
+class RpcCall : public Reactor {
+ public:
+  void OnDone() override { delete this; }
+  RpcRecord& record() { return record_; }
+  // Seconds since the call was accepted.
+  double Elapsed() const { return record_.Elapsed(); }
+
+ protected:
+  RpcCall(Metrics* metrics, const char* service, const char* method)
+      : record_(metrics, service, method) {}
+
+  bool FinishWith(const absl::Status& status) {
+    if (!RecordFinish(status)) return false;
+    this->Finish(ToGrpcStatus(status));
+    return true;
+  }
+  // Records the finish (once, like FinishWith) for a caller that finishes through another gRPC
+  // call (StartWriteAndFinish); false when the call had already finished.
+  bool RecordFinish(const absl::Status& status) {
+    if (finished_.exchange(true)) return false;
+    record_.Done(status);
+    return true;
+  }
+  bool finished() const { return finished_.load(); }
+
+ private:
+  RpcRecord record_;
+  std::atomic<bool> finished_{false};
+};
+
+// A unary handler that answers on the gRPC thread: records the finish in `record` and finishes
+// the default reactor with `status`; returns the reactor for the handler to return.
+grpc::ServerUnaryReactor* FinishUnary(RpcRecord& record, grpc::CallbackServerContext* context,
+                                      const absl::Status& status);
+
 // The jobs a streaming reactor has in flight (one, or several for a pipelined stream), so that
 // OnCancel can cancel them. Thread-safe. Cancel() must not hold the lock while cancelling: a
 // queued job completes on the cancelling thread, and its completion calls Clear() / Remove().
@@ -143,10 +183,11 @@ class JobSlot {
 // One unary RPC: Start() either submits the job or finishes at once with the error; the job's
 // completion calls `respond` (on success) and finishes the RPC. Cancellation by the client
 // removes a queued job. Deletes itself when gRPC is done with it.
-class UnaryJobCall : public grpc::ServerUnaryReactor {
+class UnaryJobCall : public RpcCall<grpc::ServerUnaryReactor> {
  public:
-  UnaryJobCall(ServiceContext* ctx, grpc::CallbackServerContext* context, std::string service,
-               std::string method);
+  // `service` and `method` are string literals (they outlive the call).
+  UnaryJobCall(ServiceContext* ctx, grpc::CallbackServerContext* context, const char* service,
+               const char* method);
 
   // Finishes at once with `status` (validation errors).
   void Reject(const absl::Status& status);
@@ -156,19 +197,15 @@ class UnaryJobCall : public grpc::ServerUnaryReactor {
              std::function<absl::Status(const JobReport& report, double total_s)> respond);
 
   void OnCancel() override;
-  void OnDone() override;
 
-  const std::string& service() const { return service_; }
-  const std::string& method() const { return method_; }
+  const char* service() const { return service_; }
+  const char* method() const { return method_; }
 
  private:
-  void FinishWith(const absl::Status& status);
-
   ServiceContext* ctx_;
   grpc::CallbackServerContext* context_;
-  std::string service_;
-  std::string method_;
-  RpcRecord record_;
+  const char* const service_;
+  const char* const method_;
   std::shared_ptr<Job> job_;
 };
 

@@ -19,11 +19,7 @@
 #include "server/shm.h"
 #include "server/shm_service.h"
 #include "server/services/admin_service.h"
-#include "server/services/fusion_service.h"
-#include "server/services/hologram_service.h"
-#include "server/services/interpolation_service.h"
-#include "server/services/unwrap_service.h"
-#include "server/services/volume_service.h"
+#include "server/workload.h"
 
 namespace fresnel::server {
 
@@ -60,12 +56,8 @@ struct FresnelServer::Impl {
   DrainGate drain;  // outlives the gRPC server: reactors hold its tickets
   std::unique_ptr<DevicePool> pool;
   ServiceContext ctx;
-  std::unique_ptr<InterpolationService> interpolation;
-  std::unique_ptr<UnwrapService> unwrap;
-  std::unique_ptr<HologramService> hologram;
-  std::unique_ptr<VolumeService> volume;
+  std::vector<std::unique_ptr<grpc::Service>> workloads;  // one per Workloads() entry
   std::unique_ptr<AdminService> admin;
-  std::unique_ptr<FusionService> fusion;
   std::unique_ptr<SharedMemoryService> shm_service;
   std::unique_ptr<grpc::Server> grpc_server;
   std::vector<std::string> service_names;
@@ -126,11 +118,6 @@ absl::StatusOr<std::unique_ptr<FresnelServer>> FresnelServer::Start(const Server
   impl->ctx.pool = impl->pool.get();
   impl->ctx.metrics = impl->metrics.get();
   impl->ctx.max_message_bytes = config.max_message_bytes;
-  impl->ctx.interp_limits.max_rate = config.max_rate;
-  impl->ctx.interp_limits.max_taps = config.max_taps;
-  impl->ctx.interp_limits.max_output_samples = config.max_output_samples;
-  impl->ctx.unwrap_limits.max_side = config.unwrap_max_side;
-  impl->ctx.unwrap_limits.max_pixels = config.unwrap_max_pixels;
   JobStoreOptions job_options;
   job_options.ttl_s = config.job_ttl_s;
   job_options.memory_bytes = config.job_memory_bytes;
@@ -173,26 +160,16 @@ absl::StatusOr<std::unique_ptr<FresnelServer>> FresnelServer::Start(const Server
   impl->ctx.drain = &impl->drain;
   impl->ctx.started = Clock::now();
 
-  impl->service_names = {"fresnel.v1.InterpolationService", "fresnel.v1.UnwrapService",
-                         "fresnel.v1.AdminService"};
-  impl->service_names.push_back("fresnel.v1.HologramService");
-  impl->service_names.push_back("fresnel.v1.FusionService");
-  impl->service_names.push_back("fresnel.v1.VolumeRenderService");
+  // The workloads (server/workloads.cc), then the server's own services.
+  for (const Workload& w : Workloads()) {
+    impl->workloads.push_back(w.make_service(&impl->ctx, impl->config));
+    impl->service_names.push_back(w.service);
+  }
+  impl->service_names.push_back("fresnel.v1.AdminService");
   impl->service_names.push_back("fresnel.v1.SharedMemoryService");
   std::vector<std::string> listed = impl->service_names;
   listed.push_back("grpc.health.v1.Health");
   if (config.reflection) listed.push_back("grpc.reflection.v1alpha.ServerReflection");
-  impl->interpolation = std::make_unique<InterpolationService>(&impl->ctx);
-  impl->unwrap = std::make_unique<UnwrapService>(&impl->ctx);
-  hologram::Limits hologram_limits;
-  hologram_limits.max_pixels = config.hologram_max_pixels;
-  hologram_limits.max_points = config.hologram_max_points;
-  impl->hologram = std::make_unique<HologramService>(&impl->ctx, hologram_limits);
-  impl->fusion = std::make_unique<FusionService>(&impl->ctx, FusionServiceLimits{});
-  VolumeLimits volume_limits;
-  volume_limits.max_points = config.volume_max_points;
-  volume_limits.max_tets = config.volume_max_tets;
-  impl->volume = std::make_unique<VolumeService>(&impl->ctx, volume_limits);
   impl->shm_service = std::make_unique<SharedMemoryService>(&impl->ctx);
   impl->admin = std::make_unique<AdminService>(&impl->ctx, impl->config, listed);
 
@@ -203,12 +180,10 @@ absl::StatusOr<std::unique_ptr<FresnelServer>> FresnelServer::Start(const Server
   builder.AddListeningPort(config.listen, *credentials, &impl->port);
   builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(config.max_message_bytes));
-  builder.RegisterService(impl->interpolation.get());
-  builder.RegisterService(impl->unwrap.get());
-  builder.RegisterService(impl->hologram.get());
-  builder.RegisterService(impl->volume.get());
+  for (const std::unique_ptr<grpc::Service>& service : impl->workloads) {
+    builder.RegisterService(service.get());
+  }
   builder.RegisterService(impl->admin.get());
-  builder.RegisterService(impl->fusion.get());
   builder.RegisterService(impl->shm_service.get());
   impl->grpc_server = builder.BuildAndStart();
   if (!impl->grpc_server || impl->port == 0) {

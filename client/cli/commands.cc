@@ -112,6 +112,119 @@ std::string ProtoJson(const google::protobuf::Message& message) {
   return json;
 }
 
+// ServerInfo.limits grouped by workload. A server older than the groups sends only the flat
+// (deprecated) fields and ServerInfo.fusion: the groups are filled from those.
+v1::Limits GroupedLimits(const v1::ServerInfo& info) {
+  v1::Limits l = info.limits();
+  if (!l.has_server()) {
+    l.mutable_server()->set_max_message_bytes(l.max_message_bytes());
+    l.mutable_server()->set_queue_capacity(l.queue_capacity());
+    l.mutable_server()->set_max_streams(l.max_streams());
+    l.mutable_server()->set_stream_state_bytes(l.stream_state_bytes());
+  }
+  if (!l.has_interpolation()) {
+    l.mutable_interpolation()->set_max_rate(l.max_rate());
+    l.mutable_interpolation()->set_max_taps(l.max_taps());
+    l.mutable_interpolation()->set_max_output_samples(l.max_output_samples());
+  }
+  if (!l.has_unwrap() && l.unwrap_max_side() > 0) {
+    l.mutable_unwrap()->set_max_side(l.unwrap_max_side());
+    l.mutable_unwrap()->set_max_pixels(l.unwrap_max_pixels());
+  }
+  if (!l.has_jobs() && l.max_jobs() > 0) {
+    l.mutable_jobs()->set_max_jobs(l.max_jobs());
+    l.mutable_jobs()->set_ttl_seconds(l.job_ttl_seconds());
+    l.mutable_jobs()->set_memory_bytes(l.job_memory_bytes());
+  }
+  if (!l.has_hologram() && l.hologram_max_pixels() > 0) {
+    l.mutable_hologram()->set_max_width(l.hologram_max_width());
+    l.mutable_hologram()->set_max_height(l.hologram_max_height());
+    l.mutable_hologram()->set_max_pixels(l.hologram_max_pixels());
+    l.mutable_hologram()->set_max_points(l.hologram_max_points());
+  }
+  if (!l.has_volume() && l.volume_max_tets() > 0) {
+    l.mutable_volume()->set_max_points(l.volume_max_points());
+    l.mutable_volume()->set_max_tets(l.volume_max_tets());
+    l.mutable_volume()->set_max_image_side(l.volume_max_image_side());
+  }
+  if (!l.has_fusion() && info.has_fusion()) *l.mutable_fusion() = info.fusion();
+  return l;
+}
+
+std::string Seconds(double s) { return absl::StrFormat("%g s", s); }
+
+// One row per group that the server reports; `transport` when it reports the server-wide group
+// itself (shared memory and the GPU memory cap are not among the flat fields).
+void PrintLimits(const v1::Limits& l, bool transport, Table& head) {
+  const v1::ServerLimits& s = l.server();
+  std::string server = absl::StrCat("message ", FormatBytes(s.max_message_bytes()), ", queue ",
+                                    s.queue_capacity(), " per device");
+  if (s.max_streams() > 0) {
+    absl::StrAppend(&server, ", <= ", s.max_streams(), " open streams",
+                    transport ? absl::StrCat(" (", s.max_streams_per_client(), " per client)")
+                              : std::string(),
+                    ", ",
+                    FormatBytes(s.stream_state_bytes()), " of derived and uploaded state");
+  }
+  head.AddRow({"limits", server});
+  const v1::InterpolationLimits& i = l.interpolation();
+  head.AddRow({"interpolation", absl::StrCat("up/down <= ", i.max_rate(), ", taps <= ",
+                                             i.max_taps(), ", output <= ",
+                                             i.max_output_samples(), " samples")});
+  if (l.has_unwrap()) {
+    head.AddRow({"unwrap", absl::StrCat("images <= ", l.unwrap().max_side(), " px a side and ",
+                                        l.unwrap().max_pixels(), " px")});
+  }
+  if (l.has_jobs()) {
+    head.AddRow({"jobs", absl::StrCat("<= ", l.jobs().max_jobs(), " unfinished, results kept ",
+                                      Seconds(l.jobs().ttl_seconds()), " within ",
+                                      FormatBytes(l.jobs().memory_bytes()))});
+  }
+  if (l.has_hologram()) {
+    const v1::HologramLimits& h = l.hologram();
+    head.AddRow({"hologram", absl::StrCat("<= ", h.max_width(), " x ", h.max_height(), " px and ",
+                                          h.max_pixels(), " px, <= ", h.max_points(),
+                                          " points")});
+  }
+  if (l.has_fusion()) {
+    const v1::FusionLimits& f = l.fusion();
+    head.AddRow({"fusion", absl::StrCat("sessions <= ", f.max_sessions_per_device(),
+                                        " per device and ", f.max_sessions_per_client(),
+                                        " per client, idle TTL ", Seconds(f.session_ttl_seconds()),
+                                        ", ", f.max_pending(), " messages in flight per stream")});
+  }
+  if (l.has_volume()) {
+    const v1::VolumeLimits& v = l.volume();
+    head.AddRow({"volume", absl::StrCat("meshes <= ", v.max_points(), " points and ",
+                                        v.max_tets(), " tets, images <= ", v.max_image_side(),
+                                        " px a side")});
+  }
+  if (l.has_sessions()) {
+    const v1::SessionLimits& se = l.sessions();
+    head.AddRow({"sessions",
+                 absl::StrCat("per GPU ",
+                              se.gpu_cap_bytes() > 0 ? FormatBytes(se.gpu_cap_bytes())
+                                                     : std::string("90 % of its memory"),
+                              ", host ", FormatBytes(se.cpu_cap_bytes()), ", idle TTL ",
+                              Seconds(se.ttl_seconds()))});
+  }
+  if (transport) {
+    head.AddRow({"shm", s.shm_bytes() > 0
+                            ? absl::StrCat(FormatBytes(s.shm_bytes()), " mapped at most, idle TTL ",
+                                           Seconds(s.shm_ttl_seconds()))
+                            : std::string("off")});
+  }
+  if (transport) {
+    head.AddRow({"gpu memory",
+                 absl::StrCat(s.gpu_memory_bytes() > 0
+                                  ? absl::StrCat(FormatBytes(s.gpu_memory_bytes()), " per GPU")
+                                  : std::string("the whole device"),
+                              s.gpu_partitions() > 1
+                                  ? absl::StrCat(", ", s.gpu_partitions(), " pool devices per GPU")
+                                  : std::string())});
+  }
+}
+
 void PrintServerInfo(const std::string& server, const std::string& health,
                      const v1::ServerInfo& info, std::ostream& out) {
   Table head;
@@ -123,42 +236,7 @@ void PrintServerInfo(const std::string& server, const std::string& health,
                                ? std::string("-")
                                : absl::StrJoin(info.services(), ", ")});
   head.AddRow({"cpu workers", absl::StrCat(info.cpu_workers())});
-  const v1::Limits& l = info.limits();
-  head.AddRow({"limits", absl::StrCat("message ", FormatBytes(l.max_message_bytes()), ", queue ",
-                                      l.queue_capacity(), " per device, up/down <= ",
-                                      l.max_rate(), ", taps <= ", l.max_taps(),
-                                      ", output <= ", l.max_output_samples(), " samples")});
-  if (l.max_streams() > 0) {
-    head.AddRow({"requests", absl::StrCat("<= ", l.max_streams(), " open streams, ",
-                                          FormatBytes(l.stream_state_bytes()),
-                                          " of derived and uploaded state")});
-  }
-  if (l.max_jobs() > 0) {
-    head.AddRow({"unwrap", absl::StrCat("images <= ", l.unwrap_max_side(), " px a side and ",
-                                        l.unwrap_max_pixels(), " px")});
-    head.AddRow({"jobs", absl::StrCat("<= ", l.max_jobs(), " unfinished, results kept ",
-                                      absl::StrFormat("%g", l.job_ttl_seconds()), " s within ",
-                                      FormatBytes(l.job_memory_bytes()))});
-  }
-  if (l.hologram_max_pixels() > 0) {
-    head.AddRow({"hologram", absl::StrCat("<= ", l.hologram_max_width(), " x ",
-                                          l.hologram_max_height(), " px and ",
-                                          l.hologram_max_pixels(), " px, <= ",
-                                          l.hologram_max_points(), " points")});
-  }
-  if (l.volume_max_tets() > 0) {
-    head.AddRow({"volume", absl::StrCat("meshes <= ", l.volume_max_points(), " points and ",
-                                        l.volume_max_tets(), " tets, images <= ",
-                                        l.volume_max_image_side(), " px a side")});
-  }
-  if (info.has_fusion()) {
-    const v1::FusionLimits& f = info.fusion();
-    head.AddRow({"fusion", absl::StrCat("sessions <= ", f.max_sessions_per_device(),
-                                        " per device and ", f.max_sessions_per_client(),
-                                        " per client, idle TTL ",
-                                        absl::StrFormat("%g", f.session_ttl_seconds()), " s, ",
-                                        f.max_pending(), " messages in flight per stream")});
-  }
+  PrintLimits(GroupedLimits(info), info.limits().has_server(), head);
   head.Print(out);
   out << "\n";
   Table devices;

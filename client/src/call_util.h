@@ -25,6 +25,18 @@ inline void ApplyDeadline(grpc::ClientContext* context, const ClientOptions& opt
   if (timeout.count() > 0) context->set_deadline(std::chrono::system_clock::now() + timeout);
 }
 
+// One unary call: `method(context, request, &response)` under the call's deadline.
+template <class Request, class Response, class Method>
+absl::StatusOr<Response> Unary(const ClientOptions& options, const CallOptions& call,
+                               const Request& request, Method method) {
+  grpc::ClientContext context;
+  ApplyDeadline(&context, options, call);
+  Response response;
+  grpc::Status status = method(&context, request, &response);
+  if (!status.ok()) return FromGrpc(status);
+  return response;
+}
+
 // Writes `array` as chunks of at most `chunk_bytes` data bytes (one, for an empty array), each in
 // the message `wrap(chunk, &message)` makes. False when a Write failed (Finish says why).
 template <typename Req, typename Wrap>

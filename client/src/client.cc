@@ -1,7 +1,8 @@
 #include "fresnel/client/client.h"
+#include "fresnel/client/admin_client.h"
+#include "fresnel/client/unwrap_client.h"
 
 #include <grpcpp/create_channel.h>
-#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -22,19 +23,16 @@
 #include "fresnel/v1/wire_limits.h"
 #include "fresnel/v1/array_convert.h"
 #include "call_util.h"
-#include "health_codec.h"
 
 namespace fresnel {
 
 struct Client::Impl {
   std::shared_ptr<grpc::Channel> channel;
-  std::unique_ptr<v1::AdminService::Stub> admin;
+  std::unique_ptr<AdminClient> admin;  // made once the Client exists, like `unwrap`
   std::unique_ptr<v1::InterpolationService::Stub> interpolation;
-  std::unique_ptr<v1::UnwrapService::Stub> unwrap;
   // Job calls: pick_first over the same servers (the same channel for a single server).
   std::shared_ptr<grpc::Channel> job_channel;
-  std::unique_ptr<v1::UnwrapService::Stub> jobs;
-  std::unique_ptr<grpc::GenericStub> generic;
+  std::unique_ptr<UnwrapClient> unwrap;  // made once the Client exists (it holds its stubs)
   std::mutex cap_mu;
   int64_t server_cap = 0;  // the server's message cap; 0 = not asked yet
   // Chunked transfers (shm_client.cc): one channel, so one TCP connection, per parallel stream.
@@ -59,22 +57,12 @@ namespace {
 
 using internal::ApplyDeadline;
 using internal::FromGrpc;
+using internal::Unary;
 
 // gRPC takes an int; <= 0 means "no limit" here and -1 there.
 int ChannelMessageCap(int64_t bytes) {
   if (bytes <= 0) return -1;
   return static_cast<int>(std::min<int64_t>(bytes, INT_MAX));
-}
-
-template <class Request, class Response, class Method>
-absl::StatusOr<Response> Unary(const ClientOptions& options, const CallOptions& call,
-                               const Request& request, Method method) {
-  grpc::ClientContext context;
-  ApplyDeadline(&context, options, call);
-  Response response;
-  grpc::Status status = method(&context, request, &response);
-  if (!status.ok()) return FromGrpc(status);
-  return response;
 }
 
 // Folds one stream response's execution times into the stream's totals.
@@ -213,41 +201,18 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
                                                  options.connect_timeout_s, " s"));
     }
   }
-  impl->admin = v1::AdminService::NewStub(impl->channel);
   impl->interpolation = v1::InterpolationService::NewStub(impl->channel);
-  impl->unwrap = v1::UnwrapService::NewStub(impl->channel);
   impl->shm = v1::SharedMemoryService::NewStub(impl->channel);
-  impl->jobs = v1::UnwrapService::NewStub(impl->job_channel);
-  impl->generic = std::make_unique<grpc::GenericStub>(impl->channel);
-  return std::unique_ptr<Client>(new Client(options, std::move(impl)));
-}
-
-absl::StatusOr<v1::ServerInfo> Client::GetServerInfo(const CallOptions& call) {
-  return Unary<v1::GetServerInfoRequest, v1::ServerInfo>(
-      options_, call, v1::GetServerInfoRequest(),
-      [this](grpc::ClientContext* c, const auto& req, auto* resp) {
-        return impl_->admin->GetServerInfo(c, req, resp);
-      });
-}
-
-absl::StatusOr<v1::ServerStats> Client::GetStats(const CallOptions& call) {
-  return Unary<v1::GetStatsRequest, v1::ServerStats>(
-      options_, call, v1::GetStatsRequest(),
-      [this](grpc::ClientContext* c, const auto& req, auto* resp) {
-        return impl_->admin->GetStats(c, req, resp);
-      });
+  std::unique_ptr<Client> client(new Client(options, std::move(impl)));
+  client->impl_->admin = std::make_unique<AdminClient>(client.get());
+  client->impl_->unwrap = std::make_unique<UnwrapClient>(client.get());
+  return client;
 }
 
 absl::StatusOr<v1::InjectFaultResponse> Client::InjectFault(const std::string& device_id,
                                                             v1::FaultKind kind,
                                                             const CallOptions& call) {
-  v1::InjectFaultRequest request;
-  request.set_device_id(device_id);
-  request.set_kind(kind);
-  return Unary<v1::InjectFaultRequest, v1::InjectFaultResponse>(
-      options_, call, request, [this](grpc::ClientContext* c, const auto& req, auto* resp) {
-        return impl_->admin->InjectFault(c, req, resp);
-      });
+  return impl_->admin->InjectFault(device_id, kind, call);
 }
 
 absl::StatusOr<v1::InterpolationResponse> Client::Upfirdn(const v1::UpfirdnRequest& request,
@@ -280,36 +245,6 @@ absl::StatusOr<v1::InterpolationResponse> Client::Decimate(const v1::DecimateReq
       options_, call, request, [this](grpc::ClientContext* c, const auto& req, auto* resp) {
         return impl_->interpolation->Decimate(c, req, resp);
       });
-}
-
-absl::StatusOr<ServingStatus> Client::CheckHealth(const std::string& service,
-                                                  const CallOptions& call) {
-  grpc::ClientContext context;
-  ApplyDeadline(&context, options_, call);
-  const std::string request_bytes = internal::EncodeHealthCheckRequest(service);
-  grpc::Slice slice(request_bytes);
-  grpc::ByteBuffer request(&slice, 1);
-  grpc::ByteBuffer response;
-  std::promise<grpc::Status> done;
-  impl_->generic->UnaryCall(&context, internal::kHealthCheckMethod, grpc::StubOptions(), &request,
-                            &response, [&done](grpc::Status s) { done.set_value(std::move(s)); });
-  const grpc::Status status = done.get_future().get();
-  if (status.error_code() == grpc::StatusCode::NOT_FOUND) {
-    return ServingStatus::kServiceUnknown;  // the standard reply for an unregistered service
-  }
-  if (!status.ok()) return FromGrpc(status);
-  std::vector<grpc::Slice> slices;
-  if (!response.Dump(&slices).ok()) return absl::InternalError("cannot read the health response");
-  std::string bytes;
-  for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  absl::StatusOr<int> value = internal::DecodeHealthCheckResponse(bytes);
-  if (!value.ok()) return value.status();
-  switch (*value) {
-    case 1: return ServingStatus::kServing;
-    case 2: return ServingStatus::kNotServing;
-    case 3: return ServingStatus::kServiceUnknown;
-    default: return ServingStatus::kUnknown;
-  }
 }
 
 absl::StatusOr<HostArray> Client::ResampleStream(
@@ -434,62 +369,6 @@ absl::StatusOr<HostArray> Client::ResampleStream(
   return y;
 }
 
-// ---------------------------------------------------------------------------------------------
-// Phase unwrapping
-
-namespace {
-
-using v1::kEnvelopeBytes;
-
-bool IsTerminal(v1::JobState state) {
-  return state == v1::JOB_STATE_DONE || state == v1::JOB_STATE_FAILED ||
-         state == v1::JOB_STATE_CANCELLED;
-}
-
-const char* ArrayName(v1::UnwrapArray array) {
-  switch (array) {
-    case v1::UNWRAP_ARRAY_PHASE: return "phase";
-    case v1::UNWRAP_ARRAY_MASK: return "mask";
-    case v1::UNWRAP_ARRAY_QUALITY: return "quality";
-    case v1::UNWRAP_ARRAY_UNWRAPPED: return "unwrapped";
-    case v1::UNWRAP_ARRAY_RESIDUES: return "residues";
-    case v1::UNWRAP_ARRAY_CUTS: return "cuts";
-    case v1::UNWRAP_ARRAY_REGIONS: return "regions";
-    case v1::UNWRAP_ARRAY_UNREACHED: return "unreached";
-    default: return "array";
-  }
-}
-
-HostArray* OutputSlot(UnwrapResult* r, v1::UnwrapArray array) {
-  switch (array) {
-    case v1::UNWRAP_ARRAY_UNWRAPPED: return &r->unwrapped;
-    case v1::UNWRAP_ARRAY_RESIDUES: return &r->residues;
-    case v1::UNWRAP_ARRAY_CUTS: return &r->cuts;
-    case v1::UNWRAP_ARRAY_REGIONS: return &r->regions;
-    case v1::UNWRAP_ARRAY_UNREACHED: return &r->unreached;
-    default: return nullptr;
-  }
-}
-
-// Everything but the arrays.
-void TakeHeader(v1::UnwrapResponse* response, UnwrapResult* r) {
-  r->request_id = response->request_id();
-  r->method = response->method();
-  r->stats = response->stats();
-  r->stage_seconds = response->stage_seconds();
-  r->info = response->info();
-}
-
-absl::Status TakeInlineArray(v1::NdArray* array, const char* name, HostArray* out) {
-  if (array->shape_size() == 0 && array->data().empty()) return absl::OkStatus();  // not sent
-  absl::StatusOr<HostArray> a = FromProto(std::move(*array), name);
-  if (!a.ok()) return a.status();
-  *out = *std::move(a);
-  return absl::OkStatus();
-}
-
-}  // namespace
-
 std::shared_ptr<grpc::Channel> Client::channel() const { return impl_->channel; }
 
 std::shared_ptr<grpc::Channel> Client::TransferChannel(int index) {
@@ -530,215 +409,63 @@ int64_t Client::MessageCap(const CallOptions& call) {
   return std::min(own, impl_->server_cap);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Admin and health: AdminClient (admin_client.cc) on this client's channel.
+
+absl::StatusOr<v1::ServerInfo> Client::GetServerInfo(const CallOptions& call) {
+  return impl_->admin->GetServerInfo(call);
+}
+
+absl::StatusOr<v1::ServerStats> Client::GetStats(const CallOptions& call) {
+  return impl_->admin->GetStats(call);
+}
+
+absl::StatusOr<ServingStatus> Client::CheckHealth(const std::string& service,
+                                                  const CallOptions& call) {
+  return impl_->admin->CheckHealth(service, call);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Phase unwrapping: UnwrapClient (unwrap_client.cc) on this client's channels.
+
+std::shared_ptr<grpc::Channel> Client::job_channel() const { return impl_->job_channel; }
+
 absl::StatusOr<UnwrapResult> Client::Unwrap(const v1::UnwrapRequest& request,
                                             const CallOptions& call) {
-  absl::StatusOr<v1::UnwrapResponse> response = Unary<v1::UnwrapRequest, v1::UnwrapResponse>(
-      options_, call, request, [this](grpc::ClientContext* c, const auto& req, auto* resp) {
-        return impl_->unwrap->Unwrap(c, req, resp);
-      });
-  if (!response.ok()) return response.status();
-  UnwrapResult r;
-  TakeHeader(&*response, &r);
-  const std::pair<v1::NdArray*, v1::UnwrapArray> arrays[] = {
-      {response->mutable_unwrapped(), v1::UNWRAP_ARRAY_UNWRAPPED},
-      {response->mutable_residues(), v1::UNWRAP_ARRAY_RESIDUES},
-      {response->mutable_cuts(), v1::UNWRAP_ARRAY_CUTS},
-      {response->mutable_regions(), v1::UNWRAP_ARRAY_REGIONS},
-      {response->mutable_unreached(), v1::UNWRAP_ARRAY_UNREACHED}};
-  for (const auto& [array, which] : arrays) {
-    if (absl::Status s = TakeInlineArray(array, ArrayName(which), OutputSlot(&r, which)); !s.ok()) {
-      return s;
-    }
-  }
-  return r;
+  return impl_->unwrap->Unwrap(request, call);
 }
 
 absl::StatusOr<v1::SubmitResponse> Client::SubmitUnwrap(v1::UnwrapRequest request,
                                                         const SubmitOptions& options,
                                                         const CallOptions& call) {
-  const int64_t cap = options.max_message_bytes > 0 ? options.max_message_bytes : MessageCap(call);
-  v1::SubmitRequest first;
-  v1::SubmitHeader* header = first.mutable_header();
-  header->set_idempotency_key(options.idempotency_key);
-  // Arrays that do not fit in the header next to everything else travel as chunks, largest
-  // first, until the header fits.
-  std::vector<std::pair<v1::UnwrapArray, HostArray>> chunked;
-  std::vector<std::pair<v1::NdArray*, v1::UnwrapArray>> order;
-  if (request.has_phase()) order.emplace_back(request.mutable_phase(), v1::UNWRAP_ARRAY_PHASE);
-  if (request.has_mask()) order.emplace_back(request.mutable_mask(), v1::UNWRAP_ARRAY_MASK);
-  if (request.has_quality()) {
-    order.emplace_back(request.mutable_quality(), v1::UNWRAP_ARRAY_QUALITY);
-  }
-  std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
-    return a.first->data().size() > b.first->data().size();
-  });
-  for (const auto& [array, which] : order) {
-    if (static_cast<int64_t>(request.ByteSizeLong()) + kEnvelopeBytes <= cap) break;
-    absl::StatusOr<HostArray> a = FromProto(std::move(*array), ArrayName(which));
-    if (!a.ok()) return a.status();
-    chunked.emplace_back(which, *std::move(a));
-    switch (which) {
-      case v1::UNWRAP_ARRAY_PHASE: request.clear_phase(); break;
-      case v1::UNWRAP_ARRAY_MASK: request.clear_mask(); break;
-      default: request.clear_quality(); break;
-    }
-  }
-  *header->mutable_request() = std::move(request);
-
-  grpc::ClientContext context;
-  ApplyDeadline(&context, options_, call);
-  v1::SubmitResponse response;
-  std::unique_ptr<grpc::ClientWriter<v1::SubmitRequest>> writer =
-      impl_->jobs->Submit(&context, &response);
-  bool ok = writer->Write(first);
-  const int64_t chunk_bytes = v1::ChunkPayloadBytes(cap);
-  for (const auto& [which, array] : chunked) {
-    if (!ok) break;
-    ok = internal::WriteArrayChunks(
-        writer.get(), array, chunk_bytes,
-        [which = which](v1::ArrayChunk&& chunk, v1::SubmitRequest* message) {
-          message->mutable_chunk()->set_array(which);
-          *message->mutable_chunk()->mutable_chunk() = std::move(chunk);
-        });
-  }
-  if (ok) writer->WritesDone();
-  const grpc::Status status = writer->Finish();  // says why when a Write failed
-  if (!status.ok()) return FromGrpc(status);
-  return response;
+  return impl_->unwrap->Submit(std::move(request), options, call);
 }
 
 absl::StatusOr<v1::UnwrapJob> Client::WatchUnwrap(
     const std::string& job_id, const std::function<void(const v1::UnwrapJob&)>& on_state,
     const CallOptions& call) {
-  grpc::ClientContext context;
-  ApplyDeadline(&context, options_, call);
-  v1::WatchRequest request;
-  request.set_job_id(job_id);
-  std::unique_ptr<grpc::ClientReader<v1::UnwrapJob>> reader =
-      impl_->jobs->Watch(&context, request);
-  v1::UnwrapJob job, last;
-  bool any = false;
-  while (reader->Read(&job)) {
-    any = true;
-    if (on_state) on_state(job);
-    last = job;
-  }
-  const grpc::Status status = reader->Finish();
-  if (!status.ok()) return FromGrpc(status);
-  if (!any || !IsTerminal(last.state())) {
-    return absl::UnavailableError(
-        absl::StrCat("the Watch stream of job ", job_id, " ended before the job finished"));
-  }
-  return last;
+  return impl_->unwrap->Watch(job_id, on_state, call);
 }
 
 absl::StatusOr<v1::UnwrapJob> Client::GetUnwrapJob(const std::string& job_id,
                                                    const CallOptions& call) {
-  grpc::ClientContext context;
-  ApplyDeadline(&context, options_, call);
-  v1::WatchRequest request;
-  request.set_job_id(job_id);
-  request.set_once(true);
-  std::unique_ptr<grpc::ClientReader<v1::UnwrapJob>> reader =
-      impl_->jobs->Watch(&context, request);
-  v1::UnwrapJob job, last;
-  bool any = false;
-  while (reader->Read(&job)) {
-    any = true;
-    last = job;
-  }
-  const grpc::Status status = reader->Finish();
-  if (!status.ok()) return FromGrpc(status);
-  if (!any) return absl::DataLossError(absl::StrCat("no state of job ", job_id, " was sent"));
-  return last;
+  return impl_->unwrap->GetJob(job_id, call);
 }
 
 absl::StatusOr<UnwrapResult> Client::GetUnwrapResult(const std::string& job_id,
                                                      int64_t max_chunk_bytes,
                                                      const CallOptions& call) {
-  grpc::ClientContext context;
-  ApplyDeadline(&context, options_, call);
-  v1::GetUnwrapResultRequest request;
-  request.set_job_id(job_id);
-  request.set_max_chunk_bytes(max_chunk_bytes);
-  std::unique_ptr<grpc::ClientReader<v1::GetUnwrapResultResponse>> reader =
-      impl_->jobs->Get(&context, request);
-  UnwrapResult result;
-  std::vector<v1::UnwrapArray> expected;
-  std::map<int, ChunkAssembler> assemblers;
-  std::map<int, bool> complete;
-  absl::Status failure;
-  bool have_header = false;
-  v1::GetUnwrapResultResponse message;
-  while (failure.ok() && reader->Read(&message)) {
-    if (!have_header) {
-      if (message.msg_case() != v1::GetUnwrapResultResponse::kResult) {
-        failure = absl::DataLossError("the first Get message carries no result header");
-        break;
-      }
-      have_header = true;
-      TakeHeader(message.mutable_result(), &result);
-      for (int a : message.result().chunked_arrays()) {
-        expected.push_back(static_cast<v1::UnwrapArray>(a));
-      }
-      continue;
-    }
-    if (message.msg_case() != v1::GetUnwrapResultResponse::kChunk) {
-      failure = absl::DataLossError("a Get message after the header carries no chunk");
-      break;
-    }
-    v1::UnwrapArrayChunk* c = message.mutable_chunk();
-    if (OutputSlot(&result, c->array()) == nullptr ||
-        std::find(expected.begin(), expected.end(), c->array()) == expected.end()) {
-      failure = absl::DataLossError(absl::StrCat("unexpected chunk of array ",
-                                                 static_cast<int>(c->array())));
-      break;
-    }
-    absl::StatusOr<bool> done = assemblers[c->array()].Add(
-        std::move(*c->mutable_chunk()), ArrayName(c->array()), int64_t{1} << 50);
-    if (!done.ok()) {
-      failure = done.status();
-    } else if (*done) {
-      complete[c->array()] = true;
-    }
-  }
-  if (!failure.ok()) {
-    context.TryCancel();
-    while (reader->Read(&message)) {
-    }
-  }
-  const grpc::Status status = reader->Finish();
-  if (!failure.ok()) return failure;
-  if (!status.ok()) return FromGrpc(status);
-  if (!have_header) return absl::DataLossError("the Get stream ended without a result");
-  for (v1::UnwrapArray a : expected) {
-    if (!complete[a]) {
-      return absl::DataLossError(
-          absl::StrCat("the Get stream ended before array ", ArrayName(a), " was complete"));
-    }
-    absl::StatusOr<HostArray> array = assemblers[a].Take(ArrayName(a));
-    if (!array.ok()) return array.status();
-    *OutputSlot(&result, a) = *std::move(array);
-  }
-  return result;
+  return impl_->unwrap->GetResult(job_id, max_chunk_bytes, call);
 }
 
 absl::StatusOr<v1::UnwrapJob> Client::CancelUnwrap(const std::string& job_id,
                                                    const CallOptions& call) {
-  v1::CancelJobRequest request;
-  request.set_job_id(job_id);
-  return Unary<v1::CancelJobRequest, v1::UnwrapJob>(
-      options_, call, request, [this](grpc::ClientContext* c, const auto& req, auto* resp) {
-        return impl_->jobs->Cancel(c, req, resp);
-      });
+  return impl_->unwrap->Cancel(job_id, call);
 }
 
 absl::StatusOr<v1::ListUnwrapJobsResponse> Client::ListUnwrapJobs(
     const v1::ListJobsRequest& request, const CallOptions& call) {
-  return Unary<v1::ListJobsRequest, v1::ListUnwrapJobsResponse>(
-      options_, call, request, [this](grpc::ClientContext* c, const auto& req, auto* resp) {
-        return impl_->jobs->List(c, req, resp);
-      });
+  return impl_->unwrap->List(request, call);
 }
 
 }  // namespace fresnel

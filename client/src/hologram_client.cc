@@ -304,7 +304,7 @@ absl::StatusOr<HologramReconstruction> Client::Reconstruct(const v1::Reconstruct
   if (inline_field) ToProto(field, first.mutable_config()->mutable_field());
   bool ok = writer->Write(first);
   if (!inline_field) {
-    const int64_t chunk_bytes = std::max<int64_t>(4096, cap - kEnvelopeBytes);
+    const int64_t chunk_bytes = v1::ChunkPayloadBytes(cap);
     const int64_t total = static_cast<int64_t>(field.nbytes());
     for (int64_t offset = 0; ok; offset += chunk_bytes) {
       v1::ReconstructRequest message;

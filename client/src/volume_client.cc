@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "call_util.h"
 #include "fresnel/v1/array_convert.h"
+#include "fresnel/v1/wire_limits.h"
 
 namespace fresnel {
 namespace {
@@ -16,8 +17,6 @@ namespace {
 using internal::ApplyDeadline;
 using internal::FromGrpc;
 
-// Room for a message's other fields next to its chunk bytes.
-constexpr int64_t kEnvelopeBytes = 16 << 10;
 // Chunks stay small enough to pipeline well even when the cap is large.
 constexpr int64_t kMaxChunkBytes = 4 << 20;
 
@@ -51,7 +50,7 @@ absl::StatusOr<v1::UploadMeshResponse> VolumeClient::UploadMesh(const HostArray&
   header->mutable_device()->set_kind(device);
   bool ok = writer->Write(first);
   const int64_t chunk_bytes =
-      std::clamp<int64_t>(options_.max_message_bytes - kEnvelopeBytes, 1024, kMaxChunkBytes);
+      std::min(v1::ChunkPayloadBytes(options_.max_message_bytes), kMaxChunkBytes);
   const std::pair<v1::MeshArray, const HostArray*> arrays[] = {
       {v1::MESH_ARRAY_POINTS, &points_xyz},
       {v1::MESH_ARRAY_TETS, &tets},

@@ -38,7 +38,7 @@
 namespace fresnel::server {
 
 template <class Request, class Response>
-class OrderedStream : public grpc::ServerBidiReactor<Request, Response> {
+class OrderedStream : public RpcCall<grpc::ServerBidiReactor<Request, Response>> {
  public:
   // One request's answer: `first`, then, while `more` returns true, the response it filled.
   struct Reply {
@@ -59,7 +59,7 @@ class OrderedStream : public grpc::ServerBidiReactor<Request, Response> {
       Progress();
       return;
     }
-    record_.Payload("in", static_cast<double>(request_.ByteSizeLong()));
+    this->record().Payload("in", static_cast<double>(request_.ByteSizeLong()));
     int64_t seq;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -111,7 +111,7 @@ class OrderedStream : public grpc::ServerBidiReactor<Request, Response> {
     if (!aborted && more_) {
       write_.Clear();
       if (more_(&write_)) {
-        record_.Payload("out", static_cast<double>(write_.ByteSizeLong()));
+        this->record().Payload("out", static_cast<double>(write_.ByteSizeLong()));
         this->StartWrite(&write_);
         return;
       }
@@ -135,7 +135,8 @@ class OrderedStream : public grpc::ServerBidiReactor<Request, Response> {
 
  protected:
   OrderedStream(Metrics* metrics, const char* service, const char* method, int max_in_flight)
-      : record_(metrics, service, method), max_in_flight_(max_in_flight < 1 ? 1 : max_in_flight) {}
+      : RpcCall<grpc::ServerBidiReactor<Request, Response>>(metrics, service, method),
+        max_in_flight_(max_in_flight < 1 ? 1 : max_in_flight) {}
   ~OrderedStream() override = default;
 
   void StartReading() {
@@ -184,8 +185,8 @@ class OrderedStream : public grpc::ServerBidiReactor<Request, Response> {
   void End(const absl::Status& status) { Stop(status, false); }
   void Abort(const absl::Status& status) { Stop(status, true); }
 
-  RpcRecord& record() { return record_; }
-  double Elapsed() const { return record_.Elapsed(); }
+  using RpcCall<grpc::ServerBidiReactor<Request, Response>>::record;
+  using RpcCall<grpc::ServerBidiReactor<Request, Response>>::Elapsed;
 
  private:
   struct Slot {
@@ -260,17 +261,13 @@ class OrderedStream : public grpc::ServerBidiReactor<Request, Response> {
       }
     }
     if (write) {
-      record_.Payload("out", static_cast<double>(write_.ByteSizeLong()));
+      this->record().Payload("out", static_cast<double>(write_.ByteSizeLong()));
       this->StartWrite(&write_);
     }
     if (read) this->StartRead(&request_);
-    if (finish) {
-      record_.Done(status);
-      this->Finish(ToGrpcStatus(status));
-    }
+    if (finish) this->FinishWith(status);
   }
 
-  RpcRecord record_;
   const int max_in_flight_;
   Request request_;  // the read buffer (one read in flight)
   Response write_;   // the write buffer (one write in flight)

@@ -24,10 +24,10 @@
 namespace fresnel::server {
 
 template <typename Msg>
-class QueuedWriter : public grpc::ServerWriteReactor<Msg> {
+class QueuedWriter : public RpcCall<grpc::ServerWriteReactor<Msg>> {
  public:
   QueuedWriter(Metrics* metrics, const char* service, const char* method)
-      : record_(metrics, service, method) {}
+      : RpcCall<grpc::ServerWriteReactor<Msg>>(metrics, service, method) {}
 
   // Called (once, on a gRPC thread) when the client cancels or the deadline passes.
   void SetCancelHook(std::function<void()> hook) {
@@ -61,7 +61,7 @@ class QueuedWriter : public grpc::ServerWriteReactor<Msg> {
     Pump(lock);
   }
 
-  RpcRecord& record() { return record_; }
+  using RpcCall<grpc::ServerWriteReactor<Msg>>::record;
 
   void OnWriteDone(bool ok) override {
     std::unique_lock<std::mutex> lock(mu_);
@@ -84,8 +84,6 @@ class QueuedWriter : public grpc::ServerWriteReactor<Msg> {
     if (hook) hook();
   }
 
-  void OnDone() override { delete this; }
-
  private:
   // Starts the next write, or finishes once closed and drained. Releases the lock.
   void Pump(std::unique_lock<std::mutex>& lock) {
@@ -103,11 +101,9 @@ class QueuedWriter : public grpc::ServerWriteReactor<Msg> {
     absl::Status status = status_;
     if (status.ok() && client_gone_) status = absl::CancelledError("the client went away");
     lock.unlock();
-    record_.Done(status);
-    this->Finish(ToGrpcStatus(status));
+    this->FinishWith(status);
   }
 
-  RpcRecord record_;
   mutable std::mutex mu_;
   std::deque<Msg> pending_;
   Msg current_;  // the message being written

@@ -21,7 +21,7 @@
 namespace fresnel::server {
 
 template <typename Req>
-class UploadReader : public grpc::ServerReadReactor<Req> {
+class UploadReader : public RpcCall<grpc::ServerReadReactor<Req>> {
  public:
   void OnReadDone(bool ok) final {
     if (!ok) {
@@ -50,13 +50,13 @@ class UploadReader : public grpc::ServerReadReactor<Req> {
     this->StartRead(&request_);
   }
 
-  void OnDone() override { delete this; }
-
  protected:
   // `budget` (may be null) is charged with the bytes of every message as it arrives.
   UploadReader(Metrics* metrics, const char* service, const char* method,
                grpc::CallbackServerContext* context, Budget* budget = nullptr)
-      : context_(context), record_(metrics, service, method), budget_(budget) {}
+      : RpcCall<grpc::ServerReadReactor<Req>>(metrics, service, method),
+        context_(context),
+        budget_(budget) {}
 
   void StartReading() { this->StartRead(&request_); }
 
@@ -67,23 +67,17 @@ class UploadReader : public grpc::ServerReadReactor<Req> {
   virtual absl::Status Complete() = 0;
 
   // Finishes the call (only the first call counts). `this` may be deleted after it.
-  void FinishWith(const absl::Status& status) {
-    if (finished_.exchange(true)) return;
-    record_.Done(status);
-    this->Finish(ToGrpcStatus(status));
-  }
+  using RpcCall<grpc::ServerReadReactor<Req>>::FinishWith;
+  using RpcCall<grpc::ServerReadReactor<Req>>::record;
 
   grpc::CallbackServerContext* context() const { return context_; }
-  RpcRecord& record() { return record_; }
 
  private:
   grpc::CallbackServerContext* const context_;
-  RpcRecord record_;
   Budget* const budget_;
   Budget::Reservation held_;
   bool reserved_ = false;
   Req request_;
-  std::atomic<bool> finished_{false};
 };
 
 }  // namespace fresnel::server

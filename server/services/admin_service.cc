@@ -5,11 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "fresnel/core/gpu.h"
-#include "fresnel/hologram/hologram.h"
-#include "server/services/fusion_service.h"
-#include "server/sessions.h"
 #include "server/status_util.h"
-#include "fresnel/volume/render.h"
+#include "server/workload.h"
 
 #ifndef FRESNEL_VERSION
 #define FRESNEL_VERSION "dev"
@@ -17,9 +14,14 @@
 
 namespace fresnel::server {
 
+namespace {
+constexpr char kService[] = "fresnel.v1.AdminService";
+}  // namespace
+
 grpc::ServerUnaryReactor* AdminService::GetServerInfo(grpc::CallbackServerContext* context,
                                                       const v1::GetServerInfoRequest*,
                                                       v1::ServerInfo* response) {
+  RpcRecord record(ctx_->metrics, kService, "GetServerInfo");
   response->set_version(FRESNEL_VERSION);
   response->set_cuda_compiled(CudaCompiled());
   response->set_instance(config_.instance);
@@ -36,47 +38,19 @@ grpc::ServerUnaryReactor* AdminService::GetServerInfo(grpc::CallbackServerContex
     if (d.kind == DeviceKind::kCpu) response->set_cpu_workers(d.workers);
   }
   v1::Limits* limits = response->mutable_limits();
-  limits->set_max_message_bytes(ctx_->max_message_bytes);
-  limits->set_queue_capacity(config_.queue_length);
-  limits->set_max_rate(ctx_->interp_limits.max_rate);
-  limits->set_max_taps(ctx_->interp_limits.max_taps);
-  limits->set_max_output_samples(ctx_->interp_limits.max_output_samples);
-  limits->set_unwrap_max_side(ctx_->unwrap_limits.max_side);
-  limits->set_unwrap_max_pixels(ctx_->unwrap_limits.max_pixels);
-  limits->set_max_jobs(config_.max_jobs);
-  limits->set_job_ttl_seconds(config_.job_ttl_s);
-  const hologram::Limits hologram_defaults;
-  limits->set_hologram_max_width(hologram_defaults.max_width);
-  limits->set_hologram_max_height(hologram_defaults.max_height);
-  limits->set_hologram_max_pixels(config_.hologram_max_pixels);
-  limits->set_hologram_max_points(config_.hologram_max_points);
-  limits->set_job_memory_bytes(config_.job_memory_bytes);
-  if (ctx_->sessions != nullptr) {
-    const FusionServiceLimits fusion_limits;
-    v1::FusionLimits* fusion = response->mutable_fusion();
-    fusion->set_max_sessions_per_device(ctx_->sessions->options().max_sessions_per_device);
-    fusion->set_max_sessions_per_client(ctx_->sessions->options().max_sessions_per_client);
-    fusion->set_session_ttl_seconds(ctx_->sessions->options().ttl_s);
-    fusion->set_max_pending(fusion_limits.max_pending);
-    fusion->set_max_snapshot_bytes(fusion_limits.max_snapshot_bytes);
-    fusion->set_max_render_pixels(fusion_limits.max_render_pixels);
+  FillServerLimits(config_, limits);
+  for (const Workload& w : Workloads()) {
+    if (w.fill_limits) w.fill_limits(config_, limits);
+    if (w.fill_info) w.fill_info(config_, response);
   }
-  limits->set_volume_max_points(config_.volume_max_points);
-  limits->set_volume_max_tets(config_.volume_max_tets);
-  limits->set_volume_max_image_side(volume::kMaxImageSide);
-  limits->set_session_gpu_cap_bytes(config_.session_gpu_memory_bytes);
-  limits->set_session_cpu_cap_bytes(config_.session_cpu_memory_bytes);
-  limits->set_max_streams(config_.max_streams);
-  limits->set_stream_state_bytes(config_.stream_state_bytes);
   for (const std::string& s : services_) response->add_services(s);
-  auto* reactor = context->DefaultReactor();
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+  return FinishUnary(record, context, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* AdminService::GetStats(grpc::CallbackServerContext* context,
                                                  const v1::GetStatsRequest*,
                                                  v1::ServerStats* response) {
+  RpcRecord record(ctx_->metrics, kService, "GetStats");
   response->set_uptime_seconds(
       std::chrono::duration<double>(Clock::now() - ctx_->started).count());
   int64_t total = 0, failed = 0;
@@ -97,9 +71,7 @@ grpc::ServerUnaryReactor* AdminService::GetStats(grpc::CallbackServerContext* co
   response->set_requests_failed(failed);
   response->set_in_flight(ctx_->pool->InFlight());
   response->set_serving(!ctx_->pool->draining());
-  auto* reactor = context->DefaultReactor();
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+  return FinishUnary(record, context, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* AdminService::InjectFault(grpc::CallbackServerContext* context,

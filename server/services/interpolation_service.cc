@@ -317,7 +317,7 @@ grpc::ServerUnaryReactor* InterpolationService::Upfirdn(grpc::CallbackServerCont
                                                         const v1::UpfirdnRequest* request,
                                                         v1::InterpolationResponse* response) {
   auto* call = new UnaryJobCall(ctx_, context, kService, "Upfirdn");
-  auto parsed = ParseUpfirdn(*request, ctx_->interp_limits);
+  auto parsed = ParseUpfirdn(*request, limits_);
   const ShmResolver resolver = ResolverOf(ctx_, context);
   if (parsed.ok()) {
     absl::StatusOr<std::optional<DirectX>> direct =
@@ -356,7 +356,7 @@ grpc::ServerUnaryReactor* InterpolationService::Upfirdn(grpc::CallbackServerCont
   absl::StatusOr<HostArray> x = parsed.ok() ? TakeX(request->x(), resolver) : parsed.status();
   absl::Status valid = x.status();
   if (valid.ok()) {
-    valid = interp::ValidateUpfirdn(parsed->taps, *x, parsed->options, ctx_->interp_limits);
+    valid = interp::ValidateUpfirdn(parsed->taps, *x, parsed->options, limits_);
   }
   if (!valid.ok()) {
     call->Reject(valid);
@@ -418,7 +418,7 @@ grpc::ServerUnaryReactor* InterpolationService::ResamplePoly(
   }
   absl::StatusOr<HostArray> x = options.ok() ? TakeX(request->x(), resolver) : options.status();
   absl::Status valid = x.status();
-  if (valid.ok()) valid = interp::ValidateResamplePoly(*x, *options, ctx_->interp_limits);
+  if (valid.ok()) valid = interp::ValidateResamplePoly(*x, *options, limits_);
   if (!valid.ok()) {
     call->Reject(valid);
     return call;
@@ -449,7 +449,7 @@ grpc::ServerUnaryReactor* InterpolationService::Resample(grpc::CallbackServerCon
   const ShmResolver resolver = ResolverOf(ctx_, context);
   absl::StatusOr<HostArray> x = TakeX(request->x(), resolver);
   absl::Status valid = x.status();
-  if (valid.ok()) valid = interp::ValidateResample(*x, options, ctx_->interp_limits);
+  if (valid.ok()) valid = interp::ValidateResample(*x, options, limits_);
   if (!valid.ok()) {
     call->Reject(valid);
     return call;
@@ -478,7 +478,7 @@ grpc::ServerUnaryReactor* InterpolationService::Decimate(grpc::CallbackServerCon
   const ShmResolver resolver = ResolverOf(ctx_, context);
   absl::StatusOr<HostArray> x = TakeX(request->x(), resolver);
   absl::Status valid = x.status();
-  if (valid.ok()) valid = interp::ValidateDecimate(*x, options, ctx_->interp_limits);
+  if (valid.ok()) valid = interp::ValidateDecimate(*x, options, limits_);
   if (!valid.ok()) {
     call->Reject(valid);
     return call;
@@ -503,12 +503,15 @@ namespace {
 // outputs are written, and only then is the next message read, so the resampler (the delay line)
 // is touched by one job at a time and memory per stream stays bounded.
 class ResampleStreamCall
-    : public grpc::ServerBidiReactor<v1::ResampleStreamRequest, v1::ResampleStreamResponse> {
+    : public RpcCall<
+          grpc::ServerBidiReactor<v1::ResampleStreamRequest, v1::ResampleStreamResponse>> {
  public:
-  ResampleStreamCall(ServiceContext* ctx, grpc::CallbackServerContext* context)
-      : ctx_(ctx),
+  ResampleStreamCall(ServiceContext* ctx, const interp::Limits& limits,
+                     grpc::CallbackServerContext* context)
+      : RpcCall(ctx->metrics, kService, "ResampleStream"),
+        ctx_(ctx),
+        limits_(limits),
         context_(context),
-        record_(ctx->metrics, kService, "ResampleStream"),
         resolver_(ResolverOf(ctx, context)) {
     absl::Status slot = ReserveStream(ctx, context, "a ResampleStream", &stream_slot_);
     if (slot.ok() && ctx->drain != nullptr) {
@@ -607,7 +610,7 @@ class ResampleStreamCall
         FinishWith(fits);
         return;
       }
-      record_.Payload("in", static_cast<double>(a->nbytes()));
+      record().Payload("in", static_cast<double>(a->nbytes()));
       chunk = std::move(*a);
     } else if (!request_.end()) {
       FinishWith(absl::InvalidArgumentError("chunk: a message needs a chunk or end"));
@@ -658,7 +661,7 @@ class ResampleStreamCall
     request_id_ = RequestIdOr(config.request_id());
     const v1::NdArray* x = nullptr;
     if (config.op_case() == v1::ResampleStreamConfig::kUpfirdn) {
-      FRESNEL_ASSIGN_OR_RETURN(UpfirdnCall call, ParseUpfirdn(config.upfirdn(), ctx_->interp_limits));
+      FRESNEL_ASSIGN_OR_RETURN(UpfirdnCall call, ParseUpfirdn(config.upfirdn(), limits_));
       x = &config.upfirdn().x();
       FRESNEL_ASSIGN_OR_RETURN(DType dtype, FromProto(x->dtype(), "config.upfirdn.x"));
       int64_t channels = x->shape_size() == 2 ? x->shape(0) : 1;
@@ -667,7 +670,7 @@ class ResampleStreamCall
       taps_ = static_cast<int64_t>(call.taps.size());
       FRESNEL_ASSIGN_OR_RETURN(
           auto r, interp::StreamingResampler::ForUpfirdn(std::move(call.taps), call.options,
-                                                         channels, dtype, ctx_->interp_limits));
+                                                         channels, dtype, limits_));
       resampler_.emplace(std::move(r));
       FRESNEL_ASSIGN_OR_RETURN(preference_,
                                PreferenceOf(config.upfirdn().device(), "config.upfirdn.device"));
@@ -682,7 +685,7 @@ class ResampleStreamCall
       taps_ = opts.taps.empty() ? interp::ResamplePolyDefaultNumtaps(opts.up, opts.down)
                                 : static_cast<int64_t>(opts.taps.size());
       FRESNEL_ASSIGN_OR_RETURN(auto r, interp::StreamingResampler::ForResamplePoly(
-                                           opts, channels, dtype, ctx_->interp_limits));
+                                           opts, channels, dtype, limits_));
       resampler_.emplace(std::move(r));
       FRESNEL_ASSIGN_OR_RETURN(
           preference_, PreferenceOf(config.resample_poly().device(), "config.resample_poly.device"));
@@ -740,7 +743,7 @@ class ResampleStreamCall
       response_.Clear();
       response_.set_request_id(request_id_);
       response_.set_chunk_index(index);
-      record_.Payload("out", static_cast<double>(output->nbytes()));
+      record().Payload("out", static_cast<double>(output->nbytes()));
       ToProto(std::move(*output), response_.mutable_y());
       response_.set_samples_out(resampler_->samples_out());
       double total = std::chrono::duration<double>(Clock::now() - received).count();
@@ -761,13 +764,12 @@ class ResampleStreamCall
       if (finished_) return;
       finished_ = true;
     }
-    record_.Done(status);
-    Finish(ToGrpcStatus(status));
+    RpcCall::FinishWith(status);
   }
 
   ServiceContext* ctx_;
+  const interp::Limits limits_;
   grpc::CallbackServerContext* context_;
-  RpcRecord record_;
   ShmResolver resolver_;  // chunks may lie in the client's shared-memory regions
   StreamSlot stream_slot_;
   Budget::Reservation state_;
@@ -792,7 +794,7 @@ class ResampleStreamCall
 
 grpc::ServerBidiReactor<v1::ResampleStreamRequest, v1::ResampleStreamResponse>*
 InterpolationService::ResampleStream(grpc::CallbackServerContext* context) {
-  return new ResampleStreamCall(ctx_, context);
+  return new ResampleStreamCall(ctx_, limits_, context);
 }
 
 }  // namespace fresnel::server

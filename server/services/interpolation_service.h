@@ -2,6 +2,7 @@
 // DevicePool through fresnel::interp. Never blocks a gRPC thread on compute.
 #pragma once
 
+#include "fresnel/interp/interp.h"
 #include "fresnel/v1/interpolation.grpc.pb.h"
 #include "server/call.h"
 
@@ -9,7 +10,9 @@ namespace fresnel::server {
 
 class InterpolationService final : public v1::InterpolationService::CallbackService {
  public:
-  explicit InterpolationService(ServiceContext* ctx) : ctx_(ctx) {}
+  // `limits` are the server's (--max-rate, --max-taps, --max-output-samples).
+  InterpolationService(ServiceContext* ctx, const interp::Limits& limits)
+      : ctx_(ctx), limits_(limits) {}
 
   grpc::ServerUnaryReactor* Upfirdn(grpc::CallbackServerContext* context,
                                     const v1::UpfirdnRequest* request,
@@ -28,6 +31,7 @@ class InterpolationService final : public v1::InterpolationService::CallbackServ
 
  private:
   ServiceContext* ctx_;
+  interp::Limits limits_;
 };
 
 }  // namespace fresnel::server

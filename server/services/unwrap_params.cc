@@ -1,6 +1,5 @@
 #include "server/services/unwrap_params.h"
 
-#include <cmath>
 #include <functional>
 #include <string_view>
 
@@ -13,86 +12,12 @@
 namespace fresnel::server {
 namespace {
 
-std::string PixelName(const HostArray& a, int64_t index) {
-  return absl::StrCat("[", index / a.dim(1), ",", index % a.dim(1), "]");
-}
-
-// The first unmasked element that is not finite (or, with `limit` > 0, exceeds it in magnitude)
-// in raster order; -1 when there is none.
-template <class T>
-int64_t FirstBad(const T* values, const uint8_t* mask, int64_t n, double limit) {
-  for (int64_t i = 0; i < n; ++i) {
-    if (mask != nullptr && mask[i] != 0) continue;
-    const double v = static_cast<double>(values[i]);
-    if (!std::isfinite(v) || (limit > 0 && std::fabs(v) > limit)) return i;
+unwrap::Method KernelMethod(v1::UnwrapMethod method) {
+  switch (method) {
+    case v1::UNWRAP_METHOD_LEAST_SQUARES: return unwrap::Method::kLeastSquares;
+    case v1::UNWRAP_METHOD_WEIGHTED_LEAST_SQUARES: return unwrap::Method::kWeightedLeastSquares;
+    default: return unwrap::Method::kGoldstein;
   }
-  return -1;
-}
-
-double At(const HostArray& a, int64_t i) {
-  return a.dtype() == DType::kFloat32 ? static_cast<double>(a.data<float>()[i])
-                                      : a.data<double>()[i];
-}
-
-// Same wording as fresnel::unwrap's own element checks.
-absl::Status CheckValues(const UnwrapInput& in) {
-  const uint8_t* mask = in.mask ? in.mask->data<uint8_t>() : nullptr;
-  const HostArray& p = in.phase;
-  const int64_t bad = p.dtype() == DType::kFloat32
-                          ? FirstBad(p.data<float>(), mask, p.size(), unwrap::kPhaseLimit)
-                          : FirstBad(p.data<double>(), mask, p.size(), unwrap::kPhaseLimit);
-  if (bad >= 0) {
-    const double v = At(p, bad);
-    if (!std::isfinite(v)) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "phase%s = %g is not finite (mask the pixel to exclude it)", PixelName(p, bad), v));
-    }
-    return absl::InvalidArgumentError(
-        absl::StrFormat("phase%s = %.9g is outside the wrapped range |phase| <= %.4f",
-                        PixelName(p, bad), v, unwrap::kPhaseLimit));
-  }
-  if (in.quality) {
-    const HostArray& q = *in.quality;
-    const int64_t bad_q = q.dtype() == DType::kFloat32
-                              ? FirstBad(q.data<float>(), mask, q.size(), 0)
-                              : FirstBad(q.data<double>(), mask, q.size(), 0);
-    if (bad_q >= 0) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("quality%s = %g is not finite", PixelName(q, bad_q), At(q, bad_q)));
-    }
-    if (in.method == v1::UNWRAP_METHOD_WEIGHTED_LEAST_SQUARES) {
-      for (int64_t i = 0; i < q.size(); ++i) {
-        if (mask != nullptr && mask[i] != 0) continue;
-        if (At(q, i) < 0 || At(q, i) > 1) {
-          return absl::InvalidArgumentError(absl::StrFormat(
-              "quality%s = %g is not in [0, 1] (the weights of WEIGHTED_LEAST_SQUARES)",
-              PixelName(q, i), At(q, i)));
-        }
-      }
-    }
-  }
-  return absl::OkStatus();
-}
-
-unwrap::GoldsteinOptions GoldsteinOptionsOf(const UnwrapInput& in) {
-  unwrap::GoldsteinOptions o;
-  o.mask = in.mask ? &*in.mask : nullptr;
-  o.quality = in.quality ? &*in.quality : nullptr;
-  o.seed = in.seed;
-  o.iterations_per_radius = in.iterations_per_radius;
-  o.return_maps = in.return_maps;
-  o.limits = in.limits;
-  return o;
-}
-
-unwrap::LeastSquaresOptions LeastSquaresOptionsOf(const UnwrapInput& in) {
-  unwrap::LeastSquaresOptions o;
-  o.mask = in.mask ? &*in.mask : nullptr;
-  o.congruent = in.congruent;
-  o.weighted = in.method == v1::UNWRAP_METHOD_WEIGHTED_LEAST_SQUARES;
-  o.weights = o.weighted && in.quality ? &*in.quality : nullptr;
-  o.limits = in.limits;
-  return o;
 }
 
 uint64_t HashCombine(uint64_t seed, uint64_t value) {
@@ -110,11 +35,24 @@ uint64_t HashArray(uint64_t seed, const HostArray* a) {
 
 const char* UnwrapMethodName(v1::UnwrapMethod method) {
   switch (method) {
-    case v1::UNWRAP_METHOD_GOLDSTEIN: return "goldstein";
-    case v1::UNWRAP_METHOD_LEAST_SQUARES: return "least_squares";
-    case v1::UNWRAP_METHOD_WEIGHTED_LEAST_SQUARES: return "weighted_least_squares";
+    case v1::UNWRAP_METHOD_GOLDSTEIN:
+    case v1::UNWRAP_METHOD_LEAST_SQUARES:
+    case v1::UNWRAP_METHOD_WEIGHTED_LEAST_SQUARES: return unwrap::MethodName(KernelMethod(method));
     default: return "unknown";
   }
+}
+
+unwrap::UnwrapOptions UnwrapInput::Options() const {
+  unwrap::UnwrapOptions o;
+  o.method = KernelMethod(method);
+  o.mask = mask ? &*mask : nullptr;
+  o.quality = quality ? &*quality : nullptr;
+  o.seed = seed;
+  o.iterations_per_radius = iterations_per_radius;
+  o.return_maps = return_maps;
+  o.congruent = congruent;
+  o.limits = limits;
+  return o;
 }
 
 int64_t UnwrapInput::InputBytes() const {
@@ -131,19 +69,7 @@ int64_t UnwrapInput::OutputBytes() const {
   return bytes;
 }
 
-int64_t UnwrapInput::DeviceBytes() const {
-  if (method == v1::UNWRAP_METHOD_GOLDSTEIN) {
-    return unwrap::GoldsteinDeviceBytes(rows(), cols(), phase.dtype(), mask.has_value(),
-                                        quality.has_value());
-  }
-  // Least squares on CUDA: phase in and out, the mask, and about six float32 work arrays of the
-  // image's size (gradients, divergence, DCT buffers), plus cuFFT's workspace.
-  // Weighted: the weights and six more float32 arrays (edge weights, PCG's x, z, p, q).
-  const int64_t n = rows() * cols();
-  int64_t bytes = 2 * n * static_cast<int64_t>(DTypeSize(phase.dtype())) + n + 6 * 4 * n;
-  if (method == v1::UNWRAP_METHOD_WEIGHTED_LEAST_SQUARES) bytes += 6 * 4 * n;
-  return bytes + (64 << 20);
-}
+int64_t UnwrapInput::DeviceBytes() const { return unwrap::UnwrapDeviceBytes(phase, Options()); }
 
 uint64_t UnwrapInput::Fingerprint() const {
   uint64_t h = static_cast<uint64_t>(method) + 1;
@@ -186,11 +112,6 @@ absl::StatusOr<UnwrapInput> ParseUnwrap(const v1::UnwrapRequest& request, HostAr
     if (o.has_seed()) in.seed = unwrap::Pixel{o.seed().row(), o.seed().col()};
     in.return_maps = !o.has_return_maps() || o.return_maps();
   } else {
-    if (quality && in.method == v1::UNWRAP_METHOD_LEAST_SQUARES) {
-      return absl::InvalidArgumentError(
-          "quality: LEAST_SQUARES takes no quality map (it is unweighted); drop it or use "
-          "WEIGHTED_LEAST_SQUARES or GOLDSTEIN");
-    }
     if (o.has_seed()) return absl::InvalidArgumentError("options.seed applies to GOLDSTEIN only");
     if (o.iterations_per_radius() != 0) {
       return absl::InvalidArgumentError("options.iterations_per_radius applies to GOLDSTEIN only");
@@ -202,12 +123,7 @@ absl::StatusOr<UnwrapInput> ParseUnwrap(const v1::UnwrapRequest& request, HostAr
   in.phase = std::move(phase);
   in.mask = std::move(mask);
   in.quality = std::move(quality);
-  if (goldstein) {
-    FRESNEL_RETURN_IF_ERROR(unwrap::ValidateGoldstein(in.phase, GoldsteinOptionsOf(in)));
-  } else {
-    FRESNEL_RETURN_IF_ERROR(unwrap::ValidateLeastSquares(in.phase, LeastSquaresOptionsOf(in)));
-  }
-  FRESNEL_RETURN_IF_ERROR(CheckValues(in));
+  FRESNEL_RETURN_IF_ERROR(unwrap::ValidateUnwrap(in.phase, in.Options()));
   return in;
 }
 
@@ -248,50 +164,24 @@ std::vector<std::pair<v1::UnwrapArray, const HostArray*>> UnwrapOutput::Arrays()
 absl::StatusOr<std::shared_ptr<UnwrapOutput>> RunUnwrap(const Device& device,
                                                         const UnwrapInput& input, StageTimes* times,
                                                         const JobProgressFn& progress) {
-  auto output = std::make_shared<UnwrapOutput>();
-  output->method = input.method;
-  const bool goldstein = input.method == v1::UNWRAP_METHOD_GOLDSTEIN;
-  unwrap::ProgressFn hook;
+  unwrap::UnwrapOptions o = input.Options();
   if (progress) {
-    hook = [&progress](unwrap::Stage stage, double fraction) {
-      // Each working stage of the method counts for an equal share of the whole.
-      double overall = 0;
-      switch (stage) {
-        case unwrap::Stage::kValidate: overall = 0; break;
-        case unwrap::Stage::kResidues: overall = fraction / 3; break;
-        case unwrap::Stage::kBranchCuts: overall = (1 + fraction) / 3; break;
-        case unwrap::Stage::kIntegrate: overall = (2 + fraction) / 3; break;
-        case unwrap::Stage::kLeastSquares: overall = fraction; break;
-        case unwrap::Stage::kDone: overall = 1; break;
-      }
+    o.progress = [&progress](unwrap::Stage stage, double fraction, double overall) {
       return progress(unwrap::StageName(stage), fraction, overall);
     };
   }
-  if (goldstein) {
-    unwrap::GoldsteinOptions o = GoldsteinOptionsOf(input);
-    o.progress = hook;
-    FRESNEL_ASSIGN_OR_RETURN(unwrap::GoldsteinResult r,
-                             unwrap::UnwrapGoldstein(device, input.phase, o, times));
-    output->unwrapped = std::move(r.unwrapped);
-    output->residues = std::move(r.residues);
-    output->cuts = std::move(r.cuts);
-    output->regions = std::move(r.regions);
-    output->unreached = std::move(r.unreached);
-    output->stats = r.stats;
-    output->stage_times = r.stage_times;
-  } else {
-    unwrap::LeastSquaresOptions o = LeastSquaresOptionsOf(input);
-    o.progress = hook;
-    FRESNEL_ASSIGN_OR_RETURN(unwrap::LeastSquaresResult r,
-                             unwrap::UnwrapLeastSquares(device, input.phase, o, times));
-    output->unwrapped = std::move(r.unwrapped);
-    output->pcg_iterations = r.iterations;
-    output->pcg_residual = r.residual;
-    if (input.mask) {
-      const uint8_t* m = input.mask->data<uint8_t>();
-      for (int64_t i = 0; i < input.mask->size(); ++i) output->stats.masked_pixels += m[i] != 0;
-    }
-  }
+  FRESNEL_ASSIGN_OR_RETURN(unwrap::UnwrapResult r, unwrap::Unwrap(device, input.phase, o, times));
+  auto output = std::make_shared<UnwrapOutput>();
+  output->method = input.method;
+  output->unwrapped = std::move(r.unwrapped);
+  output->residues = std::move(r.residues);
+  output->cuts = std::move(r.cuts);
+  output->regions = std::move(r.regions);
+  output->unreached = std::move(r.unreached);
+  output->stats = r.stats;
+  output->stage_times = r.stage_times;
+  output->pcg_iterations = r.pcg_iterations;
+  output->pcg_residual = r.pcg_residual;
   return output;
 }
 

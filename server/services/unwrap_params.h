@@ -1,5 +1,6 @@
-// Proto <-> fresnel::unwrap for the unwrap service: request parsing and validation, the run
-// function shared by the synchronous Unwrap call and the jobs, and the result's proto form.
+// Proto <-> fresnel::unwrap for the unwrap service: the request's fields as unwrap::UnwrapOptions
+// (validated by the kernel's ValidateUnwrap), the run function shared by the synchronous Unwrap
+// call and the jobs (unwrap::Unwrap), and the result's proto form.
 #pragma once
 
 #include <cstdint>
@@ -41,19 +42,20 @@ struct UnwrapInput {
   int64_t InputBytes() const;
   // Bytes of the arrays the result holds (exact: what Unwrap and Get send).
   int64_t OutputBytes() const;
-  // Upper bound of the device memory a CUDA run takes, for placement.
+  // Upper bound of the device memory a CUDA run takes, for placement (unwrap::UnwrapDeviceBytes).
   int64_t DeviceBytes() const;
+  // The kernel's options, borrowing this input's arrays.
+  unwrap::UnwrapOptions Options() const;
   // Identifies the request (method, options, dtypes, shapes and the arrays' bytes) for the
   // idempotency check.
   uint64_t Fingerprint() const;
 };
 
 // Parses `request` (everything but its arrays) together with the arrays, which are passed
-// separately because Submit may receive them in chunks. Checks the method and its options,
-// dtypes, shapes and limits (fresnel::unwrap's own validation) and also the values: unmasked
-// phase must be finite and within the wrapped range, unmasked quality finite. The kernels check
-// the values too, on the device that runs them; checking here turns bad input into
-// INVALID_ARGUMENT at once instead of an accepted job that fails. Messages name the field.
+// separately because Submit may receive them in chunks. Checks what only the proto can get wrong
+// (an unknown method, options of another method, the device hint) here, and everything else with
+// unwrap::ValidateUnwrap (dtypes, shapes, limits, values): bad input is INVALID_ARGUMENT at once
+// instead of an accepted job that fails. Messages name the field.
 absl::StatusOr<UnwrapInput> ParseUnwrap(const v1::UnwrapRequest& request, HostArray phase,
                                         std::optional<HostArray> mask,
                                         std::optional<HostArray> quality,
@@ -78,8 +80,8 @@ class UnwrapOutput : public JobOutput {
   std::vector<std::pair<v1::UnwrapArray, const HostArray*>> Arrays() const;
 };
 
-// Runs the input on `device`. `progress` (may be empty) gets the stage name, the fraction of the
-// stage done and of the whole job (each of the method's stages counts equally); returning false
+// Runs the input on `device` (unwrap::Unwrap). `progress` (may be empty) gets the stage name, the
+// fraction of the stage done and of the whole job (the kernel's weighting); returning false
 // cancels the run (CancelledError).
 absl::StatusOr<std::shared_ptr<UnwrapOutput>> RunUnwrap(const Device& device,
                                                         const UnwrapInput& input, StageTimes* times,

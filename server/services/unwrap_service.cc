@@ -10,6 +10,7 @@
 #include "fresnel/v1/wire_limits.h"
 #include "fresnel/v1/array_convert.h"
 #include "server/jobs.h"
+#include "server/rpc/chunked.h"
 #include "server/rpc/upload_reader.h"
 #include "server/services/unwrap_params.h"
 #include "server/status_util.h"
@@ -79,21 +80,33 @@ absl::Status RequireJobId(const std::string& id) {
 
 class SubmitCall : public UploadReader<v1::SubmitRequest> {
  public:
-  SubmitCall(ServiceContext* ctx, grpc::CallbackServerContext* context,
-             v1::SubmitResponse* response)
+  SubmitCall(ServiceContext* ctx, const unwrap::Limits& limits,
+             grpc::CallbackServerContext* context, v1::SubmitResponse* response)
       : UploadReader(ctx->metrics, kService, "Submit", context, ctx->stream_state_bytes),
         ctx_(ctx),
+        limits_(limits),
         owner_(ClientOf(context)),
-        response_(response) {
-    const int64_t pixels = ctx_->unwrap_limits.max_pixels;
-    const int64_t cap = ctx_->jobs->options().memory_bytes;
-    // No array can be larger than the limits allow, nor than the job store could hold.
-    max_bytes_ = {std::min(pixels * 8, cap), std::min(pixels, cap), std::min(pixels * 8, cap)};
+        response_(response),
+        chunks_("chunk.array", ExpectedArrays(limits_.max_pixels,
+                                              ctx_->jobs->options().memory_bytes)) {
     StartReading();
   }
 
  private:
   static constexpr const char* kNames[3] = {"phase", "mask", "quality"};
+  static constexpr v1::UnwrapArray kArrays[3] = {v1::UNWRAP_ARRAY_PHASE, v1::UNWRAP_ARRAY_MASK,
+                                                 v1::UNWRAP_ARRAY_QUALITY};
+
+  // No array can be larger than the limits allow (8 bytes a pixel for phase and quality, 1 for
+  // the mask), nor than the job store could hold (`cap`).
+  static std::vector<ChunkedReader::Expected> ExpectedArrays(int64_t pixels, int64_t cap) {
+    const int64_t bytes_per_pixel[3] = {8, 1, 8};
+    std::vector<ChunkedReader::Expected> out;
+    for (int i = 0; i < 3; ++i) {
+      out.push_back({kArrays[i], kNames[i], std::min(pixels * bytes_per_pixel[i], cap)});
+    }
+    return out;
+  }
 
   bool Inline(int i) const {
     const v1::UnwrapRequest& r = header_.request();
@@ -113,25 +126,14 @@ class SubmitCall : public UploadReader<v1::SubmitRequest> {
       return absl::InvalidArgumentError("chunk: every message after the header must carry a chunk");
     }
     v1::UnwrapArrayChunk& c = *request.mutable_chunk();
-    int i;
-    switch (c.array()) {
-      case v1::UNWRAP_ARRAY_PHASE: i = 0; break;
-      case v1::UNWRAP_ARRAY_MASK: i = 1; break;
-      case v1::UNWRAP_ARRAY_QUALITY: i = 2; break;
-      default:
-        return absl::InvalidArgumentError(absl::StrCat(
-            "chunk.array must be PHASE, MASK or QUALITY, got ", static_cast<int>(c.array())));
-    }
-    if (Inline(i)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(kNames[i], ": sent both inline in the header and in chunks"));
+    for (int i = 0; i < 3; ++i) {
+      if (c.array() == kArrays[i] && Inline(i)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(kNames[i], ": sent both inline in the header and in chunks"));
+      }
     }
     record().Payload("in", static_cast<double>(c.chunk().data().size()));
-    FRESNEL_ASSIGN_OR_RETURN(
-        bool complete, assemblers_[i].Add(std::move(*c.mutable_chunk()), kNames[i], max_bytes_[i]));
-    chunked_[i] = true;
-    complete_[i] = complete;
-    return absl::OkStatus();
+    return chunks_.Add(c.array(), std::move(*c.mutable_chunk()));
   }
 
   absl::StatusOr<std::optional<HostArray>> TakeArray(int i) {
@@ -144,13 +146,7 @@ class SubmitCall : public UploadReader<v1::SubmitRequest> {
       FRESNEL_ASSIGN_OR_RETURN(HostArray a, FromProto(std::move(*inline_array), kNames[i]));
       return std::optional<HostArray>(std::move(a));
     }
-    if (!chunked_[i]) return std::optional<HostArray>();
-    if (!complete_[i]) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(kNames[i], ": the upload ended before the chunk marked last"));
-    }
-    FRESNEL_ASSIGN_OR_RETURN(HostArray a, assemblers_[i].Take(kNames[i]));
-    return std::optional<HostArray>(std::move(a));
+    return chunks_.Take(kArrays[i]);
   }
 
   absl::Status Complete() override {
@@ -172,7 +168,7 @@ class SubmitCall : public UploadReader<v1::SubmitRequest> {
     }
     FRESNEL_ASSIGN_OR_RETURN(
         UnwrapInput input, ParseUnwrap(req, *std::move(phase), std::move(mask), std::move(quality),
-                                       ctx_->unwrap_limits));
+                                       limits_));
     JobSpec spec;
     spec.owner = owner_;
     spec.method = UnwrapMethodName(input.method);
@@ -202,14 +198,12 @@ class SubmitCall : public UploadReader<v1::SubmitRequest> {
   }
 
   ServiceContext* ctx_;
+  const unwrap::Limits limits_;
   const std::string owner_;  // ClientOf the call: the job's owner
   v1::SubmitResponse* response_;
   v1::SubmitHeader header_;
   bool have_header_ = false;
-  std::array<ChunkAssembler, 3> assemblers_;
-  std::array<bool, 3> chunked_{false, false, false};
-  std::array<bool, 3> complete_{false, false, false};
-  std::array<int64_t, 3> max_bytes_{0, 0, 0};
+  ChunkedReader chunks_;  // the arrays the header left out
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -218,10 +212,10 @@ class SubmitCall : public UploadReader<v1::SubmitRequest> {
 // flight, and OnWriteDone starts the next one. Nothing here waits: a slow client only makes
 // progress updates merge in the queue.
 
-class WatchCall : public grpc::ServerWriteReactor<v1::UnwrapJob> {
+class WatchCall : public RpcCall<grpc::ServerWriteReactor<v1::UnwrapJob>> {
  public:
   WatchCall(ServiceContext* ctx, const std::string& owner, const v1::WatchRequest* request)
-      : ctx_(ctx), record_(ctx->metrics, kService, "Watch"), job_id_(request->job_id()) {
+      : RpcCall(ctx->metrics, kService, "Watch"), ctx_(ctx), job_id_(request->job_id()) {
     if (absl::Status st = RequireJobId(job_id_); !st.ok()) {
       FinishOnce(st);
       return;
@@ -237,7 +231,7 @@ class WatchCall : public grpc::ServerWriteReactor<v1::UnwrapJob> {
         std::lock_guard<std::mutex> lock(mu_);
         finished_ = true;
       }
-      record_.Done(absl::OkStatus());
+      RecordFinish(absl::OkStatus());
       StartWriteAndFinish(&current_, grpc::WriteOptions(), grpc::Status::OK);
       return;
     }
@@ -319,8 +313,7 @@ class WatchCall : public grpc::ServerWriteReactor<v1::UnwrapJob> {
     if (finished_) return;
     finished_ = true;
     lock.unlock();
-    record_.Done(status);
-    Finish(ToGrpcStatus(status));
+    FinishWith(status);
   }
 
   void FinishOnce(const absl::Status& status) {
@@ -329,7 +322,6 @@ class WatchCall : public grpc::ServerWriteReactor<v1::UnwrapJob> {
   }
 
   ServiceContext* ctx_;
-  RpcRecord record_;
   const std::string job_id_;
   std::mutex mu_;
   std::deque<v1::UnwrapJob> pending_;
@@ -347,15 +339,12 @@ class WatchCall : public grpc::ServerWriteReactor<v1::UnwrapJob> {
 // Get: the result header, then each array in chunks, one message in flight at a time. Chunks are
 // cut from the stored result as they are sent (no copy of the whole result).
 
-class GetCall : public grpc::ServerWriteReactor<v1::GetUnwrapResultResponse> {
+class GetCall : public RpcCall<grpc::ServerWriteReactor<v1::GetUnwrapResultResponse>> {
  public:
   GetCall(ServiceContext* ctx, const std::string& owner, const v1::GetUnwrapResultRequest* request)
-      : ctx_(ctx), record_(ctx->metrics, kService, "Get") {
+      : RpcCall(ctx->metrics, kService, "Get"), ctx_(ctx) {
     absl::Status st = Start(*request, owner);
-    if (!st.ok()) {
-      record_.Done(st);
-      Finish(ToGrpcStatus(st));
-    }
+    if (!st.ok()) FinishWith(st);
   }
 
   void OnWriteDone(bool ok) override {
@@ -363,14 +352,19 @@ class GetCall : public grpc::ServerWriteReactor<v1::GetUnwrapResultResponse> {
       FinishWith(absl::CancelledError("the client stopped reading"));
       return;
     }
-    if (array_ == arrays_.size()) {
+    response_.Clear();
+    const bool more = chunks_->Next([this](int which, v1::ArrayChunk&& chunk) {
+      v1::UnwrapArrayChunk* c = response_.mutable_chunk();
+      c->set_array(static_cast<v1::UnwrapArray>(which));
+      record().Payload("out", static_cast<double>(chunk.data().size()));
+      *c->mutable_chunk() = std::move(chunk);
+    });
+    if (!more) {
       FinishWith(absl::OkStatus());
       return;
     }
-    WriteNextChunk();
+    StartWrite(&response_);
   }
-
-  void OnDone() override { delete this; }
 
  private:
   absl::Status Start(const v1::GetUnwrapResultRequest& request, const std::string& owner) {
@@ -382,45 +376,20 @@ class GetCall : public grpc::ServerWriteReactor<v1::GetUnwrapResultResponse> {
     FRESNEL_ASSIGN_OR_RETURN(JobStore::Result result, ctx_->jobs->GetResult(request.job_id(), owner));
     output_ = std::dynamic_pointer_cast<const UnwrapOutput>(result.output);
     if (!output_) return absl::InternalError("job output is not an unwrap result");
-    chunk_bytes_ = v1::ChunkPayloadBytes(ctx_->max_message_bytes, request.max_chunk_bytes());
-    arrays_ = output_->Arrays();
+    chunks_.emplace(v1::ChunkPayloadBytes(ctx_->max_message_bytes, request.max_chunk_bytes()));
+    for (const auto& [which, array] : output_->Arrays()) chunks_->AddBorrowed(which, array);
     v1::UnwrapResponse* header = response_.mutable_result();
     header->set_request_id(result.job.request_id);
     FillResultHeader(*output_, header);
     FillExecutionInfo(result.job.report, result.job.total_s, header->mutable_info());
-    for (const auto& a : arrays_) header->add_chunked_arrays(a.first);
+    for (int which : chunks_->names()) header->add_chunked_arrays(static_cast<v1::UnwrapArray>(which));
     StartWrite(&response_);
     return absl::OkStatus();
   }
 
-  void WriteNextChunk() {
-    const auto& [which, array] = arrays_[array_];
-    response_.Clear();
-    v1::UnwrapArrayChunk* c = response_.mutable_chunk();
-    c->set_array(which);
-    *c->mutable_chunk() = ArrayChunkAt(*array, offset_, chunk_bytes_);
-    record_.Payload("out", static_cast<double>(c->chunk().data().size()));
-    if (c->chunk().last()) {
-      ++array_;
-      offset_ = 0;
-    } else {
-      offset_ += chunk_bytes_;
-    }
-    StartWrite(&response_);
-  }
-
-  void FinishWith(const absl::Status& status) {
-    record_.Done(status);
-    Finish(ToGrpcStatus(status));
-  }
-
   ServiceContext* ctx_;
-  RpcRecord record_;
   std::shared_ptr<const UnwrapOutput> output_;  // kept even if the job is dropped meanwhile
-  std::vector<std::pair<v1::UnwrapArray, const HostArray*>> arrays_;
-  size_t array_ = 0;
-  int64_t offset_ = 0;
-  int64_t chunk_bytes_ = 0;
+  std::optional<ChunkedWriter> chunks_;  // the result's arrays, borrowed from output_
   v1::GetUnwrapResultResponse response_;
 };
 
@@ -436,7 +405,7 @@ grpc::ServerUnaryReactor* UnwrapService::Unwrap(grpc::CallbackServerContext* con
   // The request lives until the call finishes and nothing reads its arrays again: take their
   // bytes instead of copying them.
   absl::StatusOr<UnwrapInput> input =
-      ParseUnwrap(const_cast<v1::UnwrapRequest*>(request), ctx_->unwrap_limits);
+      ParseUnwrap(const_cast<v1::UnwrapRequest*>(request), limits_);
   if (!input.ok()) {
     call->Reject(input.status());
     return call;
@@ -490,7 +459,7 @@ grpc::ServerUnaryReactor* UnwrapService::Unwrap(grpc::CallbackServerContext* con
 
 grpc::ServerReadReactor<v1::SubmitRequest>* UnwrapService::Submit(
     grpc::CallbackServerContext* context, v1::SubmitResponse* response) {
-  return new SubmitCall(ctx_, context, response);
+  return new SubmitCall(ctx_, limits_, context, response);
 }
 
 grpc::ServerWriteReactor<v1::UnwrapJob>* UnwrapService::Watch(grpc::CallbackServerContext* context,
@@ -513,10 +482,7 @@ grpc::ServerUnaryReactor* UnwrapService::Cancel(grpc::CallbackServerContext* con
     status = snap.status();
     if (snap.ok()) JobToProto(*snap, response);
   }
-  record.Done(status);
-  auto* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status));
-  return reactor;
+  return FinishUnary(record, context, status);
 }
 
 grpc::ServerUnaryReactor* UnwrapService::List(grpc::CallbackServerContext* context,
@@ -537,10 +503,7 @@ grpc::ServerUnaryReactor* UnwrapService::List(grpc::CallbackServerContext* conte
     for (const JobSnapshot& s : page->jobs) JobToProto(s, response->add_jobs());
     response->set_next_page_token(page->next_page_token);
   }
-  record.Done(page.status());
-  auto* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(page.status()));
-  return reactor;
+  return FinishUnary(record, context, page.status());
 }
 
 }  // namespace fresnel::server

@@ -4,6 +4,7 @@
 // thread (Watch writes the next state when the store reports one).
 #pragma once
 
+#include "fresnel/unwrap/unwrap.h"
 #include "fresnel/v1/unwrap.grpc.pb.h"
 #include "server/call.h"
 
@@ -11,8 +12,8 @@ namespace fresnel::server {
 
 class UnwrapService final : public v1::UnwrapService::CallbackService {
  public:
-  // ctx->jobs must be set.
-  explicit UnwrapService(ServiceContext* ctx) : ctx_(ctx) {}
+  // ctx->jobs must be set; `limits` are the server's (--unwrap-max-side, --unwrap-max-pixels).
+  UnwrapService(ServiceContext* ctx, const unwrap::Limits& limits) : ctx_(ctx), limits_(limits) {}
 
   grpc::ServerUnaryReactor* Unwrap(grpc::CallbackServerContext* context,
                                    const v1::UnwrapRequest* request,
@@ -32,6 +33,7 @@ class UnwrapService final : public v1::UnwrapService::CallbackService {
 
  private:
   ServiceContext* ctx_;
+  unwrap::Limits limits_;
 };
 
 }  // namespace fresnel::server

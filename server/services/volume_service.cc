@@ -8,7 +8,9 @@
 #include "absl/strings/str_cat.h"
 #include "fresnel/core/status.h"
 #include "fresnel/v1/array_convert.h"
+#include "fresnel/v1/wire_limits.h"
 #include "server/rpc/queued_writer.h"
+#include "server/rpc/chunked.h"
 #include "server/rpc/upload_reader.h"
 #include "server/sessions.h"
 #include "server/status_util.h"
@@ -18,8 +20,7 @@ namespace {
 
 constexpr char kService[] = "fresnel.v1.VolumeRenderService";
 constexpr char kKind[] = "mesh";
-// Room for a message's other fields next to its array bytes.
-constexpr int64_t kEnvelopeBytes = 16 << 10;
+using v1::kEnvelopeBytes;  // fresnel/v1/wire_limits.h
 // Renders of one mesh that may wait behind the running one (a turntable client keeps a few in
 // flight to hide the transfer of each image).
 constexpr int kMaxPendingRenders = 16;
@@ -50,6 +51,9 @@ class UploadCall : public UploadReader<v1::UploadMeshRequest> {
   }
 
  private:
+  static constexpr v1::MeshArray kArrays[3] = {v1::MESH_ARRAY_POINTS, v1::MESH_ARRAY_TETS,
+                                               v1::MESH_ARRAY_SCALARS};
+
   absl::Status Take(v1::UploadMeshRequest& request) override {
     if (!have_header_) {
       if (request.msg_case() != v1::UploadMeshRequest::kHeader) {
@@ -60,7 +64,11 @@ class UploadCall : public UploadReader<v1::UploadMeshRequest> {
       // accepted.
       FRESNEL_ASSIGN_OR_RETURN(budget_, ParseMeshHeader(header_, limits_));
       FRESNEL_ASSIGN_OR_RETURN(preference_, PreferenceOf(header_.device(), "header.device"));
-      max_bytes_ = {budget_.points_bytes(), budget_.tets_bytes(), budget_.scalars_bytes()};
+      const int64_t max_bytes[3] = {budget_.points_bytes(), budget_.tets_bytes(),
+                                    budget_.scalars_bytes()};
+      for (int i = 0; i < 3; ++i) {
+        chunks_.Expect({kArrays[i], MeshArrayName(kArrays[i]), max_bytes[i]});
+      }
       have_header_ = true;
       return absl::OkStatus();
     }
@@ -68,37 +76,22 @@ class UploadCall : public UploadReader<v1::UploadMeshRequest> {
       return absl::InvalidArgumentError("chunk: every message after the header must be a chunk");
     }
     v1::MeshChunk& c = *request.mutable_chunk();
-    int i;
-    switch (c.array()) {
-      case v1::MESH_ARRAY_POINTS: i = 0; break;
-      case v1::MESH_ARRAY_TETS: i = 1; break;
-      case v1::MESH_ARRAY_SCALARS: i = 2; break;
-      default:
-        return absl::InvalidArgumentError(
-            absl::StrCat("chunk.array must be POINTS, TETS or SCALARS, got ",
-                         static_cast<int>(c.array())));
-    }
     record().Payload("in", static_cast<double>(c.chunk().data().size()));
-    // Each array's total is bounded by what the header's counts imply; the assembler counts
-    // what arrives against that total.
-    FRESNEL_ASSIGN_OR_RETURN(complete_[i], assemblers_[i].Add(std::move(*c.mutable_chunk()),
-                                                              MeshArrayName(c.array()),
-                                                              max_bytes_[i]));
-    return absl::OkStatus();
+    // Each array's total is bounded by what the header's counts imply; the reader counts what
+    // arrives against that total.
+    return chunks_.Add(c.array(), std::move(*c.mutable_chunk()));
   }
 
   absl::Status Complete() override {
     if (!have_header_) return absl::InvalidArgumentError("header: the stream ended before it");
-    static constexpr v1::MeshArray kArrays[3] = {v1::MESH_ARRAY_POINTS, v1::MESH_ARRAY_TETS,
-                                                 v1::MESH_ARRAY_SCALARS};
     std::array<HostArray, 3> arrays;
     for (int i = 0; i < 3; ++i) {
-      const char* name = MeshArrayName(kArrays[i]);
-      if (!complete_[i]) {
+      FRESNEL_ASSIGN_OR_RETURN(std::optional<HostArray> a, chunks_.Take(kArrays[i]));
+      if (!a) {
         return absl::InvalidArgumentError(
-            absl::StrCat(name, ": missing or incomplete (no chunk marked last)"));
+            absl::StrCat(MeshArrayName(kArrays[i]), ": missing (no chunk of it arrived)"));
       }
-      FRESNEL_ASSIGN_OR_RETURN(arrays[i], assemblers_[i].Take(name));
+      arrays[i] = *std::move(a);
     }
     auto upload = std::make_shared<Upload>();
     FRESNEL_ASSIGN_OR_RETURN(upload->mesh, MeshFromArrays(budget_, std::move(arrays[0]),
@@ -211,9 +204,7 @@ class UploadCall : public UploadReader<v1::UploadMeshRequest> {
   DevicePreference preference_ = DevicePreference::kAny;
   bool have_header_ = false;
   MeshUploadBudget budget_;
-  std::array<ChunkAssembler, 3> assemblers_;
-  std::array<bool, 3> complete_{false, false, false};
-  std::array<int64_t, 3> max_bytes_{0, 0, 0};
+  ChunkedReader chunks_{"chunk.array"};  // points, tets, scalars (expected once the header came)
   std::shared_ptr<Upload> upload_;
 };
 
@@ -326,10 +317,7 @@ grpc::ServerUnaryReactor* VolumeService::DeleteMesh(grpc::CallbackServerContext*
   absl::Status status = request->mesh_id().empty()
                             ? absl::InvalidArgumentError("mesh_id: required")
                             : ctx_->sessions->Close(request->mesh_id(), ClientOf(context));
-  record.Done(status);
-  auto* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status));
-  return reactor;
+  return FinishUnary(record, context, status);
 }
 
 }  // namespace fresnel::server

@@ -4,7 +4,9 @@
 #include <fstream>
 #include <malloc.h>
 
+#include <algorithm>
 #include <complex>
+#include <iterator>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -14,6 +16,7 @@
 
 #include <unistd.h>
 
+#include "fresnel/client/admin_client.h"
 #include "fresnel/client/client.h"
 #include "fresnel/core/gpu.h"
 #include "fresnel/interp/interp.h"
@@ -77,6 +80,140 @@ TEST_CASE("server info lists the CPU pool, limits and services", "[server]") {
   CHECK(info.limits().max_streams() == 1024);
   CHECK(info.limits().stream_state_bytes() == int64_t{4} << 30);
   CHECK(info.services_size() >= 2);
+}
+
+TEST_CASE("server info carries every limit flag's value, grouped and flat", "[server]") {
+  // Every value differs from its default, so a limit read from the wrong place shows.
+  const char* argv[] = {"fresneld",
+                        "--listen=127.0.0.1:0",
+                        "--metrics=off",
+                        "--gpus=none",
+                        "--cpu-workers=2",
+                        "--queue-length=7",
+                        "--max-message-bytes=33554431",
+                        "--max-rate=1001",
+                        "--max-taps=1002",
+                        "--max-output-samples=1003",
+                        "--unwrap-max-side=1004",
+                        "--unwrap-max-pixels=1005",
+                        "--job-ttl=1006.5",
+                        "--job-memory-bytes=1048583",
+                        "--max-jobs=1008",
+                        "--hologram-max-pixels=1009",
+                        "--hologram-max-points=1010",
+                        "--volume-max-points=1011",
+                        "--volume-max-tets=1012",
+                        "--max-streams=1013",
+                        "--stream-state-bytes=1048590",
+                        "--shm-bytes=1015",
+                        "--shm-ttl=1016.5",
+                        "--session-ttl=1017.5",
+                        "--max-sessions-per-device=1018",
+                        "--max-sessions-per-client=1019",
+                        "--gpu-memory-bytes=1020",
+                        "--session-gpu-memory-bytes=1021",
+                        "--session-cpu-memory-bytes=1048598",
+                        "--max-streams-per-client=1023",
+                        "--gpu-partitions=3"};
+  absl::StatusOr<server::ServerConfig> config =
+      server::ParseConfig(static_cast<int>(std::size(argv)), const_cast<char**>(argv));
+  INFO(config.status().message());
+  REQUIRE(config.ok());
+  TestServer ts(*config);
+  v1::ServerInfo info;
+  auto ctx = Ctx();
+  REQUIRE(ts.admin->GetServerInfo(ctx.get(), v1::GetServerInfoRequest(), &info).ok());
+  const v1::Limits& l = info.limits();
+  // Transport and server-wide.
+  CHECK(l.server().max_message_bytes() == 33554431);
+  CHECK(l.server().queue_capacity() == 7);
+  CHECK(l.server().max_streams() == 1013);
+  CHECK(l.server().stream_state_bytes() == 1048590);
+  CHECK(l.server().shm_bytes() == 1015);
+  CHECK(l.server().shm_ttl_seconds() == 1016.5);
+  CHECK(l.server().gpu_memory_bytes() == 1020);
+  CHECK(l.server().max_streams_per_client() == 1023);
+  CHECK(l.server().gpu_partitions() == 3);
+  CHECK(l.jobs().max_jobs() == 1008);
+  CHECK(l.jobs().ttl_seconds() == 1006.5);
+  CHECK(l.jobs().memory_bytes() == 1048583);
+  CHECK(l.sessions().gpu_cap_bytes() == 1021);
+  CHECK(l.sessions().cpu_cap_bytes() == 1048598);
+  CHECK(l.sessions().max_sessions_per_device() == 1018);
+  CHECK(l.sessions().max_sessions_per_client() == 1019);
+  CHECK(l.sessions().ttl_seconds() == 1017.5);
+  // Per workload.
+  CHECK(l.interpolation().max_rate() == 1001);
+  CHECK(l.interpolation().max_taps() == 1002);
+  CHECK(l.interpolation().max_output_samples() == 1003);
+  CHECK(l.unwrap().max_side() == 1004);
+  CHECK(l.unwrap().max_pixels() == 1005);
+  CHECK(l.hologram().max_width() == 16384);
+  CHECK(l.hologram().max_height() == 16384);
+  CHECK(l.hologram().max_pixels() == 1009);
+  CHECK(l.hologram().max_points() == 1010);
+  CHECK(l.volume().max_points() == 1011);
+  CHECK(l.volume().max_tets() == 1012);
+  CHECK(l.volume().max_image_side() == 8192);
+  CHECK(l.fusion().max_sessions_per_device() == 1018);
+  CHECK(l.fusion().max_sessions_per_client() == 1019);
+  CHECK(l.fusion().session_ttl_seconds() == 1017.5);
+  CHECK(l.fusion().max_pending() == 8);
+  // The deprecated flat fields (and ServerInfo.fusion) still say the same, for older clients.
+  CHECK(l.max_message_bytes() == 33554431);
+  CHECK(l.queue_capacity() == 7);
+  CHECK(l.max_rate() == 1001);
+  CHECK(l.max_taps() == 1002);
+  CHECK(l.max_output_samples() == 1003);
+  CHECK(l.unwrap_max_side() == 1004);
+  CHECK(l.unwrap_max_pixels() == 1005);
+  CHECK(l.max_jobs() == 1008);
+  CHECK(l.job_ttl_seconds() == 1006.5);
+  CHECK(l.job_memory_bytes() == 1048583);
+  CHECK(l.hologram_max_width() == 16384);
+  CHECK(l.hologram_max_height() == 16384);
+  CHECK(l.hologram_max_pixels() == 1009);
+  CHECK(l.hologram_max_points() == 1010);
+  CHECK(l.volume_max_points() == 1011);
+  CHECK(l.volume_max_tets() == 1012);
+  CHECK(l.volume_max_image_side() == 8192);
+  CHECK(l.session_gpu_cap_bytes() == 1021);
+  CHECK(l.session_cpu_cap_bytes() == 1048598);
+  CHECK(l.max_streams() == 1013);
+  CHECK(l.stream_state_bytes() == 1048590);
+  CHECK(info.fusion().SerializeAsString() == l.fusion().SerializeAsString());
+  // Every registered workload's service is listed.
+  for (const char* service :
+       {"fresnel.v1.InterpolationService", "fresnel.v1.UnwrapService", "fresnel.v1.HologramService",
+        "fresnel.v1.FusionService", "fresnel.v1.VolumeRenderService", "fresnel.v1.AdminService",
+        "fresnel.v1.SharedMemoryService"}) {
+    CHECK(std::count(info.services().begin(), info.services().end(), service) == 1);
+  }
+}
+
+TEST_CASE("AdminClient: server info, stats and health on a Client's channel", "[server]") {
+  server::ServerConfig config = TestServer::CpuConfig();
+  config.max_rate = 777;
+  TestServer ts(config);
+  ClientOptions options;
+  options.address = ts.address;
+  options.default_timeout = std::chrono::seconds(30);
+  auto client = Client::Connect(options);
+  REQUIRE(client.ok());
+  AdminClient admin(client->get());
+  auto info = admin.GetServerInfo();
+  REQUIRE(info.ok());
+  CHECK(info->limits().interpolation().max_rate() == 777);
+  CHECK(info->instance() == ts.server->instance());
+  auto via_client = (*client)->GetServerInfo();  // Client forwards to its own AdminClient
+  REQUIRE(via_client.ok());
+  CHECK(via_client->SerializeAsString() == info->SerializeAsString());
+  auto stats = admin.GetStats();
+  REQUIRE(stats.ok());
+  CHECK(stats->serving());
+  CHECK(admin.CheckHealth().value() == ServingStatus::kServing);
+  CHECK(admin.CheckHealth("fresnel.v1.UnwrapService").value() == ServingStatus::kServing);
+  CHECK(admin.CheckHealth("no.such.Service").value() == ServingStatus::kServiceUnknown);
 }
 
 TEST_CASE("health reports SERVING per service, and NOT_FOUND for unknown ones", "[server]") {

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "commands.h"
 #include "fresnel/client/client.h"
+#include "fresnel/client/unwrap_client.h"
 #include "fresnel/core/npy.h"
 #include "fresnel/core/png.h"
 #include "fresnel/unwrap/unwrap.h"
@@ -236,6 +237,37 @@ TEST_CASE("Submit, Watch sees QUEUED then RUNNING then DONE, Get equals the CPU 
   CHECK(result->info.device() == "cpu");
   CHECK(result->info.total_seconds() > 0);
   CHECK(result->stats.positive_residues() >= 1);
+}
+
+TEST_CASE("UnwrapClient: the service's calls on their own, chunked both ways", "[server][unwrap]") {
+  TestServer ts;
+  auto client = Connect(ts);
+  UnwrapClient unwrap(client.get());
+  TestPhase p = MakePhase(96, 130, DType::kFloat32, 0.0, 2, true);
+  // A small message cap sends the phase and mask in chunks and gets the result in chunks.
+  SubmitOptions small;
+  small.max_message_bytes = 32 << 10;
+  auto submitted = unwrap.Submit(Request(p), small);
+  const std::string id = Id(submitted);
+  auto done = unwrap.Watch(id);
+  REQUIRE(done.ok());
+  CHECK(done->state() == v1::JOB_STATE_DONE);
+  auto state = unwrap.GetJob(id);
+  REQUIRE(state.ok());
+  CHECK(state->job_id() == id);
+  auto result = unwrap.GetResult(id, 8192);
+  REQUIRE(result.ok());
+  CheckEqualsDirect(*result, DirectGoldstein(p));
+  auto sync = unwrap.Unwrap(Request(p));
+  REQUIRE(sync.ok());
+  CheckEqualsDirect(*sync, DirectGoldstein(p));
+  auto listed = unwrap.List();
+  REQUIRE(listed.ok());
+  CHECK(listed->jobs_size() == 1);
+  auto cancelled = unwrap.Cancel(id);  // a finished job stays DONE
+  REQUIRE(cancelled.ok());
+  CHECK(cancelled->state() == v1::JOB_STATE_DONE);
+  CHECK(unwrap.GetJob("j-nope").status().code() == absl::StatusCode::kNotFound);
 }
 
 TEST_CASE("an idempotency key returns the same job", "[server][unwrap]") {

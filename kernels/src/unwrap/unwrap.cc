@@ -267,13 +267,14 @@ absl::Status ValidateLeastSquares(const HostArray& phase, const LeastSquaresOpti
 
 namespace internal {
 
-absl::Status CheckWeightValues(const HostArray& weights, const HostArray* mask) {
+absl::Status CheckWeightValues(const HostArray& weights, const HostArray* mask,
+                               const char* field) {
   const uint8_t* m = mask != nullptr ? mask->data<uint8_t>() : nullptr;
   int64_t bad = weights.dtype() == DType::kFloat32
                     ? FirstBadWeight(weights.data<float>(), m, weights.size())
                     : FirstBadWeight(weights.data<double>(), m, weights.size());
   if (bad < 0) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrFormat("weights%s = %g is not in [0, 1]",
+  return absl::InvalidArgumentError(absl::StrFormat("%s%s = %g is not in [0, 1]", field,
                                                     Index2(weights, bad),
                                                     ElementAsDouble(weights, bad)));
 }
@@ -309,6 +310,135 @@ absl::StatusOr<LeastSquaresResult> UnwrapLeastSquares(const Device& device,
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
   return result;
+}
+
+int64_t LeastSquaresDeviceBytes(int64_t rows, int64_t cols, DType dtype, bool has_mask,
+                                bool weighted) {
+  const int64_t n = rows * cols;
+  const int64_t t = static_cast<int64_t>(DTypeSize(dtype));
+  int64_t bytes = 2 * n * t;  // phase in, unwrapped out
+  if (has_mask) bytes += n;   // mask
+  bytes += 6 * 4 * n;         // float32 gradients, divergence and DCT buffers
+  // PCG: the weights and float32 edge weights and vectors (w_x, w_y, x, z, p, q).
+  if (weighted) bytes += n * t + 6 * 4 * n;
+  return bytes + (64 << 20);  // cuFFT's workspace and allocator slack
+}
+
+namespace {
+
+GoldsteinOptions GoldsteinOptionsOf(const UnwrapOptions& in) {
+  GoldsteinOptions o;
+  o.mask = in.mask;
+  o.quality = in.quality;
+  o.seed = in.seed;
+  o.iterations_per_radius = in.iterations_per_radius;
+  o.return_maps = in.return_maps;
+  o.limits = in.limits;
+  return o;
+}
+
+LeastSquaresOptions LeastSquaresOptionsOf(const UnwrapOptions& in) {
+  LeastSquaresOptions o;
+  o.mask = in.mask;
+  o.congruent = in.congruent;
+  o.weighted = in.method == Method::kWeightedLeastSquares;
+  o.weights = o.weighted ? in.quality : nullptr;
+  o.limits = in.limits;
+  return o;
+}
+
+// The fraction of the whole call at `fraction` of `stage`: each working stage counts equally.
+double Overall(Stage stage, double fraction) {
+  switch (stage) {
+    case Stage::kValidate: return 0;
+    case Stage::kResidues: return fraction / 3;
+    case Stage::kBranchCuts: return (1 + fraction) / 3;
+    case Stage::kIntegrate: return (2 + fraction) / 3;
+    case Stage::kLeastSquares: return fraction;
+    case Stage::kDone: return 1;
+  }
+  return 0;
+}
+
+ProgressFn StageHook(const OverallProgressFn& progress) {
+  if (!progress) return nullptr;
+  return [&progress](Stage stage, double fraction) {
+    return progress(stage, fraction, Overall(stage, fraction));
+  };
+}
+
+}  // namespace
+
+const char* MethodName(Method method) {
+  switch (method) {
+    case Method::kGoldstein: return "goldstein";
+    case Method::kLeastSquares: return "least_squares";
+    case Method::kWeightedLeastSquares: return "weighted_least_squares";
+  }
+  return "unknown";
+}
+
+absl::Status ValidateUnwrap(const HostArray& phase, const UnwrapOptions& options) {
+  if (options.method == Method::kGoldstein) {
+    FRESNEL_RETURN_IF_ERROR(ValidateGoldstein(phase, GoldsteinOptionsOf(options)));
+  } else {
+    if (options.method == Method::kLeastSquares && options.quality != nullptr) {
+      return absl::InvalidArgumentError(
+          "quality: LEAST_SQUARES takes no quality map (it is unweighted); drop it or use "
+          "WEIGHTED_LEAST_SQUARES or GOLDSTEIN");
+    }
+    FRESNEL_RETURN_IF_ERROR(ValidateLeastSquares(phase, LeastSquaresOptionsOf(options)));
+  }
+  FRESNEL_RETURN_IF_ERROR(internal::CheckPhaseValues(phase, options.mask));
+  if (options.quality != nullptr) {
+    FRESNEL_RETURN_IF_ERROR(internal::CheckQualityValues(*options.quality, options.mask));
+    if (options.method == Method::kWeightedLeastSquares) {
+      FRESNEL_RETURN_IF_ERROR(
+          internal::CheckWeightValues(*options.quality, options.mask, "quality"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+int64_t UnwrapDeviceBytes(const HostArray& phase, const UnwrapOptions& options) {
+  const int64_t rows = phase.ndim() == 2 ? phase.dim(0) : 0;
+  const int64_t cols = phase.ndim() == 2 ? phase.dim(1) : 0;
+  if (options.method == Method::kGoldstein) {
+    return GoldsteinDeviceBytes(rows, cols, phase.dtype(), options.mask != nullptr,
+                                options.quality != nullptr);
+  }
+  return LeastSquaresDeviceBytes(rows, cols, phase.dtype(), options.mask != nullptr,
+                                 options.method == Method::kWeightedLeastSquares);
+}
+
+absl::StatusOr<UnwrapResult> Unwrap(const Device& device, const HostArray& phase,
+                                    const UnwrapOptions& options, StageTimes* times) {
+  UnwrapResult out;
+  out.method = options.method;
+  if (options.method == Method::kGoldstein) {
+    GoldsteinOptions o = GoldsteinOptionsOf(options);
+    o.progress = StageHook(options.progress);
+    FRESNEL_ASSIGN_OR_RETURN(GoldsteinResult r, UnwrapGoldstein(device, phase, o, times));
+    out.unwrapped = std::move(r.unwrapped);
+    out.residues = std::move(r.residues);
+    out.cuts = std::move(r.cuts);
+    out.regions = std::move(r.regions);
+    out.unreached = std::move(r.unreached);
+    out.stats = r.stats;
+    out.stage_times = r.stage_times;
+    return out;
+  }
+  LeastSquaresOptions o = LeastSquaresOptionsOf(options);
+  o.progress = StageHook(options.progress);
+  FRESNEL_ASSIGN_OR_RETURN(LeastSquaresResult r, UnwrapLeastSquares(device, phase, o, times));
+  out.unwrapped = std::move(r.unwrapped);
+  out.pcg_iterations = r.iterations;
+  out.pcg_residual = r.residual;
+  if (options.mask != nullptr) {
+    const uint8_t* m = options.mask->data<uint8_t>();
+    for (int64_t i = 0; i < options.mask->size(); ++i) out.stats.masked_pixels += m[i] != 0;
+  }
+  return out;
 }
 
 }  // namespace fresnel::unwrap

@@ -22,8 +22,9 @@ std::vector<int> RadiusSchedule(int rows, int cols);
 // compute the same first index on the device and format it with the functions below.
 absl::Status CheckPhaseValues(const HostArray& phase, const HostArray* mask);
 absl::Status CheckQualityValues(const HostArray& quality, const HostArray* mask);
-// Weights must be finite and in [0, 1] on unmasked pixels: InvalidArgument("weights[r,c] ...").
-absl::Status CheckWeightValues(const HostArray& weights, const HostArray* mask);
+// Weights must be finite and in [0, 1] on unmasked pixels: InvalidArgument("<field>[r,c] ...").
+absl::Status CheckWeightValues(const HostArray& weights, const HostArray* mask,
+                               const char* field = "weights");
 // Whether UnwrapLeastSquares takes the weighted (PCG) path for these options.
 bool RunsWeighted(const LeastSquaresOptions& options);
 absl::Status BadPhaseValue(const HostArray& phase, int64_t index);

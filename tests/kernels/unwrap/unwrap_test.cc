@@ -537,3 +537,101 @@ TEST_CASE("weighted least squares validates weights and PCG options", "[unwrap]"
 
 }  // namespace
 }  // namespace fresnel::unwrap
+
+namespace fresnel::unwrap {
+namespace {
+
+TEST_CASE("Unwrap runs each method as its own entry point does, with overall progress",
+          "[unwrap]") {
+  const uint64_t seed = testing::FreshSeed();
+  INFO("seed " << seed);
+  const HostArray phase = testing::RandomPhase(DType::kFloat64, 48, 56, seed);
+  const HostArray mask = testing::RandomMask(48, 56, 3, 5, 10, seed + 1);
+  int64_t masked = 0;
+  for (int64_t i = 0; i < mask.size(); ++i) masked += mask.data<uint8_t>()[i] != 0;
+  HostArray quality(DType::kFloat64, {48, 56});
+  for (int64_t i = 0; i < quality.size(); ++i) {
+    quality.data<double>()[i] = 0.25 + 0.5 * std::fabs(std::sin(0.37 * i + seed % 97));
+  }
+  for (Method method :
+       {Method::kGoldstein, Method::kLeastSquares, Method::kWeightedLeastSquares}) {
+    INFO("method " << MethodName(method));
+    UnwrapOptions o;
+    o.method = method;
+    o.mask = &mask;
+    o.quality = method == Method::kLeastSquares ? nullptr : &quality;
+    std::vector<double> overall;
+    std::vector<Stage> stages;
+    o.progress = [&](Stage stage, double, double all) {
+      stages.push_back(stage);
+      overall.push_back(all);
+      return true;
+    };
+    REQUIRE(ValidateUnwrap(phase, o).ok());
+    CHECK(UnwrapDeviceBytes(phase, o) > 2 * phase.nbytes());
+    auto r = Unwrap(Device::Cpu(), phase, o);
+    REQUIRE(r.ok());
+    CHECK(r->method == method);
+    REQUIRE(!overall.empty());
+    for (size_t i = 1; i < overall.size(); ++i) CHECK(overall[i] >= overall[i - 1]);
+    CHECK(stages.back() == Stage::kDone);
+    CHECK(overall.back() == 1.0);
+    if (method == Method::kGoldstein) {
+      GoldsteinOptions g;
+      g.mask = &mask;
+      g.quality = &quality;
+      auto ref = UnwrapGoldstein(Device::Cpu(), phase, g);
+      REQUIRE(ref.ok());
+      CHECK(r->unwrapped.bytes() == ref->unwrapped.bytes());
+      CHECK(r->regions.bytes() == ref->regions.bytes());
+      CHECK(r->stats.positive_residues == ref->stats.positive_residues);
+      CHECK(r->stats.masked_pixels == ref->stats.masked_pixels);
+    } else {
+      LeastSquaresOptions l;
+      l.mask = &mask;
+      l.weighted = method == Method::kWeightedLeastSquares;
+      l.weights = l.weighted ? &quality : nullptr;
+      auto ref = UnwrapLeastSquares(Device::Cpu(), phase, l);
+      REQUIRE(ref.ok());
+      CHECK(r->unwrapped.bytes() == ref->unwrapped.bytes());
+      CHECK(r->pcg_iterations == ref->iterations);
+      CHECK(r->stats.masked_pixels == masked);
+      CHECK(r->residues.ndim() == 0);
+    }
+  }
+}
+
+TEST_CASE("ValidateUnwrap refuses bad values naming the field and pixel", "[unwrap]") {
+  HostArray phase(DType::kFloat32, {8, 9});
+  for (int64_t i = 0; i < phase.size(); ++i) phase.data<float>()[i] = 0.1f * (i % 7);
+  HostArray quality(DType::kFloat32, {8, 9});
+  for (int64_t i = 0; i < quality.size(); ++i) quality.data<float>()[i] = 0.5f;
+  HostArray mask(DType::kUint8, {8, 9});
+  auto message = [&](const UnwrapOptions& o) {
+    return std::string(ValidateUnwrap(phase, o).message());
+  };
+  UnwrapOptions o;
+  o.mask = &mask;
+  CHECK(message(o).empty());
+  phase.data<float>()[2 * 9 + 3] = std::nanf("");
+  CHECK_THAT(message(o), Catch::Contains("phase[2,3]") && Catch::Contains("not finite"));
+  mask.data<uint8_t>()[2 * 9 + 3] = 1;  // masked: any value goes
+  CHECK(message(o).empty());
+  phase.data<float>()[5 * 9 + 1] = 3.5f;
+  CHECK_THAT(message(o), Catch::Contains("phase[5,1]") && Catch::Contains("wrapped range"));
+  phase.data<float>()[5 * 9 + 1] = 0;
+  o.quality = &quality;
+  quality.data<float>()[4] = INFINITY;
+  CHECK_THAT(message(o), Catch::Contains("quality[0,4]") && Catch::Contains("not finite"));
+  quality.data<float>()[4] = 1.5f;  // fine for Goldstein, not as weights
+  CHECK(message(o).empty());
+  o.method = Method::kWeightedLeastSquares;
+  CHECK_THAT(message(o), Catch::Contains("quality[0,4]") && Catch::Contains("[0, 1]"));
+  o.method = Method::kLeastSquares;
+  CHECK_THAT(message(o), Catch::Contains("LEAST_SQUARES takes no quality map"));
+  o.quality = nullptr;
+  CHECK(message(o).empty());
+}
+
+}  // namespace
+}  // namespace fresnel::unwrap

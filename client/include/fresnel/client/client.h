@@ -26,6 +26,8 @@
 namespace fresnel {
 
 class SharedRegion;  // fresnel/client/shm.h
+class UnwrapClient;  // fresnel/client/unwrap_client.h
+class AdminClient;   // fresnel/client/admin_client.h
 
 struct ClientOptions {
   // HOST:PORT; a gRPC URI such as "dns:///fresnel.ns.svc:50051" (every address the name resolves
@@ -281,6 +283,8 @@ class Client {
 
  private:
   friend class FusionSession;  // fusion_client.h: its stream runs on this channel
+  friend class UnwrapClient;   // unwrap_client.h: its calls, on channel() and job_channel()
+  friend class AdminClient;    // admin_client.h: its calls, on channel()
   struct Impl;
   Client(ClientOptions options, std::unique_ptr<Impl> impl);
   // Render's path for clouds larger than `cap`: one Stream frame sent in parts.
@@ -290,6 +294,8 @@ class Client {
   int64_t MessageCap(const CallOptions& call);
   // The channel, for services whose calls live in their own source file (hologram_client.cc).
   std::shared_ptr<grpc::Channel> channel() const;
+  // The pick_first channel of job calls (channel() for a single server).
+  std::shared_ptr<grpc::Channel> job_channel() const;
   // The SharedMemoryService stub of chunked-transfer channel `index`: 0 is channel()'s, 1.. each
   // on its own connection (made on first use, kept for the client's life, like the stubs).
   v1::SharedMemoryService::Stub* ShmStub(int index);

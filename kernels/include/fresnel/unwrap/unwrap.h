@@ -185,4 +185,66 @@ absl::StatusOr<LeastSquaresResult> UnwrapLeastSquares(const Device& device,
                                                       const LeastSquaresOptions& options = {},
                                                       StageTimes* times = nullptr);
 
+// Upper bound of the device memory one UnwrapLeastSquares call on CUDA takes, for admission
+// control. `weighted`: the call takes the PCG path (weights or a mask with weighted = true).
+int64_t LeastSquaresDeviceBytes(int64_t rows, int64_t cols, DType dtype, bool has_mask,
+                                bool weighted);
+
+// ---------------------------------------------------------------------------------------------
+// One entry point for the three methods, as a service or a job runs them: the options of each
+// method from one struct, the host-side checks of everything the call would refuse (so that bad
+// input is refused before it is queued), the device memory to reserve, and a progress hook that
+// also gets the fraction of the whole call.
+
+enum class Method { kGoldstein, kLeastSquares, kWeightedLeastSquares };
+// "goldstein", "least_squares", "weighted_least_squares".
+const char* MethodName(Method method);
+
+// Progress of a whole call: the stage, the fraction of it done and of the whole call done (in
+// [0, 1]; each working stage of the method counts equally: Goldstein's residues, branch cuts and
+// integration a third each, least squares its one stage). Returning false cancels the call.
+using OverallProgressFn = std::function<bool(Stage stage, double fraction, double overall)>;
+
+struct UnwrapOptions {
+  Method method = Method::kGoldstein;
+  // Borrowed, must outlive the call; nullptr = none.
+  const HostArray* mask = nullptr;
+  // Goldstein: the quality map that chooses region seeds. Weighted least squares: the weights
+  // (finite, in [0, 1] on unmasked pixels). Unweighted least squares takes none.
+  const HostArray* quality = nullptr;
+  std::optional<Pixel> seed;      // Goldstein only
+  int iterations_per_radius = 8;  // Goldstein only, in [1, 64]
+  bool return_maps = true;        // Goldstein only
+  bool congruent = true;          // least squares only (LeastSquaresOptions::congruent)
+  OverallProgressFn progress;
+  Limits limits;
+};
+
+struct UnwrapResult {
+  Method method = Method::kGoldstein;
+  HostArray unwrapped;
+  HostArray residues, cuts, regions, unreached;  // Goldstein with return_maps; empty otherwise
+  GoldsteinStats stats;                          // least squares: masked_pixels only
+  GoldsteinStageTimes stage_times;               // Goldstein only
+  int pcg_iterations = 0;                        // weighted least squares
+  double pcg_residual = 0;
+};
+
+// Everything Unwrap would refuse, checked on the host: dtypes, shapes, limits and options (as
+// ValidateGoldstein / ValidateLeastSquares), quality with unweighted least squares, and the
+// element values: unmasked phase finite and |phase| <= kPhaseLimit, unmasked quality finite and,
+// for weighted least squares, in [0, 1]. Messages name the field and the first bad pixel in
+// raster order ("phase[3,4] = nan is not finite ...", "quality[0,5] ..."). Reads every element:
+// call it once, before queueing (Unwrap checks again on the device that runs it).
+absl::Status ValidateUnwrap(const HostArray& phase, const UnwrapOptions& options);
+
+// Upper bound of the device memory one Unwrap call on CUDA takes (GoldsteinDeviceBytes or
+// LeastSquaresDeviceBytes for these options).
+int64_t UnwrapDeviceBytes(const HostArray& phase, const UnwrapOptions& options);
+
+// Runs the method on `device` (UnwrapGoldstein or UnwrapLeastSquares, same sync behaviour).
+// Least squares also counts the masked pixels into stats.masked_pixels.
+absl::StatusOr<UnwrapResult> Unwrap(const Device& device, const HostArray& phase,
+                                    const UnwrapOptions& options, StageTimes* times = nullptr);
+
 }  // namespace fresnel::unwrap
