@@ -327,7 +327,7 @@ grpc::ServerUnaryReactor* InterpolationService::Upfirdn(grpc::CallbackServerCont
         interp::UpfirdnIntoSupported((*direct)->dtype, (*direct)->shape, parsed->options)) {
       DirectX& x = **direct;
       st = interp::ValidateUpfirdnShape(parsed->taps, x.dtype, x.shape, parsed->options,
-                                        ctx_->interp_limits);
+                                        limits_);
       if (st.ok()) st = BindX(request->x(), resolver, &x);
       if (st.ok()) {
         const int axis = NormalAxis(x, parsed->options.axis);
@@ -391,7 +391,7 @@ grpc::ServerUnaryReactor* InterpolationService::ResamplePoly(
     if (st.ok() && direct->has_value() &&
         interp::ResamplePolyIntoSupported((*direct)->dtype, (*direct)->shape, *options)) {
       DirectX& x = **direct;
-      st = interp::ValidateResamplePolyShape(x.dtype, x.shape, *options, ctx_->interp_limits);
+      st = interp::ValidateResamplePolyShape(x.dtype, x.shape, *options, limits_);
       if (st.ok()) st = BindX(request->x(), resolver, &x);
       if (st.ok()) {
         const int axis = NormalAxis(x, options->axis);
