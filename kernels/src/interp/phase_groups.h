@@ -32,9 +32,10 @@
 
 namespace fresnel::interp::internal {
 
-// Planner choice (CudaPlanOptions::pg_widen): 0 means the default (2).
+// Planner choice (CudaPlanOptions::pg_widen, pg_layout): 0 means the default.
 struct PhaseGroupsChoice {
-  int widen = 0;  // 1: never widen the period; 2: widen when the cost model says so (below)
+  int widen = 0;   // 1: never widen the period; 2 (default): widen when the cost model says so
+  int layout = 0;  // 1: always the de-interleaved tile; 2 (default): plain where d is odd
 };
 
 // The geometry of one filter's kPhaseGroups launch, fixed at plan creation.
@@ -57,6 +58,7 @@ struct PhaseGroupsPlan {
   int periods = 64;    // periods per tile: chunks * 32 * r
   int ld = 1;          // row length of the de-interleaved input tile
   int sr = 1;          // staging row stride (floats per period)
+  bool plain = false;  // input tile in plain order (d odd), else de-interleaved by z mod d
   int table_floats = 0;  // groups * k * v taps, then `groups` ints (first inputs q_{gr*V})
   int smem_bytes = 0;
   std::vector<float> table;  // the host copy, uploaded by the plan's owner

@@ -185,6 +185,7 @@ class Bench {
     BENCH_CHECK(plan.status());
     r.kernel = internal::CudaKernelName(plan->kernel());
     if (options.pg_widen != 0) r.kernel = absl::StrCat("phase_groups/widen", options.pg_widen);
+    if (options.pg_layout != 0) absl::StrAppend(&r.kernel, "/layout", options.pg_layout);
     internal::DeviceSignal s;
     s.channels = channels;
     s.x = x.get();
@@ -244,10 +245,11 @@ class Bench {
 };
 
 // kPhaseGroups forced with a variant (0: the default).
-internal::CudaPlanOptions PgOptions(int widen) {
+internal::CudaPlanOptions PgOptions(int widen, int layout = 0) {
   internal::CudaPlanOptions o;
   o.kernel = CudaKernel::kPhaseGroups;
   o.pg_widen = widen;
+  o.pg_layout = layout;
   return o;
 }
 
@@ -536,6 +538,8 @@ int Main(int argc, char** argv) {
     b.EndToEnd(r, [&](StageTimes* t) { BENCH_CHECK(ResamplePoly(b.device(), x, o, t).status()); });
     rows.push_back(r);
     rows.push_back(b.Kernel("b: (forced)", d->filter, 1, n26, d->skip, out, PgOptions(1)));
+    // Round 1's de-interleaved tile (4-byte copies in and out) next to the default plain one.
+    rows.push_back(b.Kernel("b: (forced)", d->filter, 1, n26, d->skip, out, PgOptions(0, 1)));
     rows.push_back(b.Kernel("b: (forced)", d->filter, 1, n26, d->skip, out,
                             CudaKernel::kSmemTile));
     rows.push_back(b.Kernel("b: (forced)", d->filter, 1, n26, d->skip, out,

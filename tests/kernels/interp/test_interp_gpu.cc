@@ -225,20 +225,24 @@ TEST_CASE("every CUDA kernel agrees with the CPU oracle on windows", "[gpu][inte
     struct Variant {
       CudaKernel kernel;
       int pg_widen;
+      int pg_layout = 0;
     };
     const Variant variants[] = {
         {CudaKernel::kRegisterBlocked, 0}, {CudaKernel::kSmemTile, 0},
         {CudaKernel::kWarpPerOutput, 0},   {CudaKernel::kPhaseGroups, 0},
         {CudaKernel::kPhaseGroups, 1},     {CudaKernel::kPhaseGroups, 2},
+        {CudaKernel::kPhaseGroups, 1, 1},  {CudaKernel::kPhaseGroups, 2, 1},
     };
     std::optional<HostArray> pg_default;
     for (const Variant& v : variants) {
       if (!internal::CudaPolyphase::Supports(v.kernel, c.up, c.down, p, c.dtype)) continue;
       INFO(Describe(c) << " kernel " << internal::CudaKernelName(v.kernel) << " pg_widen "
-                       << v.pg_widen << " x_first " << x_first << " out_first " << out_first);
+                       << v.pg_widen << " pg_layout " << v.pg_layout << " x_first " << x_first
+                       << " out_first " << out_first);
       internal::CudaWindowOptions opt;
       opt.plan.kernel = v.kernel;
       opt.plan.pg_widen = v.pg_widen;
+      opt.plan.pg_layout = v.pg_layout;
       opt.poison_output = true;
       auto y = internal::UpfirdnWindowCuda(gpu, f, internal::ViewOf(x), x_first, c.cval,
                                            out_first, out_count, nullptr, opt);
@@ -273,17 +277,27 @@ TEST_CASE("kPhaseGroups variants agree with the CPU oracle on short windows", "[
     REQUIRE(want.ok());
     REQUIRE(internal::CudaPolyphase::Supports(internal::CudaKernel::kPhaseGroups, c.up, c.down,
                                               f.TapsPerPhase(), c.dtype));
+    std::optional<HostArray> first;
     for (int widen : {1, 2}) {
-      INFO(Describe(c) << " pg_widen " << widen);
-      internal::CudaWindowOptions opt;
-      opt.plan.kernel = internal::CudaKernel::kPhaseGroups;
-      opt.plan.pg_widen = widen;
-      opt.poison_output = true;
-      auto y = internal::UpfirdnWindowCuda(gpu, f, internal::ViewOf(x), -3, c.cval, 5, out_count,
-                                           nullptr, opt);
-      REQUIRE(y.ok());
-      CHECK(AllFinite(*y));
-      CHECK(RelativeError(*y, *want) <= Tolerance(c.dtype));
+      for (int layout : {1, 2}) {
+        INFO(Describe(c) << " pg_widen " << widen << " pg_layout " << layout);
+        internal::CudaWindowOptions opt;
+        opt.plan.kernel = internal::CudaKernel::kPhaseGroups;
+        opt.plan.pg_widen = widen;
+        opt.plan.pg_layout = layout;
+        opt.poison_output = true;
+        auto y = internal::UpfirdnWindowCuda(gpu, f, internal::ViewOf(x), -3, c.cval, 5,
+                                             out_count, nullptr, opt);
+        REQUIRE(y.ok());
+        CHECK(AllFinite(*y));
+        CHECK(RelativeError(*y, *want) <= Tolerance(c.dtype));
+        // Layouts and widening sum the same products in the same order: the same bits.
+        if (!first) {
+          first = *y;
+        } else {
+          CHECK(SameValues(*y, *first));
+        }
+      }
     }
   }
 }
