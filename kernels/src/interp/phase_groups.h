@@ -19,7 +19,8 @@
 // broadcast shared-memory load) and one input per lane and period it owns, and does V FMAs per
 // input: for 160/147 (P = 21, V = 4, R = 2 periods per lane) that is 24 FMAs per output (21
 // useful) for 9 shared loads (24 * (1/4 input + 1/8 tap)), against kSmemTile's 42 (a tap and an
-// input per FMA), which bound it at 23% of the copy bandwidth.
+// input per FMA), which bound it at 23% of the copy bandwidth. (R = 1, an option, trades 3 more
+// loads per output for a half-size tile and more blocks per SM; it measured slower.)
 #pragma once
 
 #include <cuda_runtime.h>
@@ -36,6 +37,8 @@ namespace fresnel::interp::internal {
 struct PhaseGroupsChoice {
   int widen = 0;   // 1: never widen the period; 2 (default): widen when the cost model says so
   int layout = 0;  // 1: always the de-interleaved tile; 2 (default): plain where d is odd
+  // Periods per lane R (1, 2 or 8); 0: 8 for P >= 48 taps per phase, else 2.
+  int periods_per_lane = 0;
 };
 
 // The geometry of one filter's kPhaseGroups launch, fixed at plan creation.
@@ -50,7 +53,7 @@ struct PhaseGroupsChoice {
 // about 6 index and loop instructions).
 struct PhaseGroupsPlan {
   int v = 4;           // outputs per group (template: 1, 2 or 4)
-  int r = 2;           // periods per lane (template: 2 or 8)
+  int r = 2;           // periods per lane (template: 1, 2 or 8)
   int u = 1, d = 1;    // the period: u outputs per d inputs
   int groups = 1;      // ceil(u / v)
   int k = 1;           // band length (taps per group and output)

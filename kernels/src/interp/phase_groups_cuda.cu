@@ -42,9 +42,14 @@ constexpr int kPgWarps = kPgThreads / 32;
 // Shared memory per block the planner aims below (two blocks per SM fit), and the hard cap.
 constexpr int kPgSmemTarget = 100 * 1024;
 constexpr int kPgSmemMax = 200 * 1024;
-// Taps per phase from which a lane owns 8 periods rather than 2 (long bands amortise the wider
-// tile; short ones need the tasks to balance across warps).
+// Taps per phase from which a lane owns 8 periods rather than kPgShortPeriods (long bands
+// amortise the wider tile; short ones need the tasks to balance across warps).
 constexpr int kPgLongTaps = 48;
+// Periods per lane below kPgLongTaps (PhaseGroupsChoice::periods_per_lane). Measured reason
+// (H200, docs/bench/interp.md session 6): R = 1 halves the tile (160/147: 55 KiB a block, four
+// blocks per SM instead of two) but costs one tap load per 4 FMAs instead of per 8, and lost:
+// 160/147 0.291 against 0.266 ms, 3/2 with P = 8 0.033 against 0.026 ms.
+constexpr int kPgShortPeriods = 2;
 // Default of PhaseGroupsChoice::widen (docs/bench/interp.md has the measurements).
 constexpr int kPgDefaultWiden = 2;
 
@@ -299,6 +304,11 @@ using PgKernelFn = void (*)(const float*, int64_t, int64_t, int64_t, float, floa
 
 template <bool kPlain>
 PgKernelFn KernelFor(int v, int r) {
+  if (r == 1) {
+    if (v == 1) return PhaseGroupsKernel<1, 1, kPlain>;
+    if (v == 2) return PhaseGroupsKernel<2, 1, kPlain>;
+    return PhaseGroupsKernel<4, 1, kPlain>;
+  }
   if (r == 8) {
     if (v == 1) return PhaseGroupsKernel<1, 8, kPlain>;
     if (v == 2) return PhaseGroupsKernel<2, 8, kPlain>;
@@ -325,14 +335,14 @@ int SmemBytes(const PhaseGroupsPlan& pl) {
 // The plan for period multiple m (u = m*up/g0 outputs per d = m*down/g0 inputs) with the table
 // filled from htf when it is not empty.
 absl::StatusOr<PhaseGroupsPlan> PlanFor(int up, int down, int64_t p, const std::vector<float>& htf,
-                                        int m, int v, int layout) {
+                                        int m, int v, int layout, int r) {
   PhaseGroupsPlan pl;
   const int g0 = std::gcd(up, down);
   pl.u = m * (up / g0);
   pl.d = m * (down / g0);
   pl.plain = layout != 1 && pl.d % 2 == 1;
   pl.v = v;
-  pl.r = p >= kPgLongTaps ? 8 : 2;
+  pl.r = r;
   pl.groups = (pl.u + pl.v - 1) / pl.v;
   pl.p = static_cast<int>(p);
   // q_j = floor(j*down/up) < d and t_j = j*down mod up for j in [0, u).
@@ -408,12 +418,15 @@ absl::StatusOr<PhaseGroupsPlan> PlanPhaseGroups(int up, int down, int64_t p,
     return absl::FailedPreconditionError("phase_groups: filter too long");
   }
   const int widen = choice.widen == 0 ? kPgDefaultWiden : choice.widen;
+  const int r = choice.periods_per_lane != 0 ? choice.periods_per_lane
+                : p >= kPgLongTaps             ? 8
+                                               : kPgShortPeriods;
   const int u = up / std::gcd(up, down);
   const int v1 = u == 1 ? 1 : u == 2 ? 2 : 4;
-  absl::StatusOr<PhaseGroupsPlan> plain = PlanFor(up, down, p, htf, 1, v1, choice.layout);
+  absl::StatusOr<PhaseGroupsPlan> plain = PlanFor(up, down, p, htf, 1, v1, choice.layout, r);
   const int m = 4 / std::gcd(u, 4);
   if (widen == 1 || m == 1 || u > (1 << 14)) return plain;
-  absl::StatusOr<PhaseGroupsPlan> wide = PlanFor(up, down, p, htf, m, 4, choice.layout);
+  absl::StatusOr<PhaseGroupsPlan> wide = PlanFor(up, down, p, htf, m, 4, choice.layout, r);
   if (!wide.ok()) return plain;
   if (!plain.ok() || IssueCost(*wide) < IssueCost(*plain)) return wide;
   return plain;
