@@ -334,6 +334,15 @@ absl::StatusOr<CudaPolyphase> CudaPolyphase::Create(const Device& device, const 
       if (choice.widen < 0 || choice.widen > 2) {
         return absl::InvalidArgumentError("pg_widen: 0, 1 or 2");
       }
+      choice.layout = options.pg_layout;
+      if (choice.layout < 0 || choice.layout > 2) {
+        return absl::InvalidArgumentError("pg_layout: 0, 1 or 2");
+      }
+      choice.periods_per_lane = options.pg_periods_per_lane;
+      if (choice.periods_per_lane != 0 && choice.periods_per_lane != 1 &&
+          choice.periods_per_lane != 2 && choice.periods_per_lane != 8) {
+        return absl::InvalidArgumentError("pg_periods_per_lane: 0, 1, 2 or 8");
+      }
       FRESNEL_ASSIGN_OR_RETURN(
           impl->pg, PlanPhaseGroups(filter.up, filter.down, impl->p, impl->htf_f, choice));
       FRESNEL_ASSIGN_OR_RETURN(impl->pg_blocks_per_sm, PhaseGroupsOccupancy(impl->pg));

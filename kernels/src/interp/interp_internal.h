@@ -173,6 +173,13 @@ struct CudaPlanOptions {
   // kPhaseGroups (phase_groups.h, PhaseGroupsChoice): period widening, 1: never, 2: by the
   // cost model, 0: the default (2). Same bits either way.
   int pg_widen = 0;
+  // kPhaseGroups input tile (phase_groups_cuda.cu): 1: de-interleaved by z mod d for every d
+  // (round 1's kernel: 4-byte copies in, 4-byte stores out); 2: plain order where d is odd
+  // (16-byte copies in and out), de-interleaved otherwise; 0: the default (2). Same bits.
+  int pg_layout = 0;
+  // kPhaseGroups periods per lane R: 1, 2 or 8; 0: the default (8 for >= 48 taps per phase,
+  // else 2). Same bits. A forced R is FailedPrecondition where its tile does not fit.
+  int pg_periods_per_lane = 0;
 };
 
 // Test hooks of the host-level CUDA call.

@@ -19,7 +19,8 @@
 // broadcast shared-memory load) and one input per lane and period it owns, and does V FMAs per
 // input: for 160/147 (P = 21, V = 4, R = 2 periods per lane) that is 24 FMAs per output (21
 // useful) for 9 shared loads (24 * (1/4 input + 1/8 tap)), against kSmemTile's 42 (a tap and an
-// input per FMA), which bound it at 23% of the copy bandwidth.
+// input per FMA), which bound it at 23% of the copy bandwidth. (R = 1, an option, trades 3 more
+// loads per output for a half-size tile and more blocks per SM; it measured slower.)
 #pragma once
 
 #include <cuda_runtime.h>
@@ -32,9 +33,12 @@
 
 namespace fresnel::interp::internal {
 
-// Planner choice (CudaPlanOptions::pg_widen): 0 means the default (2).
+// Planner choice (CudaPlanOptions::pg_widen, pg_layout): 0 means the default.
 struct PhaseGroupsChoice {
-  int widen = 0;  // 1: never widen the period; 2: widen when the cost model says so (below)
+  int widen = 0;   // 1: never widen the period; 2 (default): widen when the cost model says so
+  int layout = 0;  // 1: always the de-interleaved tile; 2 (default): plain where d is odd
+  // Periods per lane R (1, 2 or 8); 0: 8 for P >= 48 taps per phase, else 2.
+  int periods_per_lane = 0;
 };
 
 // The geometry of one filter's kPhaseGroups launch, fixed at plan creation.
@@ -49,7 +53,7 @@ struct PhaseGroupsChoice {
 // about 6 index and loop instructions).
 struct PhaseGroupsPlan {
   int v = 4;           // outputs per group (template: 1, 2 or 4)
-  int r = 2;           // periods per lane (template: 2 or 8)
+  int r = 2;           // periods per lane (template: 1, 2 or 8)
   int u = 1, d = 1;    // the period: u outputs per d inputs
   int groups = 1;      // ceil(u / v)
   int k = 1;           // band length (taps per group and output)
@@ -57,6 +61,7 @@ struct PhaseGroupsPlan {
   int periods = 64;    // periods per tile: chunks * 32 * r
   int ld = 1;          // row length of the de-interleaved input tile
   int sr = 1;          // staging row stride (floats per period)
+  bool plain = false;  // input tile in plain order (d odd), else de-interleaved by z mod d
   int table_floats = 0;  // groups * k * v taps, then `groups` ints (first inputs q_{gr*V})
   int smem_bytes = 0;
   std::vector<float> table;  // the host copy, uploaded by the plan's owner

@@ -7,13 +7,19 @@
 //      reads z = nl*d + c (c = q_{gr*V} + i, the same for the whole warp), i.e.
 //      xin[(c mod d)*ld + c/d + nl]: the 32 lanes of a warp read 32 consecutive words, free of
 //      bank conflicts whatever d is (plain layout: stride d, 2-way conflicts for even d and
-//      worse for multiples of 4);
+//      worse for multiples of 4). For odd d (160/147, the common case) the plain layout is
+//      conflict-free already and cheaper (PhaseGroupsPlan::plain, CudaPlanOptions::pg_layout):
+//      z sits at xin[shift + z], the tile is copied in 16-byte chunks (shift aligns them), and
+//      the band loop reads xb[i] with xb fixed per task, so that after unrolling each step is
+//      one tap load, R input loads with immediate offsets and R*V FMAs, with no offset update
+//      (the de-interleaved loop's row/offset wrap costs about as much as its loads);
 //   2. task (chunk, group) = 32*R periods x V outputs; warp w takes tasks w, w + 8, ...; lane
 //      l owns periods chunk*32*R + l + 32*r (r < R) and accumulates R*V outputs over i =
 //      K-1 .. 0: one broadcast load of V taps and R input loads per i, R*V FMAs;
 //   3. the outputs go to a staging tile st[nl*sr + j] (sr/V odd: the lanes' V-wide stores fall
-//      in distinct banks), then, after a barrier, to y with coalesced 4-byte stores while the
-//      next tile's copies (issued right after that barrier) are in flight.
+//      in distinct banks), then, after a barrier, to y with coalesced 4-byte stores (16-byte
+//      ones for the plain tile where u % 4 == 0 and the tile's y row is 16-byte aligned) while
+//      the next tile's copies (issued right after that barrier) are in flight.
 // The table (taps, then the groups' first inputs) is copied to shared memory once per block.
 #include <cuda_runtime.h>
 
@@ -36,9 +42,14 @@ constexpr int kPgWarps = kPgThreads / 32;
 // Shared memory per block the planner aims below (two blocks per SM fit), and the hard cap.
 constexpr int kPgSmemTarget = 100 * 1024;
 constexpr int kPgSmemMax = 200 * 1024;
-// Taps per phase from which a lane owns 8 periods rather than 2 (long bands amortise the wider
-// tile; short ones need the tasks to balance across warps).
+// Taps per phase from which a lane owns 8 periods rather than kPgShortPeriods (long bands
+// amortise the wider tile; short ones need the tasks to balance across warps).
 constexpr int kPgLongTaps = 48;
+// Periods per lane below kPgLongTaps (PhaseGroupsChoice::periods_per_lane). Measured reason
+// (H200, docs/bench/interp.md session 6): R = 1 halves the tile (160/147: 55 KiB a block, four
+// blocks per SM instead of two) but costs one tap load per 4 FMAs instead of per 8, and lost:
+// 160/147 0.291 against 0.266 ms, 3/2 with P = 8 0.033 against 0.026 ms.
+constexpr int kPgShortPeriods = 2;
 // Default of PhaseGroupsChoice::widen (docs/bench/interp.md has the measurements).
 constexpr int kPgDefaultWiden = 2;
 
@@ -61,6 +72,14 @@ __device__ __forceinline__ void CpAsync4(float* dst, const float* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(s), "l"(src) : "memory");
 #else
   *dst = __ldg(src);
+#endif
+}
+__device__ __forceinline__ void CpAsync16(float* dst, const float* src) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(src) : "memory");
+#else
+  *reinterpret_cast<float4*>(dst) = __ldg(reinterpret_cast<const float4*>(src));
 #endif
 }
 __device__ __forceinline__ void CpAsyncWaitAll() {
@@ -96,7 +115,10 @@ __device__ __forceinline__ void StoreGroup(float* p, const float (&a)[V]) {
   }
 }
 
-template <int V, int R>
+// kPlain: the input tile in plain order (d odd, see the file comment), 16-byte copies in and,
+// where u is a multiple of 4 and y is aligned, 16-byte copies out; otherwise round 1's
+// de-interleaved tile with 4-byte copies.
+template <int V, int R, bool kPlain>
 __global__ void __launch_bounds__(kPgThreads)
     PhaseGroupsKernel(const float* __restrict__ x, int64_t x_stride, int64_t x_first,
                       int64_t x_len, float cval, float* __restrict__ y, int64_t y_stride,
@@ -121,11 +143,31 @@ __global__ void __launch_bounds__(kPgThreads)
   const int step_q = kPgThreads / a.d, step_r = kPgThreads % a.d;
   const int z_q0 = tid / a.d, z_r0 = tid % a.d;
 
+  // Plain tile: z sits at xin[shift + z], shift = the 16-byte misalignment (in floats) of
+  // z = 0's global address, so that every 4-float chunk e (xin[4e, 4e+4)) is one aligned copy.
+  int shift = 0;
   auto issue = [&](int64_t b) {
     const int64_t c = b / a.tiles;
     const int64_t n_tile = a.n_first + (b % a.tiles) * a.periods;
     const int64_t rel0 = n_tile * a.d - (a.p - 1) - x_first;  // x index of z = 0
     const float* xc = x + c * x_stride;
+    if constexpr (kPlain) {
+      shift = static_cast<int>((reinterpret_cast<uintptr_t>(xc) / 4 + rel0) & 3);
+      const int chunks = (span + shift + 3) / 4;
+      for (int e = tid; e < chunks; e += kPgThreads) {
+        const int64_t rel = rel0 + 4 * e - shift;  // x index of xin[4e]
+        float* dst = xin + 4 * e;
+        if (rel >= 0 && rel + 4 <= x_len) {
+          CpAsync16(dst, xc + rel);
+        } else {
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            dst[q] = rel + q >= 0 && rel + q < x_len ? __ldg(xc + rel + q) : cval;
+          }
+        }
+      }
+      return;
+    }
     int qq = z_q0, rr = z_r0;
     for (int z = tid; z < span; z += kPgThreads) {
       float* dst = xin + rr * a.ld + qq;
@@ -155,15 +197,35 @@ __global__ void __launch_bounds__(kPgThreads)
       const int gr = task % a.groups;
       const int nl0 = (task / a.groups) * 32 * R + lane;
       const float* tg = taps + gr * a.k * V;
-      const int c0 = qbase[gr] + a.k - 1;  // c of i = K-1
-      int row = c0 % a.d;
-      int off = row * a.ld + c0 / a.d + nl0;
       float acc[R][V];
 #pragma unroll
       for (int r = 0; r < R; ++r) {
 #pragma unroll
         for (int v = 0; v < V; ++v) acc[r][v] = 0.f;
       }
+      if constexpr (kPlain) {
+        // Lane period nl reads z = nl*d + c, c = qbase + i: xb[i] and xb[i + 32*r*d]; the 32
+        // lanes' words are d apart, distinct banks for odd d.
+        const float* xb = xin + shift + nl0 * a.d + qbase[gr];
+        const int rstep = 32 * a.d;
+#pragma unroll 4
+        for (int i = a.k - 1; i >= 0; --i) {
+          float h[V];
+          LoadTaps<V>(tg + i * V, h);
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            const float sv = xb[i + r * rstep];
+#pragma unroll
+            for (int v = 0; v < V; ++v) acc[r][v] = fmaf(h[v], sv, acc[r][v]);
+          }
+        }
+#pragma unroll
+        for (int r = 0; r < R; ++r) StoreGroup<V>(st + (nl0 + 32 * r) * a.sr + gr * V, acc[r]);
+        continue;
+      }
+      const int c0 = qbase[gr] + a.k - 1;  // c of i = K-1
+      int row = c0 % a.d;
+      int off = row * a.ld + c0 / a.d + nl0;
 #pragma unroll 4
       for (int i = a.k - 1; i >= 0; --i) {
         float h[V];
@@ -196,9 +258,36 @@ __global__ void __launch_bounds__(kPgThreads)
                        ? static_cast<int>(out_first + out_count - k_tile)
                        : tile_outputs;
     float* yt = y + c * y_stride + (k_tile - out_first);
+    int scalar_hi = hi;
+    if (kPlain && a.u % 4 == 0 && (reinterpret_cast<uintptr_t>(yt) & 15) == 0) {
+      // Four consecutive outputs 4e .. 4e+3 lie in one period (u % 4 == 0) and one aligned
+      // staging chunk (sr and j multiples of 4): one 16-byte load and store.
+      const int lo4 = (lo + 3) / 4, hi4 = hi / 4;
+      if (lo4 < hi4) {
+        const int step_n = 4 * kPgThreads / a.u, step_j = 4 * kPgThreads % a.u;
+        int e = lo4 + tid;
+        int n4 = 4 * e / a.u, j4 = 4 * e % a.u;
+        for (; e < hi4; e += kPgThreads) {
+          reinterpret_cast<float4*>(yt)[e] =
+              *reinterpret_cast<const float4*>(st + n4 * a.sr + j4);
+          n4 += step_n;
+          j4 += step_j;
+          if (j4 >= a.u) {
+            j4 -= a.u;
+            ++n4;
+          }
+        }
+        // The ragged ends: [lo, 4*lo4) and [4*hi4, hi), at most 3 outputs each.
+        const int t = tid < 3 ? lo + tid : 4 * hi4 + tid - 3;
+        if ((tid < 3 && t < 4 * lo4) || (tid >= 3 && tid < 6 && t < hi)) {
+          yt[t] = st[(t / a.u) * a.sr + t % a.u];
+        }
+        scalar_hi = lo;  // nothing left for the scalar loop
+      }
+    }
     int kl = lo + tid;
     int nl = kl / a.u, j = kl % a.u;
-    for (; kl < hi; kl += kPgThreads) {
+    for (; kl < scalar_hi; kl += kPgThreads) {
       yt[kl] = st[nl * a.sr + j];
       nl += out_step_n;
       j += out_step_j;
@@ -213,31 +302,47 @@ __global__ void __launch_bounds__(kPgThreads)
 using PgKernelFn = void (*)(const float*, int64_t, int64_t, int64_t, float, float*, int64_t,
                             int64_t, int64_t, int64_t, const float*, const PgArgs);
 
+template <bool kPlain>
 PgKernelFn KernelFor(int v, int r) {
-  if (r == 8) {
-    if (v == 1) return PhaseGroupsKernel<1, 8>;
-    if (v == 2) return PhaseGroupsKernel<2, 8>;
-    return PhaseGroupsKernel<4, 8>;
+  if (r == 1) {
+    if (v == 1) return PhaseGroupsKernel<1, 1, kPlain>;
+    if (v == 2) return PhaseGroupsKernel<2, 1, kPlain>;
+    return PhaseGroupsKernel<4, 1, kPlain>;
   }
-  if (v == 1) return PhaseGroupsKernel<1, 2>;
-  if (v == 2) return PhaseGroupsKernel<2, 2>;
-  return PhaseGroupsKernel<4, 2>;
+  if (r == 8) {
+    if (v == 1) return PhaseGroupsKernel<1, 8, kPlain>;
+    if (v == 2) return PhaseGroupsKernel<2, 8, kPlain>;
+    return PhaseGroupsKernel<4, 8, kPlain>;
+  }
+  if (v == 1) return PhaseGroupsKernel<1, 2, kPlain>;
+  if (v == 2) return PhaseGroupsKernel<2, 2, kPlain>;
+  return PhaseGroupsKernel<4, 2, kPlain>;
+}
+PgKernelFn KernelFor(const PhaseGroupsPlan& pl) {
+  return pl.plain ? KernelFor<true>(pl.v, pl.r) : KernelFor<false>(pl.v, pl.r);
+}
+
+// Floats of the input tile: the plain one has up to 3 leading floats of misalignment and a
+// last chunk rounded up to 4.
+int InputFloats(const PhaseGroupsPlan& pl) {
+  return pl.plain ? AlignUp4(pl.periods * pl.d + pl.k - 1 + 6) : AlignUp4(pl.d * pl.ld);
 }
 
 int SmemBytes(const PhaseGroupsPlan& pl) {
-  return 4 * (AlignUp4(pl.table_floats) + AlignUp4(pl.d * pl.ld) + pl.periods * pl.sr);
+  return 4 * (AlignUp4(pl.table_floats) + InputFloats(pl) + pl.periods * pl.sr);
 }
 
 // The plan for period multiple m (u = m*up/g0 outputs per d = m*down/g0 inputs) with the table
 // filled from htf when it is not empty.
 absl::StatusOr<PhaseGroupsPlan> PlanFor(int up, int down, int64_t p, const std::vector<float>& htf,
-                                        int m, int v) {
+                                        int m, int v, int layout, int r) {
   PhaseGroupsPlan pl;
   const int g0 = std::gcd(up, down);
   pl.u = m * (up / g0);
   pl.d = m * (down / g0);
+  pl.plain = layout != 1 && pl.d % 2 == 1;
   pl.v = v;
-  pl.r = p >= kPgLongTaps ? 8 : 2;
+  pl.r = r;
   pl.groups = (pl.u + pl.v - 1) / pl.v;
   pl.p = static_cast<int>(p);
   // q_j = floor(j*down/up) < d and t_j = j*down mod up for j in [0, u).
@@ -313,19 +418,22 @@ absl::StatusOr<PhaseGroupsPlan> PlanPhaseGroups(int up, int down, int64_t p,
     return absl::FailedPreconditionError("phase_groups: filter too long");
   }
   const int widen = choice.widen == 0 ? kPgDefaultWiden : choice.widen;
+  const int r = choice.periods_per_lane != 0 ? choice.periods_per_lane
+                : p >= kPgLongTaps             ? 8
+                                               : kPgShortPeriods;
   const int u = up / std::gcd(up, down);
   const int v1 = u == 1 ? 1 : u == 2 ? 2 : 4;
-  absl::StatusOr<PhaseGroupsPlan> plain = PlanFor(up, down, p, htf, 1, v1);
+  absl::StatusOr<PhaseGroupsPlan> plain = PlanFor(up, down, p, htf, 1, v1, choice.layout, r);
   const int m = 4 / std::gcd(u, 4);
   if (widen == 1 || m == 1 || u > (1 << 14)) return plain;
-  absl::StatusOr<PhaseGroupsPlan> wide = PlanFor(up, down, p, htf, m, 4);
+  absl::StatusOr<PhaseGroupsPlan> wide = PlanFor(up, down, p, htf, m, 4, choice.layout, r);
   if (!wide.ok()) return plain;
   if (!plain.ok() || IssueCost(*wide) < IssueCost(*plain)) return wide;
   return plain;
 }
 
 absl::StatusOr<int> PhaseGroupsOccupancy(const PhaseGroupsPlan& plan) {
-  PgKernelFn fn = KernelFor(plan.v, plan.r);
+  PgKernelFn fn = KernelFor(plan);
   if (plan.smem_bytes > 48 * 1024) {
     FRESNEL_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
         fn, cudaFuncAttributeMaxDynamicSharedMemorySize, plan.smem_bytes));
@@ -350,7 +458,7 @@ absl::Status LaunchPhaseGroups(const PhaseGroupsPlan& pl, const float* table, in
   a.chunks = pl.periods / (32 * pl.r);
   a.table_words = pl.table_floats;
   a.xin_off = AlignUp4(pl.table_floats);
-  a.st_off = a.xin_off + AlignUp4(pl.d * pl.ld);
+  a.st_off = a.xin_off + InputFloats(pl);
   a.wrap = (pl.d - 1) * pl.ld - 1;
   // Periods n_first .. n_last hold outputs out_first .. out_first + out_count - 1.
   a.n_first = s.out_first / pl.u;
@@ -358,7 +466,7 @@ absl::Status LaunchPhaseGroups(const PhaseGroupsPlan& pl, const float* table, in
   a.tiles = (n_last - a.n_first + pl.periods) / pl.periods;
   const int64_t blocks = std::max<int64_t>(
       1, std::min<int64_t>(s.channels * a.tiles, static_cast<int64_t>(sm_count) * blocks_per_sm));
-  PgKernelFn fn = KernelFor(pl.v, pl.r);
+  PgKernelFn fn = KernelFor(pl);
   fn<<<static_cast<unsigned>(blocks), kPgThreads, static_cast<size_t>(pl.smem_bytes), stream>>>(
       static_cast<const float*>(s.x), s.x_stride, s.x_first, s.x_len,
       static_cast<float>(s.cval), static_cast<float*>(s.y), s.y_stride, s.out_first,

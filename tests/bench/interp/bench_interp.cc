@@ -185,6 +185,10 @@ class Bench {
     BENCH_CHECK(plan.status());
     r.kernel = internal::CudaKernelName(plan->kernel());
     if (options.pg_widen != 0) r.kernel = absl::StrCat("phase_groups/widen", options.pg_widen);
+    if (options.pg_layout != 0) absl::StrAppend(&r.kernel, "/layout", options.pg_layout);
+    if (options.pg_periods_per_lane != 0) {
+      absl::StrAppend(&r.kernel, "/r", options.pg_periods_per_lane);
+    }
     internal::DeviceSignal s;
     s.channels = channels;
     s.x = x.get();
@@ -244,10 +248,12 @@ class Bench {
 };
 
 // kPhaseGroups forced with a variant (0: the default).
-internal::CudaPlanOptions PgOptions(int widen) {
+internal::CudaPlanOptions PgOptions(int widen, int layout = 0, int periods_per_lane = 0) {
   internal::CudaPlanOptions o;
   o.kernel = CudaKernel::kPhaseGroups;
   o.pg_widen = widen;
+  o.pg_layout = layout;
+  o.pg_periods_per_lane = periods_per_lane;
   return o;
 }
 
@@ -536,6 +542,10 @@ int Main(int argc, char** argv) {
     b.EndToEnd(r, [&](StageTimes* t) { BENCH_CHECK(ResamplePoly(b.device(), x, o, t).status()); });
     rows.push_back(r);
     rows.push_back(b.Kernel("b: (forced)", d->filter, 1, n26, d->skip, out, PgOptions(1)));
+    // Round 1's kernel (de-interleaved tile), and R = 1 (half the tile, more blocks per SM),
+    // next to the default (plain tile, R = 2).
+    rows.push_back(b.Kernel("b: (forced)", d->filter, 1, n26, d->skip, out, PgOptions(0, 1)));
+    rows.push_back(b.Kernel("b: (forced)", d->filter, 1, n26, d->skip, out, PgOptions(0, 0, 1)));
     rows.push_back(b.Kernel("b: (forced)", d->filter, 1, n26, d->skip, out,
                             CudaKernel::kSmemTile));
     rows.push_back(b.Kernel("b: (forced)", d->filter, 1, n26, d->skip, out,
@@ -586,6 +596,10 @@ int Main(int argc, char** argv) {
     for (CudaKernel k :
          {CudaKernel::kPhaseGroups, CudaKernel::kSmemTile, CudaKernel::kWarpPerOutput}) {
       rows.push_back(b.Kernel(absl::StrCat("sweep: 3/2 P=", p, " 2^22"), f, 1, n22, 0, out, k));
+    }
+    if (p < 48) {  // short bands: R = 1 against the default R = 2
+      rows.push_back(b.Kernel(absl::StrCat("sweep: 3/2 P=", p, " 2^22"), f, 1, n22, 0, out,
+                              PgOptions(0, 0, 1)));
     }
   }
   for (int up : {1, 2, 3, 8}) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "fresnel/interp/interp.h"
 #include "interp/interp_internal.h"
 #include "interp_test_util.h"
@@ -225,23 +226,34 @@ TEST_CASE("every CUDA kernel agrees with the CPU oracle on windows", "[gpu][inte
     struct Variant {
       CudaKernel kernel;
       int pg_widen;
+      int pg_layout = 0;
+      int pg_periods_per_lane = 0;
     };
     const Variant variants[] = {
         {CudaKernel::kRegisterBlocked, 0}, {CudaKernel::kSmemTile, 0},
         {CudaKernel::kWarpPerOutput, 0},   {CudaKernel::kPhaseGroups, 0},
         {CudaKernel::kPhaseGroups, 1},     {CudaKernel::kPhaseGroups, 2},
+        {CudaKernel::kPhaseGroups, 1, 1},  {CudaKernel::kPhaseGroups, 2, 1},
+        {CudaKernel::kPhaseGroups, 0, 0, 2}, {CudaKernel::kPhaseGroups, 0, 1, 2},
+        {CudaKernel::kPhaseGroups, 0, 0, 1}, {CudaKernel::kPhaseGroups, 0, 0, 8},
     };
     std::optional<HostArray> pg_default;
     for (const Variant& v : variants) {
       if (!internal::CudaPolyphase::Supports(v.kernel, c.up, c.down, p, c.dtype)) continue;
       INFO(Describe(c) << " kernel " << internal::CudaKernelName(v.kernel) << " pg_widen "
-                       << v.pg_widen << " x_first " << x_first << " out_first " << out_first);
+                       << v.pg_widen << " pg_layout " << v.pg_layout << " R "
+                       << v.pg_periods_per_lane << " x_first " << x_first << " out_first "
+                       << out_first);
       internal::CudaWindowOptions opt;
       opt.plan.kernel = v.kernel;
       opt.plan.pg_widen = v.pg_widen;
+      opt.plan.pg_layout = v.pg_layout;
+      opt.plan.pg_periods_per_lane = v.pg_periods_per_lane;
       opt.poison_output = true;
       auto y = internal::UpfirdnWindowCuda(gpu, f, internal::ViewOf(x), x_first, c.cval,
                                            out_first, out_count, nullptr, opt);
+      // A forced R may not tile every filter (its tile or task count does not fit).
+      if (v.pg_periods_per_lane != 0 && absl::IsFailedPrecondition(y.status())) continue;
       REQUIRE(y.ok());
       CHECK(AllFinite(*y));
       CHECK(RelativeError(*y, *want) <= Tolerance(c.dtype));
@@ -273,17 +285,38 @@ TEST_CASE("kPhaseGroups variants agree with the CPU oracle on short windows", "[
     REQUIRE(want.ok());
     REQUIRE(internal::CudaPolyphase::Supports(internal::CudaKernel::kPhaseGroups, c.up, c.down,
                                               f.TapsPerPhase(), c.dtype));
+    std::optional<HostArray> first;
+    struct PgVariant {
+      int widen, layout, periods_per_lane;
+    };
+    std::vector<PgVariant> variants;
     for (int widen : {1, 2}) {
-      INFO(Describe(c) << " pg_widen " << widen);
+      for (int layout : {1, 2}) {
+        for (int r : {1, 2, 8}) variants.push_back({widen, layout, r});
+      }
+    }
+    for (const PgVariant& v : variants) {
+      INFO(Describe(c) << " pg_widen " << v.widen << " pg_layout " << v.layout << " R "
+                       << v.periods_per_lane);
       internal::CudaWindowOptions opt;
       opt.plan.kernel = internal::CudaKernel::kPhaseGroups;
-      opt.plan.pg_widen = widen;
+      opt.plan.pg_widen = v.widen;
+      opt.plan.pg_layout = v.layout;
+      opt.plan.pg_periods_per_lane = v.periods_per_lane;
       opt.poison_output = true;
-      auto y = internal::UpfirdnWindowCuda(gpu, f, internal::ViewOf(x), -3, c.cval, 5, out_count,
-                                           nullptr, opt);
+      auto y = internal::UpfirdnWindowCuda(gpu, f, internal::ViewOf(x), -3, c.cval, 5,
+                                           out_count, nullptr, opt);
+      // R = 8 does not tile every filter (its tile or task count does not fit); 1 and 2 must.
+      if (v.periods_per_lane == 8 && absl::IsFailedPrecondition(y.status())) continue;
       REQUIRE(y.ok());
       CHECK(AllFinite(*y));
       CHECK(RelativeError(*y, *want) <= Tolerance(c.dtype));
+      // Layouts, widening and R sum the same products in the same order: the same bits.
+      if (!first) {
+        first = *y;
+      } else {
+        CHECK(SameValues(*y, *first));
+      }
     }
   }
 }
