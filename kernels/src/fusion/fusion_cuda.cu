@@ -393,6 +393,12 @@ __device__ __forceinline__ int ApronVoxel(int j) {
 }
 constexpr int kApronVoxels = 217;
 
+// Pool index of brick bi's neighbour `code` (bit 0/1/2 = +x/+y/+z; 0 = bi itself), -1 when it
+// is not allocated: the nb[] of ApronSource.
+__device__ __forceinline__ int32_t NeighbourIndex(const VolumeView& v, int32_t bi, int code) {
+  return code == 0 ? bi : FindBrick(v, PackKey(NeighbourBrick(UnpackKey(v.brick_keys[bi]), code)));
+}
+
 // One warp per visible brick: lanes 0-7 look up the neighbours, then the warp copies the 217
 // apron voxels (the core voxels are not touched, so a block per brick idled 2/3 of its threads).
 // Each lane issues all of its (up to 7) loads before its stores: the sources are core voxels of
@@ -401,43 +407,57 @@ constexpr int kApronVoxels = 217;
 // copy loop's loads and stores otherwise alternate, since the compiler must assume they alias).
 // `ilp` = 0 keeps the plain loop (A/B measurements).
 constexpr int kApronPerLane = (kApronVoxels + 31) / 32;  // 7
+// 96 registers (128 before the packed copies and the shared neighbour list). Bounding it to 3
+// or 4 blocks of 256 an SM (80 / 64 registers, 64 / 136 bytes of spills) was slower on the H200
+// (2026-12-01: +0.014 / +0.029 ms a 848x480 frame; docs/fusion.md).
 __global__ void ApronKernel(VolumeView v, const Counters* c, const TrackState* s,
                             const int32_t* visible, int ilp) {
   if (!s->integrate) return;
   const int n = c->visible;
   const int lane = threadIdx.x & 31;
   const int warps = gridDim.x * (blockDim.x >> 5);
+  __shared__ int32_t nb_warp[kThreads / 32][8];
   for (int i = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); i < n; i += warps) {
     const int32_t bi = visible[i];
-    int32_t mine = bi;
-    if (lane >= 1 && lane < 8)
-      mine = FindBrick(v, PackKey(NeighbourBrick(UnpackKey(v.brick_keys[bi]), lane)));
-    int32_t nb[8];
-    for (int k = 0; k < 8; ++k) nb[k] = __shfl_sync(0xffffffffu, mine, k);
+    // The neighbours go to shared memory, not 8 registers a lane (register pressure).
+    int32_t* const nb = nb_warp[threadIdx.x >> 5];
+    __syncwarp();  // the previous brick's reads of nb are done
+    if (lane < 8) nb[lane] = NeighbourIndex(v, bi, lane);
+    __syncwarp();
     if (!ilp) {
       for (int j = lane; j < kApronVoxels; j += 32) RefreshApronVoxel(v, bi, nb, ApronVoxel(j));
       continue;
     }
+    // A lane's copies as li | source local << 10 | code << 20 (code != 0 in the apron; 0 = none):
+    // one register each instead of a 64-bit source index and a recomputed destination.
     const int64_t base = static_cast<int64_t>(bi) * kBrickVoxels;
-    int64_t src[kApronPerLane];
+    uint32_t pk[kApronPerLane];
     Voxel val[kApronPerLane];
 #pragma unroll
     for (int k = 0; k < kApronPerLane; ++k) {
       const int j = lane + 32 * k;
-      src[k] = j < kApronVoxels ? ApronSource(nb, ApronVoxel(j)) : -1;
-      if (src[k] >= 0) val[k] = v.voxels[src[k]];
+      pk[k] = 0;
+      if (j >= kApronVoxels) continue;
+      const int li = ApronVoxel(j), code = ApronCode(li);
+      if (nb[code] < 0) continue;
+      const int sl = ApronSourceLocal(li, code);
+      pk[k] = static_cast<uint32_t>(li) | static_cast<uint32_t>(sl) << 10 |
+              static_cast<uint32_t>(code) << 20;
+      val[k] = v.voxels[static_cast<int64_t>(nb[code]) * kBrickVoxels + sl];
     }
 #pragma unroll
     for (int k = 0; k < kApronPerLane; ++k)
-      if (src[k] >= 0) v.voxels[base + ApronVoxel(lane + 32 * k)] = val[k];
+      if (pk[k] != 0) v.voxels[base + (pk[k] & 1023u)] = val[k];
     if (v.colors != nullptr) {
       Color4 col[kApronPerLane];
 #pragma unroll
       for (int k = 0; k < kApronPerLane; ++k)
-        if (src[k] >= 0) col[k] = v.colors[src[k]];
+        if (pk[k] != 0)
+          col[k] = v.colors[static_cast<int64_t>(nb[pk[k] >> 20]) * kBrickVoxels +
+                            ((pk[k] >> 10) & 1023u)];
 #pragma unroll
       for (int k = 0; k < kApronPerLane; ++k)
-        if (src[k] >= 0) v.colors[base + ApronVoxel(lane + 32 * k)] = col[k];
+        if (pk[k] != 0) v.colors[base + (pk[k] & 1023u)] = col[k];
     }
   }
 }

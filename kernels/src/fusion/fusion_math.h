@@ -34,6 +34,12 @@ constexpr uint64_t kTombKey = ~uint64_t{0} - 1;
 constexpr int32_t kPendingBrick = -2;
 constexpr int kKeyOffset = 1 << 20;
 constexpr float kTsdfScale = 32767.0f;
+// Stored TSDF -> units of mu by a multiplication, not an IEEE division (a division is a ~10
+// instruction sequence on the GPU; the raycast reads 8 voxels a sample). 1536 of the 65535 codes
+// come out one ulp away from q / 32767, +-32767 give exactly +-1 (the raycast's band test is
+// `f < 1`). Both backends use it, so they stay equal bit for bit.
+constexpr float kTsdfInvScale = 1.0f / kTsdfScale;
+FHD float StoredTsdf(int16_t q) { return static_cast<float>(q) * kTsdfInvScale; }
 constexpr int kIcpSums = 29;  // 21 (upper A) + 6 (b) + count + sum r^2
 constexpr int kLevels = 3;
 
@@ -376,8 +382,11 @@ FHD void IntegrateVoxel(Voxel* vox, Color4* col, V3 world, const PoseF& T_cw, co
                         float mu, int max_weight) {
   V3 pc = Apply(T_cw, world);
   if (pc.z <= 0) return;
-  float uf = f.cam.fx * pc.x / pc.z + f.cam.cx;
-  float vf = f.cam.fy * pc.y / pc.z + f.cam.cy;
+  // Reciprocals instead of divisions (2 IEEE divisions a voxel instead of 5, 8 with colour: the
+  // kernel is bound by per-voxel arithmetic under -fmad=false); 1 / mu is loop-invariant.
+  const float inv_z = 1.0f / pc.z;
+  float uf = f.cam.fx * pc.x * inv_z + f.cam.cx;
+  float vf = f.cam.fy * pc.y * inv_z + f.cam.cy;
   // Bilinear depth from the 4 neighbouring pixels, which must be valid and continuous (spread <=
   // max(mu/2, 4 sigma(z)) with the structured-light noise model sigma(z) = 1.2 mm + 1.9 mm
   // (z - 0.4)^2 of Nguyen et al. 2012: 2.4 cm at 2 m, 5.6 cm at 3 m); otherwise the voxel is not
@@ -403,19 +412,20 @@ FHD void IntegrateVoxel(Voxel* vox, Color4* col, V3 world, const PoseF& T_cw, co
   int pix = v * f.cam.width + u;
   float sdf = d - pc.z;
   if (sdf < -mu) return;
-  float tsdf = fminf(1.0f, sdf / mu);
+  float tsdf = fminf(1.0f, sdf * (1.0f / mu));
   int w = vox->weight;
-  float D = static_cast<float>(vox->tsdf) / kTsdfScale;
+  float D = StoredTsdf(vox->tsdf);
   float wf = static_cast<float>(w);
-  float Dn = (wf * D + tsdf) / (wf + 1.0f);
+  const float inv_w1 = 1.0f / (wf + 1.0f);
+  float Dn = (wf * D + tsdf) * inv_w1;
   Dn = fmaxf(-1.0f, fminf(1.0f, Dn));
   vox->tsdf = static_cast<int16_t>(rintf(Dn * kTsdfScale));
   vox->weight = static_cast<uint16_t>(w + 1 < max_weight ? w + 1 : max_weight);
   if (col != nullptr && f.rgb != nullptr) {
     const uint8_t* c = f.rgb + 3 * pix;
-    col->r = static_cast<uint8_t>(rintf((wf * col->r + c[0]) / (wf + 1.0f)));
-    col->g = static_cast<uint8_t>(rintf((wf * col->g + c[1]) / (wf + 1.0f)));
-    col->b = static_cast<uint8_t>(rintf((wf * col->b + c[2]) / (wf + 1.0f)));
+    col->r = static_cast<uint8_t>(rintf((wf * col->r + c[0]) * inv_w1));
+    col->g = static_cast<uint8_t>(rintf((wf * col->g + c[1]) * inv_w1));
+    col->b = static_cast<uint8_t>(rintf((wf * col->b + c[2]) * inv_w1));
   }
 }
 
@@ -466,7 +476,7 @@ FHD bool SampleTsdf(const VolumeView& v, V3 p, BrickCache* cache, float* f, V3* 
   for (int i = 0; i < 8; ++i) {
     Voxel x = vb[CornerOffset(i)];
     if (x.weight == 0) return false;
-    c[i] = static_cast<float>(x.tsdf) / kTsdfScale;
+    c[i] = StoredTsdf(x.tsdf);
   }
   float fx = p.x - bx, fy = p.y - by, fz = p.z - bz;
   float c00 = c[0] + fx * (c[1] - c[0]), c10 = c[2] + fx * (c[3] - c[2]);
@@ -742,11 +752,12 @@ FHD void IcpSolveStep(TrackState* s, const double* sums, int level, int min_inli
 }
 
 constexpr int kMinInliers = 100;
-// Convergence test of every level: |xi|^2 < 1e-8 (a step under 0.1 mm / 1e-4 rad, a fortieth of a
-// 4 mm voxel). On the H200 bench (docs/fusion.md) 1e-10 (10 um) ran 13.1 / 15.9 of the 19
-// iterations per frame at 848x480 / 640x480, 1e-8 runs 8.6 / 9.6 at the same ATE (2.18 / 3.77 mm
-// against 2.22 / 3.88 mm) and saves 0.06-0.10 ms per frame.
-constexpr double kIcpStopXi2 = 1e-8;
+// Convergence test of every level: |xi|^2 < 1e-7 (a step under 0.32 mm / 3.2e-4 rad, a twelfth
+// of a 4 mm voxel). On the H200 bench (docs/fusion.md) 1e-10 (10 um) ran 13.1 / 15.9 of the 19
+// iterations per frame at 848x480 / 640x480, 1e-8 8.6 / 9.6 and 1e-7 7.2 / 6.9, at the same ATE
+// (2.22 / 3.88, 2.18 / 3.77 and 2.05 / 3.58 mm); 1e-7 saved 0.019-0.023 / 0.031-0.036 ms a
+// frame against 1e-8 (two runs).
+constexpr double kIcpStopXi2 = 1e-7;
 
 // Start of a frame: initial estimate from the fixed pose, the prior or the previous pose.
 FHD void BeginFrame(TrackState* s, int tracking_enabled) {
@@ -891,7 +902,7 @@ FHD bool LoadCell(const Voxel* brick, int x, int y, int z, float max_span, float
   for (int i = 0; i < 8; ++i) {
     Voxel v = b[CornerOffset(i)];
     if (v.weight == 0) return false;
-    c[i] = static_cast<float>(v.tsdf) / kTsdfScale;
+    c[i] = StoredTsdf(v.tsdf);
     lo = fminf(lo, c[i]);
     hi = fmaxf(hi, c[i]);
   }
@@ -994,14 +1005,18 @@ FHD I3 NeighbourBrick(I3 b, int code) {
 }
 // Pool index (brick * 729 + voxel) of the voxel that owns apron voxel li, a core voxel of the
 // neighbour nb[code] (-1 = none); -1 when li is a core voxel or the neighbour does not exist.
+// Brick-local index, in neighbour `code` (ApronCode(li) != 0), of the voxel that apron voxel li
+// copies.
+FHD int ApronSourceLocal(int li, int code) {
+  int x = li % 9, y = (li / 9) % 9, z = li / 81;
+  return (x - 8 * (code & 1)) + 9 * (y - 8 * ((code >> 1) & 1)) + 81 * (z - 8 * ((code >> 2) & 1));
+}
 FHD int64_t ApronSource(const int32_t nb[8], int li) {
   int code = ApronCode(li);
   if (code == 0) return -1;
   int32_t src = nb[code];
   if (src < 0) return -1;
-  int x = li % 9, y = (li / 9) % 9, z = li / 81;
-  int sl = (x - 8 * (code & 1)) + 9 * (y - 8 * ((code >> 1) & 1)) + 81 * (z - 8 * ((code >> 2) & 1));
-  return static_cast<int64_t>(src) * kBrickVoxels + sl;
+  return static_cast<int64_t>(src) * kBrickVoxels + ApronSourceLocal(li, code);
 }
 // Copies apron voxel li of brick bi from the neighbour that owns it (nb[code], -1 = none).
 FHD void RefreshApronVoxel(const VolumeView& v, int32_t bi, const int32_t nb[8], int li) {

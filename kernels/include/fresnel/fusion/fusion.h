@@ -90,7 +90,7 @@ struct FusionConfig {
   // CUDA tuning for A/B measurements (`fresnel_bench_fusion --variants`); the defaults are what
   // the service runs. `cuda_disable`: bits of CUDA optimisations to turn off (kOff* / kRay* in
   // fusion_cuda.cu; results stay within the tests' tolerances). `cuda_icp_stop_xi2`: per-level
-  // |xi|^2 below which a CUDA ICP level counts as converged (0 = the default 1e-8). Not saved in
+  // |xi|^2 below which a CUDA ICP level counts as converged (0 = the default 1e-7). Not saved in
   // snapshots; the CPU backend ignores both.
   unsigned cuda_disable = 0;
   std::array<double, 3> cuda_icp_stop_xi2 = {0, 0, 0};
