@@ -1299,8 +1299,7 @@ TEST_CASE("GPU pool: results over gRPC equal the CPU oracle", "[server][gpu]") {
 
 // Issue 14 on one GPU: two partitions of cuda:0 are two pool devices: concurrent work lands on
 // both; one made unhealthy through the fault switch shows in metrics and gets no more work.
-TEST_CASE("GPU partitions: work spreads over both; an unhealthy one is avoided",
-          "[server][gpu]") {
+TEST_CASE("GPU partitions: work spreads over both; an unhealthy one is avoided", "[server][gpu]") {
   if (SkipWithoutGpu()) return;
   server::ServerConfig config = TestServer::CpuConfig();
   config.gpus = "0";

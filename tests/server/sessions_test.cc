@@ -316,8 +316,8 @@ TEST_CASE("an unhealthy device ends its sessions and takes no more", "[server][s
 // Issue 14 on one GPU: --gpu-partitions 2 makes the pool hold two devices on cuda:0 (own streams,
 // queues and memory caps), so the multi-device paths (placement, affinity, per-device caps and
 // health) run for real without a second GPU.
-TEST_CASE("two pool devices on one GPU: sessions spread, stay, respect each cap, fail alone",
-          "[server][sessions][gpu]") {
+// (Tags on the TEST_CASE line: tests/CMakeLists.txt registers a _gpu entry only when it sees them.)
+TEST_CASE("two GPU partitions: sessions spread, stay, respect caps, fail alone", "[sessions][gpu]") {
   if (fresnel::testing::SkipWithoutGpu()) return;
   DevicePoolOptions o;
   o.gpus = {0};
