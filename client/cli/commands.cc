@@ -211,7 +211,9 @@ void PrintLimits(const v1::Limits& l, bool transport, Table& head) {
   if (transport) {
     head.AddRow({"shm", s.shm_bytes() > 0
                             ? absl::StrCat(FormatBytes(s.shm_bytes()), " mapped at most, idle TTL ",
-                                           Seconds(s.shm_ttl_seconds()))
+                                           Seconds(s.shm_ttl_seconds()), ", staging cache ",
+                                           FormatBytes(s.staging_cache_bytes()),
+                                           s.pin_regions() ? ", regions pinned (GPU servers)" : "")
                             : std::string("off")});
   }
   if (transport) {
@@ -221,7 +223,9 @@ void PrintLimits(const v1::Limits& l, bool transport, Table& head) {
                                   : std::string("the whole device"),
                               s.gpu_partitions() > 1
                                   ? absl::StrCat(", ", s.gpu_partitions(), " pool devices per GPU")
-                                  : std::string())});
+                                  : std::string(),
+                              s.fault_injection() ? "; FAULT INJECTION ON (--fault-injection)"
+                                                  : "")});
   }
 }
 

@@ -114,7 +114,10 @@ TEST_CASE("server info carries every limit flag's value, grouped and flat", "[se
                         "--session-gpu-memory-bytes=1021",
                         "--session-cpu-memory-bytes=1048598",
                         "--max-streams-per-client=1023",
-                        "--gpu-partitions=3"};
+                        "--gpu-partitions=3",
+                        "--staging-cache-bytes=1024",
+                        "--pin-regions=false",
+                        "--fault-injection"};
   absl::StatusOr<server::ServerConfig> config =
       server::ParseConfig(static_cast<int>(std::size(argv)), const_cast<char**>(argv));
   INFO(config.status().message());
@@ -134,6 +137,9 @@ TEST_CASE("server info carries every limit flag's value, grouped and flat", "[se
   CHECK(l.server().gpu_memory_bytes() == 1020);
   CHECK(l.server().max_streams_per_client() == 1023);
   CHECK(l.server().gpu_partitions() == 3);
+  CHECK(l.server().staging_cache_bytes() == 1024);
+  CHECK_FALSE(l.server().pin_regions());
+  CHECK(l.server().fault_injection());
   CHECK(l.jobs().max_jobs() == 1008);
   CHECK(l.jobs().ttl_seconds() == 1006.5);
   CHECK(l.jobs().memory_bytes() == 1048583);
