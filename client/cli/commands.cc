@@ -24,10 +24,10 @@
 #include "fresnel/client/shm.h"
 #include "fresnel/core/status.h"
 #include "fresnel/interp/interp.h"
-#include "fresnel/core/npy.h"
+#include "fresnel/io/npy.h"
 #include "fresnel/v1/array_convert.h"
 #include "plot.h"
-#include "signal_io.h"
+#include "fresnel/io/signal.h"
 
 namespace fresnel::cli {
 

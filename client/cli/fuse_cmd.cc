@@ -21,7 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "format.h"
 #include "fresnel/client/fusion_client.h"
-#include "fresnel/core/png.h"
+#include "fresnel/io/png.h"
 #include "fresnel/fusion/dataset.h"
 #include "fresnel/fusion/fusion.h"
 

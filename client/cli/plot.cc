@@ -10,7 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "fresnel/core/png.h"
+#include "fresnel/io/png.h"
 #include "fresnel/core/status.h"
 
 namespace fresnel::cli {

@@ -15,7 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "fresnel/client/volume_client.h"
-#include "fresnel/core/png.h"
+#include "fresnel/io/png.h"
 #include "fresnel/core/status.h"
 
 namespace fresnel::cli {

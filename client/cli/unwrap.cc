@@ -19,11 +19,11 @@
 #include "absl/strings/strip.h"
 #include "commands.h"
 #include "format.h"
-#include "fresnel/core/npy.h"
-#include "fresnel/core/png.h"
+#include "fresnel/io/npy.h"
+#include "fresnel/io/png.h"
 #include "fresnel/v1/array_convert.h"
 #include "image_io.h"
-#include "signal_io.h"
+#include "fresnel/io/signal.h"
 
 namespace fresnel::cli {
 namespace {

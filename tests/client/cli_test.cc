@@ -7,9 +7,9 @@
 
 #include "commands.h"
 #include "fake_server.h"
-#include "fresnel/core/npy.h"
-#include "fresnel/core/png.h"
-#include "signal_io.h"
+#include "fresnel/io/npy.h"
+#include "fresnel/io/png.h"
+#include "fresnel/io/signal.h"
 #include "support/cli_runner.h"
 #include "support/test_support.h"
 

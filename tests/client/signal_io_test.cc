@@ -6,10 +6,10 @@
 #include <filesystem>
 #include <fstream>
 
-#include "fresnel/core/npy.h"
-#include "fresnel/core/png.h"
+#include "fresnel/io/npy.h"
+#include "fresnel/io/png.h"
 #include "plot.h"
-#include "signal_io.h"
+#include "fresnel/io/signal.h"
 #include "support/test_support.h"
 
 namespace fresnel::cli {

@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "commands.h"
-#include "fresnel/core/npy.h"
+#include "fresnel/io/npy.h"
 #include "image_io.h"
 #include "support/cli_runner.h"
 #include "support/test_support.h"

@@ -1,10 +1,10 @@
-// fresnel::ParseNpy (kernels/src/core/npy.cc): any bytes as a .npy file; a parsed array must
+// fresnel::ParseNpy (io/src/npy.cc): any bytes as a .npy file; a parsed array must
 // serialise and parse back to the same shape.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 
-#include "fresnel/core/npy.h"
+#include "fresnel/io/npy.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto a = fresnel::ParseNpy(absl::string_view(reinterpret_cast<const char*>(data), size));

@@ -1,4 +1,4 @@
-// fresnel::hologram::ParsePly (kernels/src/hologram/point_cloud.cc): any bytes as a PLY file,
+// fresnel::ParsePly (io/src/ply.cc): any bytes as a PLY file,
 // with small vertex/face limits (PlyOptions) so that a header claiming huge counts must be refused
 // rather than allocated; a parsed mesh is then sampled to a small cloud.
 #include <cstddef>

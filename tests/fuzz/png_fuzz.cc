@@ -1,10 +1,10 @@
-// fresnel::ReadPng (kernels/src/core/png.cc, libpng): any bytes as a .png file, with a small
+// fresnel::ReadPng (io/src/png.cc, libpng): any bytes as a .png file, with a small
 // PngReadOptions::max_pixels; the harness checks the array it returns has the bytes its shape says.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 
-#include "fresnel/core/png.h"
+#include "fresnel/io/png.h"
 #include "tests/fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

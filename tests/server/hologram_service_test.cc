@@ -11,7 +11,7 @@
 #include <random>
 
 #include "fresnel/client/client.h"
-#include "fresnel/core/npy.h"
+#include "fresnel/io/npy.h"
 #include "fresnel/hologram/hologram.h"
 #include "fresnel/hologram/point_cloud.h"
 #include "fresnel/v1/array_convert.h"

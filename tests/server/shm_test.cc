@@ -16,7 +16,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
-#include "fresnel/core/npy.h"
+#include "fresnel/io/npy.h"
 #include "support/cli_runner.h"
 #include "fresnel/client/client.h"
 #include "fresnel/client/shm.h"

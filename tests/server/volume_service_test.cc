@@ -18,7 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "fresnel/client/volume_client.h"
-#include "fresnel/core/png.h"
+#include "fresnel/io/png.h"
 #include "fresnel/v1/array_convert.h"
 #include "fresnel/volume/mesh.h"
 #include "fresnel/volume/render.h"

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "fresnel/core/gpu.h"
-#include "fresnel/core/png.h"
+#include "fresnel/io/png.h"
 #include "fresnel/hologram/hologram.h"
 #include "fresnel/hologram/point_cloud.h"
 

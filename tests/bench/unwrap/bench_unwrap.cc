@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "fresnel/core/gpu.h"
-#include "fresnel/core/npy.h"
+#include "fresnel/io/npy.h"
 #include "fresnel/unwrap/unwrap.h"
 #include "synthetic_phase.h"
 

@@ -8,7 +8,7 @@
 #include <filesystem>
 
 #include "fresnel/core/gpu.h"
-#include "fresnel/core/png.h"
+#include "fresnel/io/png.h"
 #include "fresnel/fusion/dataset.h"
 #include "fresnel/fusion/fusion.h"
 #include "fusion_test_util.h"

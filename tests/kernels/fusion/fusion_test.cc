@@ -11,7 +11,7 @@
 
 #include <unistd.h>
 
-#include "fresnel/core/png.h"
+#include "fresnel/io/png.h"
 #include "fresnel/fusion/dataset.h"
 #include "fresnel/fusion/fusion.h"
 #include "fusion_test_util.h"

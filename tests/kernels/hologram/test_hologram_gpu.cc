@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "fresnel/core/png.h"
+#include "fresnel/io/png.h"
 #include "fresnel/hologram/hologram.h"
 #include "fresnel/hologram/point_cloud.h"
 #include "hologram_test_util.h"

@@ -11,7 +11,7 @@
 #include <catch2/catch.hpp>
 
 #include "fresnel/core/array.h"
-#include "fresnel/core/npy.h"
+#include "fresnel/io/npy.h"
 #include "fresnel/interp/interp.h"
 #include "support/test_support.h"
 

@@ -1,7 +1,6 @@
-// Point-cloud inputs for holography: PLY meshes and point clouds (ASCII and binary
-// little-endian), sampling a mesh to a chosen number of points, fitting a cloud into a box, and
-// turning a grayscale image into one point per pixel on a plane. Host-only; nothing here
-// touches a device.
+// Point-cloud inputs for holography: sampling a PLY mesh (read by fresnel/io/ply.h) to a chosen
+// number of points, fitting a cloud into a box, and turning a grayscale image into one point per
+// pixel on a plane. Host-only; nothing here touches a device.
 #pragma once
 
 #include <array>
@@ -13,33 +12,15 @@
 #include "absl/strings/string_view.h"
 #include "fresnel/core/array.h"
 #include "fresnel/hologram/hologram.h"
+#include "fresnel/io/ply.h"
 
 namespace fresnel::hologram {
 
-// The vertex positions (and optionally one per-vertex scalar) and the faces of a PLY file.
-// Coordinates are as stored in the file (PLY has no unit).
-struct PlyMesh {
-  std::vector<std::array<double, 3>> vertices;
-  // Values of PlyOptions::amplitude_property per vertex; empty when that option is empty.
-  std::vector<double> vertex_values;
-  // Triangles (polygons are split into fans), as vertex indices. Empty without a face element.
-  std::vector<std::array<int32_t, 3>> faces;
-};
-
-struct PlyOptions {
-  // A vertex property to read into PlyMesh::vertex_values (e.g. "intensity"); "" = none.
-  std::string amplitude_property;
-  // Maximum vertices / faces accepted (InvalidArgument beyond).
-  int64_t max_vertices = int64_t{1} << 26;
-  int64_t max_faces = int64_t{1} << 27;
-};
-
-// Parses a whole PLY file ("format ascii 1.0" or "format binary_little_endian 1.0") with an
-// element "vertex" holding float or integer properties x, y, z. Other elements and properties
-// are skipped; "face" lists (any integer count and index types) become triangles.
-// InvalidArgument for malformed files, naming the header line or element.
-absl::StatusOr<PlyMesh> ParsePly(absl::string_view file_bytes, const PlyOptions& options = {});
-absl::StatusOr<PlyMesh> ReadPly(const std::string& path, const PlyOptions& options = {});
+// PLY files are read by fresnel_io (fresnel/io/ply.h); the names stay available here.
+using fresnel::ParsePly;
+using fresnel::PlyMesh;
+using fresnel::PlyOptions;
+using fresnel::ReadPly;
 
 // A cloud of `count` points from a mesh: its vertices first, then the centroids of evenly
 // spaced faces, then (if still short) uniformly random points on faces chosen evenly in turn,

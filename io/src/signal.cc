@@ -1,4 +1,4 @@
-#include "signal_io.h"
+#include "fresnel/io/signal.h"
 
 #include <sndfile.h>
 
@@ -12,17 +12,11 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "fresnel/core/npy.h"
+#include "fresnel/io/npy.h"
+#include "io_internal.h"
 
-namespace fresnel::cli {
+namespace fresnel {
 namespace {
-
-std::string Extension(const std::string& path) {
-  const size_t slash = path.find_last_of('/');
-  const size_t dot = path.find_last_of('.');
-  if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) return "";
-  return absl::AsciiStrToLower(path.substr(dot));
-}
 
 // NotFound when the file is missing or unreadable, with the system's reason.
 absl::Status OpenError(const std::string& path, int err) {
@@ -58,7 +52,7 @@ absl::StatusOr<HostArray> AsChannelsFloat32(const HostArray& samples, const std:
 }  // namespace
 
 SignalFormat FormatFromPath(const std::string& path) {
-  const std::string ext = Extension(path);
+  const std::string ext = LowerExtension(path);
   if (ext == ".npy") return SignalFormat::kNpy;
   if (ext == ".f32" || ext == ".raw") return SignalFormat::kRawFloat32;
   return SignalFormat::kAudio;
@@ -74,7 +68,7 @@ const char* SignalFormatName(SignalFormat format) {
 }
 
 absl::Status CheckWritablePath(const std::string& path) {
-  if (FormatFromPath(path) != SignalFormat::kAudio || Extension(path) == ".wav") {
+  if (FormatFromPath(path) != SignalFormat::kAudio || LowerExtension(path) == ".wav") {
     return absl::OkStatus();
   }
   return absl::InvalidArgumentError(absl::StrCat(
@@ -293,4 +287,4 @@ absl::Status WriteSignal(const std::string& path, const HostArray& samples,
   return absl::InternalError("unreachable");
 }
 
-}  // namespace fresnel::cli
+}  // namespace fresnel

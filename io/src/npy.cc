@@ -1,4 +1,4 @@
-#include "fresnel/core/npy.h"
+#include "fresnel/io/npy.h"
 
 #include <cstring>
 #include <fstream>

@@ -1,4 +1,4 @@
-// Signal files for the `fresnel` CLI. The format follows the file name's extension
+// Signal files (the `fresnel` CLI's inputs and outputs). The format follows the file name's extension
 // (case-insensitive):
 //   .npy        NumPy array, [n] or [channels, n], any fresnel::DType, no sample rate
 //   .f32 .raw   raw little-endian float32, channels interleaved frame by frame (like
@@ -11,12 +11,13 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "fresnel/core/array.h"
 
-namespace fresnel::cli {
+namespace fresnel {
 
 enum class SignalFormat { kAudio, kNpy, kRawFloat32 };
 
@@ -52,4 +53,4 @@ absl::StatusOr<HostArray> ToFloat32(const HostArray& array);
 // The real part (or value) of every element as double, row-major.
 std::vector<double> ToDoubles(const HostArray& array);
 
-}  // namespace fresnel::cli
+}  // namespace fresnel

@@ -1,4 +1,4 @@
-#include "fresnel/core/png.h"
+#include "fresnel/io/png.h"
 
 #include <png.h>
 
