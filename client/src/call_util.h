@@ -1,10 +1,11 @@
-// Helpers shared by the client's source files (not installed): gRPC status to absl::Status and
-// the per-call deadline.
+// Helpers shared by the client's source files (not installed): gRPC status to absl::Status, the
+// per-call deadline, unary calls, the read loop of server streams and chunked writes.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <functional>
 #include <utility>
 
 #include "fresnel/client/client.h"
@@ -35,6 +36,28 @@ absl::StatusOr<Response> Unary(const ClientOptions& options, const CallOptions& 
   grpc::Status status = method(&context, request, &response);
   if (!status.ok()) return FromGrpc(status);
   return response;
+}
+
+// Reads every message of a server stream (a ClientReader, or the read side of a
+// ClientReaderWriter) into `on_message(Message*)`, which may move out of it. When on_message
+// returns an error, the call is cancelled, the messages still coming are drained and that error
+// is returned; otherwise the stream's own status. `before_finish`, when given, runs after the last
+// Read and before Finish (a writer thread is joined there).
+template <typename Message, typename Stream, typename OnMessage>
+absl::Status ReadAll(grpc::ClientContext* context, Stream* stream, const OnMessage& on_message,
+                     const std::function<void()>& before_finish = nullptr) {
+  absl::Status failure;
+  Message message;
+  while (failure.ok() && stream->Read(&message)) failure = on_message(&message);
+  if (!failure.ok()) {
+    context->TryCancel();
+    while (stream->Read(&message)) {
+    }
+  }
+  if (before_finish) before_finish();
+  const grpc::Status status = stream->Finish();
+  if (!failure.ok()) return failure;
+  return FromGrpc(status);
 }
 
 // Writes `array` as chunks of at most `chunk_bytes` data bytes (one, for an empty array), each in

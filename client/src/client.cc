@@ -1,5 +1,7 @@
 #include "fresnel/client/client.h"
 #include "fresnel/client/admin_client.h"
+#include "fresnel/client/hologram_client.h"
+#include "fresnel/client/interp_client.h"
 #include "fresnel/client/unwrap_client.h"
 
 #include <grpcpp/create_channel.h>
@@ -29,7 +31,8 @@ namespace fresnel {
 struct Client::Impl {
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<AdminClient> admin;  // made once the Client exists, like `unwrap`
-  std::unique_ptr<v1::InterpolationService::Stub> interpolation;
+  std::unique_ptr<InterpClient> interp;      // made once the Client exists, like `unwrap`
+  std::unique_ptr<HologramClient> hologram;  // the same
   // Job calls: pick_first over the same servers (the same channel for a single server).
   std::shared_ptr<grpc::Channel> job_channel;
   std::unique_ptr<UnwrapClient> unwrap;  // made once the Client exists (it holds its stubs)
@@ -63,21 +66,6 @@ using internal::Unary;
 int ChannelMessageCap(int64_t bytes) {
   if (bytes <= 0) return -1;
   return static_cast<int>(std::min<int64_t>(bytes, INT_MAX));
-}
-
-// Folds one stream response's execution times into the stream's totals.
-void Accumulate(const v1::ExecutionInfo& part, std::vector<std::string>* devices,
-                v1::ExecutionInfo* sum) {
-  if (!part.device().empty() &&
-      std::find(devices->begin(), devices->end(), part.device()) == devices->end()) {
-    devices->push_back(part.device());
-  }
-  sum->set_queue_wait_seconds(sum->queue_wait_seconds() + part.queue_wait_seconds());
-  sum->set_h2d_seconds(sum->h2d_seconds() + part.h2d_seconds());
-  sum->set_compute_seconds(sum->compute_seconds() + part.compute_seconds());
-  sum->set_d2h_seconds(sum->d2h_seconds() + part.d2h_seconds());
-  // Each stream response reports its own item's server time (arrival -> response).
-  sum->set_total_seconds(sum->total_seconds() + part.total_seconds());
 }
 
 }  // namespace
@@ -201,11 +189,12 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
                                                  options.connect_timeout_s, " s"));
     }
   }
-  impl->interpolation = v1::InterpolationService::NewStub(impl->channel);
   impl->shm = v1::SharedMemoryService::NewStub(impl->channel);
   std::unique_ptr<Client> client(new Client(options, std::move(impl)));
   client->impl_->admin = std::make_unique<AdminClient>(client.get());
   client->impl_->unwrap = std::make_unique<UnwrapClient>(client.get());
+  client->impl_->interp = std::make_unique<InterpClient>(client.get());
+  client->impl_->hologram = std::make_unique<HologramClient>(client.get());
   return client;
 }
 
@@ -215,159 +204,59 @@ absl::StatusOr<v1::InjectFaultResponse> Client::InjectFault(const std::string& d
   return impl_->admin->InjectFault(device_id, kind, call);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Interpolation: InterpClient (interp_client.cc) on this client's channel. The shared-memory and
+// *Array paths of Client itself are in shm_client.cc.
+
 absl::StatusOr<v1::InterpolationResponse> Client::Upfirdn(const v1::UpfirdnRequest& request,
                                                           const CallOptions& call) {
-  return Unary<v1::UpfirdnRequest, v1::InterpolationResponse>(
-      options_, call, request, [this](grpc::ClientContext* c, const auto& req, auto* resp) {
-        return impl_->interpolation->Upfirdn(c, req, resp);
-      });
+  return impl_->interp->Upfirdn(request, call);
 }
 
 absl::StatusOr<v1::InterpolationResponse> Client::ResamplePoly(
     const v1::ResamplePolyRequest& request, const CallOptions& call) {
-  return Unary<v1::ResamplePolyRequest, v1::InterpolationResponse>(
-      options_, call, request, [this](grpc::ClientContext* c, const auto& req, auto* resp) {
-        return impl_->interpolation->ResamplePoly(c, req, resp);
-      });
+  return impl_->interp->ResamplePoly(request, call);
 }
 
 absl::StatusOr<v1::InterpolationResponse> Client::Resample(const v1::ResampleRequest& request,
                                                            const CallOptions& call) {
-  return Unary<v1::ResampleRequest, v1::InterpolationResponse>(
-      options_, call, request, [this](grpc::ClientContext* c, const auto& req, auto* resp) {
-        return impl_->interpolation->Resample(c, req, resp);
-      });
+  return impl_->interp->Resample(request, call);
 }
 
 absl::StatusOr<v1::InterpolationResponse> Client::Decimate(const v1::DecimateRequest& request,
                                                            const CallOptions& call) {
-  return Unary<v1::DecimateRequest, v1::InterpolationResponse>(
-      options_, call, request, [this](grpc::ClientContext* c, const auto& req, auto* resp) {
-        return impl_->interpolation->Decimate(c, req, resp);
-      });
+  return impl_->interp->Decimate(request, call);
 }
 
 absl::StatusOr<HostArray> Client::ResampleStream(
     const v1::ResampleStreamConfig& config, const HostArray& x, int64_t chunk_samples,
     const CallOptions& call, const std::function<void(int64_t, int64_t)>& on_progress,
     v1::ExecutionInfo* info) {
-  if (x.ndim() != 1 && x.ndim() != 2) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("x: expected shape [n] or [channels, n], got ", ShapeString(x.shape())));
-  }
-  if (chunk_samples < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("chunk_samples must be >= 1, got ", chunk_samples));
-  }
-  const int64_t channels = x.ndim() == 2 ? x.dim(0) : 1;
-  const int64_t n = x.dim(x.ndim() - 1);
-
-  // The config describes x as [channels, 0]; every chunk is [channels, k] (even for 1-D x, whose
-  // result is reshaped back to 1-D at the end).
-  v1::ResampleStreamRequest first;
-  *first.mutable_config() = config;
-  v1::NdArray* config_x = nullptr;
-  switch (config.op_case()) {
-    case v1::ResampleStreamConfig::kUpfirdn:
-      config_x = first.mutable_config()->mutable_upfirdn()->mutable_x();
-      break;
-    case v1::ResampleStreamConfig::kResamplePoly:
-      config_x = first.mutable_config()->mutable_resample_poly()->mutable_x();
-      break;
-    default:
-      return absl::InvalidArgumentError("config: set either upfirdn or resample_poly");
-  }
-  config_x->Clear();
-  config_x->set_dtype(ToProto(x.dtype()));
-  config_x->add_shape(channels);
-  config_x->add_shape(0);
-
-  grpc::ClientContext context;
-  ApplyDeadline(&context, options_, call);
-  std::unique_ptr<grpc::ClientReaderWriter<v1::ResampleStreamRequest, v1::ResampleStreamResponse>>
-      stream = impl_->interpolation->ResampleStream(&context);
-
-  // Requests are written from a second thread while this one reads, so the server's responses
-  // never back up behind our writes (gRPC allows one concurrent reader and one writer).
-  const int64_t num_chunks = std::max<int64_t>(1, (n + chunk_samples - 1) / chunk_samples);
-  std::thread writer([&] {
-    if (!stream->Write(first)) return;  // the call is over; Finish() says why
-    for (int64_t i = 0; i < num_chunks; ++i) {
-      const int64_t begin = i * chunk_samples;
-      absl::StatusOr<HostArray> chunk = SliceSamples(x, begin, std::min(chunk_samples, n - begin));
-      v1::ResampleStreamRequest request;
-      ToProto(std::move(*chunk), request.mutable_chunk());  // SliceSamples cannot fail here
-      request.set_end(i + 1 == num_chunks);
-      if (!stream->Write(request)) return;
-    }
-    stream->WritesDone();
-  });
-
-  std::vector<HostArray> pieces;
-  std::vector<std::string> devices;
-  v1::ExecutionInfo sum;
-  absl::Status failure;
-  int64_t samples_out = 0;
-  int64_t last_reported_total = -1;
-  v1::ResampleStreamResponse response;
-  while (stream->Read(&response)) {
-    if (response.status().code() != 0) {
-      failure = FromGrpcStatus(response.status().code(),
-                               absl::StrCat("chunk ", response.chunk_index(), ": ",
-                                            response.status().message()));
-      break;
-    }
-    if (response.has_y()) {
-      absl::StatusOr<HostArray> y = FromProto(std::move(*response.mutable_y()), "y");
-      if (!y.ok()) {
-        failure = y.status();
-        break;
-      }
-      const int64_t rows = y->ndim() == 2 ? y->dim(0) : 1;
-      if ((y->ndim() != 1 && y->ndim() != 2) || rows != channels || y->dtype() != x.dtype()) {
-        failure = absl::InternalError(absl::StrCat(
-            "chunk ", response.chunk_index(), ": the server returned ", DTypeName(y->dtype()),
-            " ", ShapeString(y->shape()), " for ", DTypeName(x.dtype()), " input with ",
-            channels, " channel(s)"));
-        break;
-      }
-      samples_out += y->dim(y->ndim() - 1);
-      pieces.push_back(*std::move(y));
-    }
-    last_reported_total = response.samples_out();
-    Accumulate(response.info(), &devices, &sum);
-    if (on_progress) {
-      const int64_t index = response.chunk_index();
-      const int64_t samples_in =
-          index < 0 ? n : std::min(n, (index + 1) * chunk_samples);
-      on_progress(samples_in, samples_out);
-    }
-  }
-  if (!failure.ok()) {
-    context.TryCancel();
-    while (stream->Read(&response)) {
-    }
-  }
-  writer.join();
-  const grpc::Status status = stream->Finish();
-  if (!failure.ok()) return failure;
-  if (!status.ok()) return FromGrpc(status);
-  if (last_reported_total > 0 && last_reported_total != samples_out) {
-    return absl::DataLossError(absl::StrCat("the server reported ", last_reported_total,
-                                            " output samples but sent ", samples_out));
-  }
-
-  absl::StatusOr<HostArray> y = ConcatSamples(pieces, channels, x.dtype());
-  if (!y.ok()) return y.status();
-  if (x.ndim() == 1) {
-    if (absl::Status s = y->Reshape({samples_out}); !s.ok()) return s;
-  }
-  if (info != nullptr) {
-    sum.set_device(absl::StrJoin(devices, ","));
-    *info = sum;
-  }
-  return y;
+  return impl_->interp->ResampleStream(config, x, chunk_samples, call, on_progress, info);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Holograms: HologramClient (hologram_client.cc) on this client's channel.
+
+absl::StatusOr<HologramRender> Client::Render(v1::RenderRequest request, const CallOptions& call) {
+  return impl_->hologram->Render(std::move(request), call);
+}
+
+absl::Status Client::RenderStream(
+    const std::function<bool(v1::HologramFrameRequest*)>& next_frame,
+    const std::function<void(int64_t, const absl::Status&, HologramRender*)>& on_frame,
+    const CallOptions& call) {
+  return impl_->hologram->RenderStream(next_frame, on_frame, call);
+}
+
+absl::StatusOr<HologramReconstruction> Client::Reconstruct(const v1::ReconstructConfig& config,
+                                                           const HostArray& field,
+                                                           const CallOptions& call) {
+  return impl_->hologram->Reconstruct(config, field, call);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Channels.
 
 std::shared_ptr<grpc::Channel> Client::channel() const { return impl_->channel; }
 

@@ -1,5 +1,8 @@
-// fresnel::Client's HologramService calls: Render (header + chunks reassembled), RenderStream
-// (frames in, frame results out through a callback) and Reconstruct (field inline or chunked).
+// fresnel::HologramClient: HologramService's calls, Render (header + chunks reassembled),
+// RenderStream (frames in, frame results out through a callback) and Reconstruct (field inline or
+// chunked). fresnel::Client's methods of the same names forward to the one it holds.
+#include "fresnel/client/hologram_client.h"
+
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -22,6 +25,7 @@ using v1::kEnvelopeBytes;
 
 using internal::ApplyDeadline;
 using internal::FromGrpc;
+using internal::ReadAll;
 
 const char* OutputName(v1::HologramOutput which) {
   switch (which) {
@@ -112,48 +116,43 @@ int64_t ClientChunkBytes(const ClientOptions& options) {
 
 }  // namespace
 
-absl::StatusOr<HologramRender> Client::Render(v1::RenderRequest request, const CallOptions& call) {
+HologramClient::HologramClient(Client* client)
+    : client_(client), stub_(v1::HologramService::NewStub(client->channel())) {}
+
+HologramClient::~HologramClient() = default;
+
+absl::StatusOr<HologramRender> HologramClient::Render(v1::RenderRequest request,
+                                                      const CallOptions& call) {
   if (request.config().max_chunk_bytes() == 0) {
-    request.mutable_config()->set_max_chunk_bytes(ClientChunkBytes(options_));
+    request.mutable_config()->set_max_chunk_bytes(ClientChunkBytes(client_->options()));
   }
   // A cloud larger than one message goes as one Stream frame in parts (points_continue). The
   // server's cap is asked for only when the request could exceed the smallest cap it may have.
   const int64_t request_bytes = static_cast<int64_t>(request.ByteSizeLong());
   if (request.has_points() && request_bytes + kEnvelopeBytes > (int64_t{64} << 10)) {
-    const int64_t cap = MessageCap(call);
+    const int64_t cap = client_->MessageCap(call);
     if (request_bytes + kEnvelopeBytes > cap) return RenderInParts(std::move(request), cap, call);
   }
-  std::unique_ptr<v1::HologramService::Stub> stub = v1::HologramService::NewStub(channel());
   grpc::ClientContext context;
-  ApplyDeadline(&context, options_, call);
-  std::unique_ptr<grpc::ClientReader<v1::RenderResponse>> reader = stub->Render(&context, request);
+  ApplyDeadline(&context, client_->options(), call);
+  std::unique_ptr<grpc::ClientReader<v1::RenderResponse>> reader = stub_->Render(&context, request);
   HologramRender result;
   RenderAssembler assembler;
-  absl::Status failure;
   bool have_header = false;
-  v1::RenderResponse message;
-  while (failure.ok() && reader->Read(&message)) {
-    if (!have_header) {
-      if (message.msg_case() != v1::RenderResponse::kHeader) {
-        failure = absl::DataLossError("the first Render message carries no header");
-        break;
-      }
-      have_header = true;
-      failure = assembler.Header(message.mutable_header(), &result);
-    } else if (message.msg_case() != v1::RenderResponse::kChunk) {
-      failure = absl::DataLossError("a Render message after the header carries no chunk");
-    } else {
-      failure = assembler.Chunk(message.mutable_chunk(), &result);
-    }
-  }
-  if (!failure.ok()) {
-    context.TryCancel();
-    while (reader->Read(&message)) {
-    }
-  }
-  const grpc::Status status = reader->Finish();
-  if (!failure.ok()) return failure;
-  if (!status.ok()) return FromGrpc(status);
+  FRESNEL_RETURN_IF_ERROR(ReadAll<v1::RenderResponse>(
+      &context, reader.get(), [&](v1::RenderResponse* message) -> absl::Status {
+        if (!have_header) {
+          if (message->msg_case() != v1::RenderResponse::kHeader) {
+            return absl::DataLossError("the first Render message carries no header");
+          }
+          have_header = true;
+          return assembler.Header(message->mutable_header(), &result);
+        }
+        if (message->msg_case() != v1::RenderResponse::kChunk) {
+          return absl::DataLossError("a Render message after the header carries no chunk");
+        }
+        return assembler.Chunk(message->mutable_chunk(), &result);
+      }));
   if (!have_header) return absl::DataLossError("the Render stream ended without a header");
   if (!assembler.complete()) {
     return absl::DataLossError("the Render stream ended before every output was complete");
@@ -161,8 +160,9 @@ absl::StatusOr<HologramRender> Client::Render(v1::RenderRequest request, const C
   return result;
 }
 
-absl::StatusOr<HologramRender> Client::RenderInParts(v1::RenderRequest request, int64_t cap,
-                                                     const CallOptions& call) {
+absl::StatusOr<HologramRender> HologramClient::RenderInParts(v1::RenderRequest request,
+                                                             int64_t cap,
+                                                             const CallOptions& call) {
   const v1::NdArray& points = request.points();
   if (points.shape_size() != 2 || points.shape(0) < 1 || points.shape(1) < 1) {
     return absl::InvalidArgumentError("points: must be [N, 4] or [N, 5]");
@@ -206,16 +206,15 @@ absl::StatusOr<HologramRender> Client::RenderInParts(v1::RenderRequest request, 
   return result;
 }
 
-absl::Status Client::RenderStream(
+absl::Status HologramClient::RenderStream(
     const std::function<bool(v1::HologramFrameRequest*)>& next_frame,
     const std::function<void(int64_t, const absl::Status&, HologramRender*)>& on_frame,
     const CallOptions& call) {
-  std::unique_ptr<v1::HologramService::Stub> stub = v1::HologramService::NewStub(channel());
   grpc::ClientContext context;
-  ApplyDeadline(&context, options_, call);
+  ApplyDeadline(&context, client_->options(), call);
   std::unique_ptr<grpc::ClientReaderWriter<v1::HologramFrameRequest, v1::HologramFrameResponse>>
-      stream = stub->Stream(&context);
-  const int64_t chunk_bytes = ClientChunkBytes(options_);
+      stream = stub_->Stream(&context);
+  const int64_t chunk_bytes = ClientChunkBytes(client_->options());
 
   // Frames are written from a second thread while this one reads, so that the server's answers
   // never wait behind our writes (gRPC allows one reader and one writer at a time).
@@ -237,48 +236,37 @@ absl::Status Client::RenderStream(
     stream->WritesDone();
   });
 
-  absl::Status failure;
   RenderAssembler assembler;
   HologramRender current;
   bool in_frame = false;  // a header arrived and chunks are pending
-  v1::HologramFrameResponse message;
-  while (failure.ok() && stream->Read(&message)) {
-    if (message.msg_case() == v1::HologramFrameResponse::kHeader) {
+  auto on_message = [&](v1::HologramFrameResponse* message) -> absl::Status {
+    if (message->msg_case() == v1::HologramFrameResponse::kHeader) {
       if (in_frame) {
-        failure = absl::DataLossError(absl::StrCat("frame ", current.frame_index,
-                                                   ": a new header before its outputs ended"));
-        break;
+        return absl::DataLossError(absl::StrCat("frame ", current.frame_index,
+                                                ": a new header before its outputs ended"));
       }
-      const int64_t index = message.frame_index();
-      if (message.status().code() != 0) {
-        on_frame(index, FromGrpcStatus(message.status().code(), message.status().message()),
+      const int64_t index = message->frame_index();
+      if (message->status().code() != 0) {
+        on_frame(index, FromGrpcStatus(message->status().code(), message->status().message()),
                  nullptr);
-        continue;
+        return absl::OkStatus();
       }
       current = HologramRender();
       current.frame_index = index;
-      failure = assembler.Header(message.mutable_header(), &current);
-      in_frame = failure.ok() && !assembler.complete();
-    } else if (message.msg_case() == v1::HologramFrameResponse::kChunk && in_frame &&
-               message.frame_index() == current.frame_index) {
-      failure = assembler.Chunk(message.mutable_chunk(), &current);
-      in_frame = failure.ok() && !assembler.complete();
+      FRESNEL_RETURN_IF_ERROR(assembler.Header(message->mutable_header(), &current));
+    } else if (message->msg_case() == v1::HologramFrameResponse::kChunk && in_frame &&
+               message->frame_index() == current.frame_index) {
+      FRESNEL_RETURN_IF_ERROR(assembler.Chunk(message->mutable_chunk(), &current));
     } else {
-      failure = absl::DataLossError(
-          absl::StrCat("frame ", message.frame_index(), ": a chunk without its header"));
-      break;
+      return absl::DataLossError(
+          absl::StrCat("frame ", message->frame_index(), ": a chunk without its header"));
     }
-    if (failure.ok() && !in_frame) on_frame(current.frame_index, absl::OkStatus(), &current);
-  }
-  if (!failure.ok()) {
-    context.TryCancel();
-    while (stream->Read(&message)) {
-    }
-  }
-  writer.join();
-  const grpc::Status status = stream->Finish();
-  if (!failure.ok()) return failure;
-  if (!status.ok()) return FromGrpc(status);
+    in_frame = !assembler.complete();
+    if (!in_frame) on_frame(current.frame_index, absl::OkStatus(), &current);
+    return absl::OkStatus();
+  };
+  FRESNEL_RETURN_IF_ERROR(ReadAll<v1::HologramFrameResponse>(&context, stream.get(), on_message,
+                                                             [&writer] { writer.join(); }));
   if (in_frame) {
     return absl::DataLossError(absl::StrCat("frame ", current.frame_index,
                                             ": the stream ended before its outputs were complete"));
@@ -286,16 +274,14 @@ absl::Status Client::RenderStream(
   return absl::OkStatus();
 }
 
-absl::StatusOr<HologramReconstruction> Client::Reconstruct(const v1::ReconstructConfig& config,
-                                                           const HostArray& field,
-                                                           const CallOptions& call) {
-  const int64_t cap = MessageCap(call);
-  std::unique_ptr<v1::HologramService::Stub> stub = v1::HologramService::NewStub(channel());
+absl::StatusOr<HologramReconstruction> HologramClient::Reconstruct(
+    const v1::ReconstructConfig& config, const HostArray& field, const CallOptions& call) {
+  const int64_t cap = client_->MessageCap(call);
   grpc::ClientContext context;
-  ApplyDeadline(&context, options_, call);
+  ApplyDeadline(&context, client_->options(), call);
   v1::ReconstructResponse response;
   std::unique_ptr<grpc::ClientWriter<v1::ReconstructRequest>> writer =
-      stub->Reconstruct(&context, &response);
+      stub_->Reconstruct(&context, &response);
   v1::ReconstructRequest first;
   *first.mutable_config() = config;
   first.mutable_config()->clear_field();

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "call_util.h"
+#include "fresnel/core/status.h"
 #include "fresnel/v1/array_convert.h"
 #include "fresnel/v1/wire_limits.h"
 
@@ -21,6 +22,7 @@ namespace {
 
 using internal::ApplyDeadline;
 using internal::FromGrpc;
+using internal::ReadAll;
 using internal::Unary;
 
 using v1::kEnvelopeBytes;
@@ -168,15 +170,14 @@ absl::StatusOr<v1::UnwrapJob> UnwrapClient::Watch(
   request.set_job_id(job_id);
   std::unique_ptr<grpc::ClientReader<v1::UnwrapJob>> reader =
       jobs_->Watch(&context, request);
-  v1::UnwrapJob job, last;
+  v1::UnwrapJob last;
   bool any = false;
-  while (reader->Read(&job)) {
+  FRESNEL_RETURN_IF_ERROR(ReadAll<v1::UnwrapJob>(&context, reader.get(), [&](v1::UnwrapJob* job) {
     any = true;
-    if (on_state) on_state(job);
-    last = job;
-  }
-  const grpc::Status status = reader->Finish();
-  if (!status.ok()) return FromGrpc(status);
+    if (on_state) on_state(*job);
+    last = std::move(*job);
+    return absl::OkStatus();
+  }));
   if (!any || !IsTerminal(last.state())) {
     return absl::UnavailableError(
         absl::StrCat("the Watch stream of job ", job_id, " ended before the job finished"));
@@ -193,14 +194,13 @@ absl::StatusOr<v1::UnwrapJob> UnwrapClient::GetJob(const std::string& job_id,
   request.set_once(true);
   std::unique_ptr<grpc::ClientReader<v1::UnwrapJob>> reader =
       jobs_->Watch(&context, request);
-  v1::UnwrapJob job, last;
+  v1::UnwrapJob last;
   bool any = false;
-  while (reader->Read(&job)) {
+  FRESNEL_RETURN_IF_ERROR(ReadAll<v1::UnwrapJob>(&context, reader.get(), [&](v1::UnwrapJob* job) {
     any = true;
-    last = job;
-  }
-  const grpc::Status status = reader->Finish();
-  if (!status.ok()) return FromGrpc(status);
+    last = std::move(*job);
+    return absl::OkStatus();
+  }));
   if (!any) return absl::DataLossError(absl::StrCat("no state of job ", job_id, " was sent"));
   return last;
 }
@@ -219,49 +219,36 @@ absl::StatusOr<UnwrapResult> UnwrapClient::GetResult(const std::string& job_id,
   std::vector<v1::UnwrapArray> expected;
   std::map<int, ChunkAssembler> assemblers;
   std::map<int, bool> complete;
-  absl::Status failure;
   bool have_header = false;
-  v1::GetUnwrapResultResponse message;
-  while (failure.ok() && reader->Read(&message)) {
+  auto on_message = [&](v1::GetUnwrapResultResponse* message) -> absl::Status {
     if (!have_header) {
-      if (message.msg_case() != v1::GetUnwrapResultResponse::kResult) {
-        failure = absl::DataLossError("the first Get message carries no result header");
-        break;
+      if (message->msg_case() != v1::GetUnwrapResultResponse::kResult) {
+        return absl::DataLossError("the first Get message carries no result header");
       }
       have_header = true;
-      TakeHeader(message.mutable_result(), &result);
-      for (int a : message.result().chunked_arrays()) {
+      TakeHeader(message->mutable_result(), &result);
+      for (int a : message->result().chunked_arrays()) {
         expected.push_back(static_cast<v1::UnwrapArray>(a));
       }
-      continue;
+      return absl::OkStatus();
     }
-    if (message.msg_case() != v1::GetUnwrapResultResponse::kChunk) {
-      failure = absl::DataLossError("a Get message after the header carries no chunk");
-      break;
+    if (message->msg_case() != v1::GetUnwrapResultResponse::kChunk) {
+      return absl::DataLossError("a Get message after the header carries no chunk");
     }
-    v1::UnwrapArrayChunk* c = message.mutable_chunk();
+    v1::UnwrapArrayChunk* c = message->mutable_chunk();
     if (OutputSlot(&result, c->array()) == nullptr ||
         std::find(expected.begin(), expected.end(), c->array()) == expected.end()) {
-      failure = absl::DataLossError(absl::StrCat("unexpected chunk of array ",
-                                                 static_cast<int>(c->array())));
-      break;
+      return absl::DataLossError(absl::StrCat("unexpected chunk of array ",
+                                              static_cast<int>(c->array())));
     }
-    absl::StatusOr<bool> done = assemblers[c->array()].Add(
-        std::move(*c->mutable_chunk()), ArrayName(c->array()), int64_t{1} << 50);
-    if (!done.ok()) {
-      failure = done.status();
-    } else if (*done) {
-      complete[c->array()] = true;
-    }
-  }
-  if (!failure.ok()) {
-    context.TryCancel();
-    while (reader->Read(&message)) {
-    }
-  }
-  const grpc::Status status = reader->Finish();
-  if (!failure.ok()) return failure;
-  if (!status.ok()) return FromGrpc(status);
+    FRESNEL_ASSIGN_OR_RETURN(const bool done,
+                             assemblers[c->array()].Add(std::move(*c->mutable_chunk()),
+                                                        ArrayName(c->array()), int64_t{1} << 50));
+    if (done) complete[c->array()] = true;
+    return absl::OkStatus();
+  };
+  FRESNEL_RETURN_IF_ERROR(
+      ReadAll<v1::GetUnwrapResultResponse>(&context, reader.get(), on_message));
   if (!have_header) return absl::DataLossError("the Get stream ended without a result");
   for (v1::UnwrapArray a : expected) {
     if (!complete[a]) {

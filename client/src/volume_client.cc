@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "call_util.h"
+#include "fresnel/core/status.h"
 #include "fresnel/v1/array_convert.h"
 #include "fresnel/v1/wire_limits.h"
 
@@ -80,28 +81,22 @@ absl::StatusOr<VolumeRenderResult> VolumeClient::Render(
       stub_->Render(&context, request);
   VolumeRenderResult result;
   bool have_image = false;
-  v1::VolumeRenderResponse message;
-  while (reader->Read(&message)) {
-    if (message.has_partial()) {
-      ++result.partial_frames;
-      if (on_partial) on_partial(message.partial());
-    } else if (message.has_image()) {
-      v1::VolumeImage* image = message.mutable_image();
-      absl::StatusOr<HostArray> array = FromProto(std::move(*image->mutable_image()), "image");
-      if (!array.ok()) {
-        context.TryCancel();
-        reader->Finish().ok();
-        return array.status();
-      }
-      result.image = *std::move(array);
-      result.stats = image->stats();
-      result.info = image->info();
-      result.request_id = image->request_id();
-      have_image = true;
-    }
-  }
-  const grpc::Status status = reader->Finish();
-  if (!status.ok()) return FromGrpc(status);
+  FRESNEL_RETURN_IF_ERROR(internal::ReadAll<v1::VolumeRenderResponse>(
+      &context, reader.get(), [&](v1::VolumeRenderResponse* message) -> absl::Status {
+        if (message->has_partial()) {
+          ++result.partial_frames;
+          if (on_partial) on_partial(message->partial());
+        } else if (message->has_image()) {
+          v1::VolumeImage* image = message->mutable_image();
+          FRESNEL_ASSIGN_OR_RETURN(result.image,
+                                   FromProto(std::move(*image->mutable_image()), "image"));
+          result.stats = image->stats();
+          result.info = image->info();
+          result.request_id = image->request_id();
+          have_image = true;
+        }
+        return absl::OkStatus();
+      }));
   if (!have_image) return absl::DataLossError("the render stream ended without an image");
   return result;
 }

@@ -3,6 +3,10 @@
 // One method per RPC, each returning absl::StatusOr (the gRPC status code and message are kept),
 // plus helpers that stream arrays too large for one message. Thread-safe: one Client may be used
 // from many threads at once. Every call blocks until its response arrives or its deadline passes.
+//
+// Each service's calls are a class of their own on this client's channels, options and
+// deadlines, and the methods here forward to them: AdminClient, InterpClient, HologramClient,
+// UnwrapClient (fresnel/client/<x>_client.h); VolumeClient and FusionSession exist only as such.
 #pragma once
 
 #include <chrono>
@@ -26,8 +30,10 @@
 namespace fresnel {
 
 class SharedRegion;  // fresnel/client/shm.h
-class UnwrapClient;  // fresnel/client/unwrap_client.h
-class AdminClient;   // fresnel/client/admin_client.h
+class UnwrapClient;    // fresnel/client/unwrap_client.h
+class AdminClient;     // fresnel/client/admin_client.h
+class InterpClient;    // fresnel/client/interp_client.h
+class HologramClient;  // fresnel/client/hologram_client.h
 
 struct ClientOptions {
   // HOST:PORT; a gRPC URI such as "dns:///fresnel.ns.svc:50051" (every address the name resolves
@@ -285,14 +291,13 @@ class Client {
   friend class FusionSession;  // fusion_client.h: its stream runs on this channel
   friend class UnwrapClient;   // unwrap_client.h: its calls, on channel() and job_channel()
   friend class AdminClient;    // admin_client.h: its calls, on channel()
+  friend class InterpClient;   // interp_client.h: its calls, on channel()
+  friend class HologramClient; // hologram_client.h: its calls, on channel(), and MessageCap
   struct Impl;
   Client(ClientOptions options, std::unique_ptr<Impl> impl);
-  // Render's path for clouds larger than `cap`: one Stream frame sent in parts.
-  absl::StatusOr<HologramRender> RenderInParts(v1::RenderRequest request, int64_t cap,
-                                               const CallOptions& call);
   // min(options_.max_message_bytes, the server's cap); asks the server once.
   int64_t MessageCap(const CallOptions& call);
-  // The channel, for services whose calls live in their own source file (hologram_client.cc).
+  // The channel of the per-service clients (AdminClient, InterpClient, HologramClient, ...).
   std::shared_ptr<grpc::Channel> channel() const;
   // The pick_first channel of job calls (channel() for a single server).
   std::shared_ptr<grpc::Channel> job_channel() const;
