@@ -9,6 +9,7 @@
 #include "fresnel/core/status.h"
 #include "fresnel/v1/wire_limits.h"
 #include "fresnel/v1/array_convert.h"
+#include "server/rpc/chunked.h"
 #include "server/rpc/ordered_stream.h"
 #include "server/rpc/upload_reader.h"
 #include "server/services/hologram_params.h"
@@ -30,12 +31,13 @@ double SecondsSince(Clock::time_point t) {
 }
 
 // A finished render as messages: the header with the outputs that fit inline, then the chunks
-// of the others, made one at a time from the result so that a large output is never copied
-// whole a second time. Each output is freed once its last chunk is made.
+// of the others, cut one at a time by a ChunkedWriter (server/rpc/chunked.h) from the result so
+// that a large output is never copied whole a second time. Each output is freed once its last
+// chunk is made.
 class ResultMessages {
  public:
   ResultMessages(hologram::HologramResult result, int64_t chunk_bytes)
-      : result_(std::move(result)), chunk_bytes_(chunk_bytes) {}
+      : result_(std::move(result)), chunked_(chunk_bytes) {}
 
   // Moves the outputs that fit into `header` (smallest first, while the header stays within the
   // chunk budget) and lists the rest in header.chunked_outputs. Returns the output bytes.
@@ -57,40 +59,28 @@ class ResultMessages {
     for (v1::HologramOutput w : present) {
       HostArray* a = OutputArray(&result_, w);
       const int64_t need = static_cast<int64_t>(header->ByteSizeLong() + a->nbytes()) + 64;
-      if (chunked_.empty() && need <= chunk_bytes_) {
+      if (chunked_.done() && need <= chunked_.chunk_bytes()) {
         ToProto(std::move(*a), HeaderArray(header, w));
-        *a = HostArray();
       } else {
-        chunked_.push_back(w);
+        chunked_.Add(w, std::move(*a));
         header->add_chunked_outputs(w);
       }
+      *a = HostArray();
     }
     return bytes;
   }
 
   // The next chunk; false once every chunked output was sent.
   bool NextChunk(v1::HologramChunk* chunk) {
-    if (current_ >= chunked_.size()) return false;
-    const v1::HologramOutput w = chunked_[current_];
-    HostArray* a = OutputArray(&result_, w);
-    chunk->set_output(w);
-    *chunk->mutable_chunk() = ArrayChunkAt(*a, offset_, chunk_bytes_);
-    if (chunk->chunk().last()) {
-      *a = HostArray();
-      ++current_;
-      offset_ = 0;
-    } else {
-      offset_ += chunk_bytes_;
-    }
-    return true;
+    return chunked_.Next([chunk](int output, v1::ArrayChunk&& piece) {
+      chunk->set_output(static_cast<v1::HologramOutput>(output));
+      *chunk->mutable_chunk() = std::move(piece);
+    });
   }
 
  private:
   hologram::HologramResult result_;
-  int64_t chunk_bytes_;
-  std::vector<v1::HologramOutput> chunked_;
-  size_t current_ = 0;
-  int64_t offset_ = 0;
+  ChunkedWriter chunked_;
 };
 
 // What a render job works on: a cloud and options checked on the gRPC thread, which the job
