@@ -108,13 +108,6 @@ absl::StatusOr<ShmSpan> OutputSpan(bool has_y_shm, const v1::ShmRef& y_shm,
   return resolver(y_shm, out.channels * out.samples * itemsize, "y_shm");
 }
 
-// Memory a one-shot call needs on the device: input, output and taps.
-int64_t DeviceBytes(const HostArray& x, const OutputSize& out, size_t taps) {
-  return static_cast<int64_t>(x.nbytes()) +
-         out.channels * out.samples * static_cast<int64_t>(DTypeSize(out.dtype)) +
-         static_cast<int64_t>(taps * sizeof(double));
-}
-
 using Compute =
     std::function<absl::StatusOr<HostArray>(const Device&, const HostArray&, StageTimes*)>;
 
@@ -149,7 +142,7 @@ std::optional<Accepted> AcceptOneShot(ServiceContext* ctx, UnaryJobCall* call,
 // The common tail of the unary calls once the request is parsed and validated: checks that the
 // answer fits in one message, submits `compute` as a pool job and fills the response from it.
 void SubmitOneShot(ServiceContext* ctx, UnaryJobCall* call, HostArray x, const OutputSize& out,
-                   size_t taps, const v1::DeviceHint& hint, const std::string& request_id,
+                   int64_t device_bytes, const v1::DeviceHint& hint, const std::string& request_id,
                    const ShmResolver& resolver, bool has_y_shm, const v1::ShmRef& y_shm,
                    v1::InterpolationResponse* response, Compute compute) {
   std::optional<Accepted> accepted =
@@ -166,7 +159,7 @@ void SubmitOneShot(ServiceContext* ctx, UnaryJobCall* call, HostArray x, const O
   state->y_span = std::move(accepted->y_span);
   auto job = std::make_shared<Job>();
   job->preference = accepted->preference;
-  job->device_bytes = DeviceBytes(x, out, taps);
+  job->device_bytes = device_bytes;  // the kernel's <Op>DeviceBytes
   state->x = std::move(x);
   job->run = [state, compute = std::move(compute)](const Device& device,
                                                    StageTimes* times) -> absl::Status {
@@ -256,7 +249,7 @@ using DirectCompute = std::function<absl::Status(const Device&, const interp::Ho
 // SubmitOneShot for the direct path: y goes to y_shm's span when set, else into one array that
 // becomes the inline answer.
 void SubmitDirect(ServiceContext* ctx, UnaryJobCall* call, DirectX x, const OutputSize& out,
-                  int axis, size_t taps, const v1::DeviceHint& hint, const std::string& request_id,
+                  int axis, int64_t device_bytes, const v1::DeviceHint& hint, const std::string& request_id,
                   const ShmResolver& resolver, bool has_y_shm, const v1::ShmRef& y_shm,
                   v1::InterpolationResponse* response, DirectCompute compute) {
   std::optional<Accepted> accepted =
@@ -280,7 +273,7 @@ void SubmitDirect(ServiceContext* ctx, UnaryJobCall* call, DirectX x, const Outp
   state->y_span = std::move(accepted->y_span);
   auto job = std::make_shared<Job>();
   job->preference = accepted->preference;
-  job->device_bytes = x_bytes + y_bytes + static_cast<int64_t>(taps * sizeof(double));
+  job->device_bytes = device_bytes;  // the kernel's <Op>DeviceBytes
   job->run = [state, y_shape, y_bytes, compute = std::move(compute)](
                  const Device& device, StageTimes* times) -> absl::Status {
     interp::HostSignalRef ref{state->x.dtype, state->x.shape, state->x.data()};
@@ -335,8 +328,10 @@ grpc::ServerUnaryReactor* InterpolationService::Upfirdn(grpc::CallbackServerCont
             x, axis,
             interp::UpfirdnOutputLength(x.shape[axis], static_cast<int64_t>(parsed->taps.size()),
                                         parsed->options.up, parsed->options.down));
-        const size_t taps = parsed->taps.size();
-        SubmitDirect(ctx_, call, std::move(x), out, axis, taps, request->device(),
+        const int64_t device_bytes = interp::UpfirdnDeviceBytes(
+            x.dtype, out.channels, x.shape[axis], static_cast<int64_t>(parsed->taps.size()),
+            parsed->options);
+        SubmitDirect(ctx_, call, std::move(x), out, axis, device_bytes, request->device(),
                      request->request_id(), resolver, request->has_y_shm(), request->y_shm(),
                      response,
                      [p = std::move(*parsed)](const Device& device,
@@ -368,8 +363,11 @@ grpc::ServerUnaryReactor* InterpolationService::Upfirdn(grpc::CallbackServerCont
   out.samples = interp::UpfirdnOutputLength(split.len, static_cast<int64_t>(parsed->taps.size()),
                                             parsed->options.up, parsed->options.down);
   out.dtype = interp::UpfirdnResultDType(x->dtype(), parsed->options);
-  size_t taps = parsed->taps.size() + parsed->options.taps_imag.size();
-  SubmitOneShot(ctx_, call, std::move(*x), out, taps, request->device(), request->request_id(),
+  const int64_t device_bytes =
+      interp::UpfirdnDeviceBytes(x->dtype(), split.channels, split.len,
+                                 static_cast<int64_t>(parsed->taps.size()), parsed->options);
+  SubmitOneShot(ctx_, call, std::move(*x), out, device_bytes, request->device(),
+                request->request_id(),
                 resolver, request->has_y_shm(), request->y_shm(), response,
                 [p = std::move(*parsed)](const Device& device, const HostArray& in,
                                          StageTimes* times) {
@@ -397,10 +395,9 @@ grpc::ServerUnaryReactor* InterpolationService::ResamplePoly(
         const int axis = NormalAxis(x, options->axis);
         const OutputSize out = DirectOutput(
             x, axis, interp::ResamplePolyOutputLength(x.shape[axis], options->up, options->down));
-        const size_t taps = options->taps.empty()
-                                ? interp::ResamplePolyDefaultNumtaps(options->up, options->down)
-                                : options->taps.size();
-        SubmitDirect(ctx_, call, std::move(x), out, axis, taps, request->device(),
+        const int64_t device_bytes =
+            interp::ResamplePolyDeviceBytes(x.dtype, out.channels, x.shape[axis], *options);
+        SubmitDirect(ctx_, call, std::move(x), out, axis, device_bytes, request->device(),
                      request->request_id(), resolver, request->has_y_shm(), request->y_shm(),
                      response,
                      [o = std::move(*options)](const Device& device,
@@ -428,9 +425,10 @@ grpc::ServerUnaryReactor* InterpolationService::ResamplePoly(
   out.channels = split.channels;
   out.samples = interp::ResamplePolyOutputLength(split.len, options->up, options->down);
   out.dtype = interp::ResamplePolyResultDType(x->dtype(), *options);
-  size_t taps = options->taps.empty() ? interp::ResamplePolyDefaultNumtaps(options->up, options->down)
-                                      : options->taps.size() + options->taps_imag.size();
-  SubmitOneShot(ctx_, call, std::move(*x), out, taps, request->device(), request->request_id(),
+  const int64_t device_bytes =
+      interp::ResamplePolyDeviceBytes(x->dtype(), split.channels, split.len, *options);
+  SubmitOneShot(ctx_, call, std::move(*x), out, device_bytes, request->device(),
+                request->request_id(),
                 resolver, request->has_y_shm(), request->y_shm(), response,
                 [o = std::move(*options)](const Device& device, const HostArray& in,
                                           StageTimes* times) {
@@ -454,11 +452,15 @@ grpc::ServerUnaryReactor* InterpolationService::Resample(grpc::CallbackServerCon
     call->Reject(valid);
     return call;
   }
+  const AxisSplit split = SplitAt(*x, options.axis);
   OutputSize out;
-  out.channels = SplitAt(*x, options.axis).channels;
+  out.channels = split.channels;
   out.samples = options.num;
   out.dtype = interp::ResampleResultDType(x->dtype());
-  SubmitOneShot(ctx_, call, std::move(*x), out, 0, request->device(), request->request_id(),
+  const int64_t device_bytes =
+      interp::ResampleDeviceBytes(x->dtype(), split.channels, split.len, options);
+  SubmitOneShot(ctx_, call, std::move(*x), out, device_bytes, request->device(),
+                request->request_id(),
                 resolver, false, v1::ShmRef(), response,
                 [options](const Device& device, const HostArray& in, StageTimes* times) {
                   return interp::Resample(device, in, options, times);
@@ -486,10 +488,12 @@ grpc::ServerUnaryReactor* InterpolationService::Decimate(grpc::CallbackServerCon
   const AxisSplit split = SplitAt(*x, options.axis);
   OutputSize out;
   out.channels = split.channels;
-  out.samples = (split.len + options.q - 1) / options.q;
+  out.samples = interp::DecimateOutputLength(split.len, options.q);
   out.dtype = interp::DecimateResultDType(x->dtype());
-  const size_t taps = static_cast<size_t>(options.n == 0 ? 20 * options.q : options.n) + 1;
-  SubmitOneShot(ctx_, call, std::move(*x), out, taps, request->device(), request->request_id(),
+  const int64_t device_bytes =
+      interp::DecimateDeviceBytes(x->dtype(), split.channels, split.len, options);
+  SubmitOneShot(ctx_, call, std::move(*x), out, device_bytes, request->device(),
+                request->request_id(),
                 resolver, false, v1::ShmRef(), response,
                 [options](const Device& device, const HostArray& in, StageTimes* times) {
                   return interp::Decimate(device, in, options, times);
@@ -602,7 +606,7 @@ class ResampleStreamCall
         return;
       }
       int64_t k = a->ndim() > 0 ? a->shape().back() : 0;
-      int64_t out_estimate = (k * up_ + down_ - 1) / down_ + taps_ / std::max(1, up_) + 1;
+      const int64_t out_estimate = resampler_->MaxPushOutputSamples(k);
       absl::Status fits = CheckResponseFits(resampler_->channels(), out_estimate, a->dtype(),
                                             ctx_->max_message_bytes,
                                             "send smaller chunks");
@@ -665,9 +669,6 @@ class ResampleStreamCall
       x = &config.upfirdn().x();
       FRESNEL_ASSIGN_OR_RETURN(DType dtype, FromProto(x->dtype(), "config.upfirdn.x"));
       int64_t channels = x->shape_size() == 2 ? x->shape(0) : 1;
-      up_ = call.options.up;
-      down_ = call.options.down;
-      taps_ = static_cast<int64_t>(call.taps.size());
       FRESNEL_ASSIGN_OR_RETURN(
           auto r, interp::StreamingResampler::ForUpfirdn(std::move(call.taps), call.options,
                                                          channels, dtype, limits_));
@@ -680,10 +681,6 @@ class ResampleStreamCall
       x = &config.resample_poly().x();
       FRESNEL_ASSIGN_OR_RETURN(DType dtype, FromProto(x->dtype(), "config.resample_poly.x"));
       int64_t channels = x->shape_size() == 2 ? x->shape(0) : 1;
-      up_ = opts.up;
-      down_ = opts.down;
-      taps_ = opts.taps.empty() ? interp::ResamplePolyDefaultNumtaps(opts.up, opts.down)
-                                : static_cast<int64_t>(opts.taps.size());
       FRESNEL_ASSIGN_OR_RETURN(auto r, interp::StreamingResampler::ForResamplePoly(
                                            opts, channels, dtype, limits_));
       resampler_.emplace(std::move(r));
@@ -692,13 +689,9 @@ class ResampleStreamCall
     } else {
       return absl::InvalidArgumentError("config: set upfirdn or resample_poly");
     }
-    if (up_ <= 0) up_ = 1;
-    if (down_ <= 0) down_ = 1;
-    // The designed filter (float64, plus its phase-major copy) and the delay line of every
-    // channel live as long as the stream: charged before the first chunk is accepted.
-    const int64_t state_bytes =
-        taps_ * 16 + resampler_->channels() * (taps_ / up_ + 1) * 8;
-    return ReserveIn(ctx_->stream_state_bytes, state_bytes,
+    // The filter and the delay line of every channel live as long as the stream: charged before
+    // the first chunk is accepted.
+    return ReserveIn(ctx_->stream_state_bytes, resampler_->StateBytes(),
                      "this ResampleStream's filter and delay line", &state_);
   }
 
@@ -710,7 +703,10 @@ class ResampleStreamCall
     job->deadline = DeadlineOf(context_);
     auto input = std::make_shared<std::optional<HostArray>>(std::move(chunk));
     auto output = std::make_shared<HostArray>();
-    if (input->has_value()) job->device_bytes = static_cast<int64_t>((*input)->nbytes()) * 8;
+    if (input->has_value()) {
+      const int64_t k = (*input)->ndim() > 0 ? (*input)->shape().back() : 0;
+      job->device_bytes = resampler_->PushDeviceBytes(k);
+    }
     int64_t index = input->has_value() ? chunk_index_++ : -1;
     Clock::time_point received = Clock::now();
     job->run = [this, input, output, end](const Device& device, StageTimes* times) -> absl::Status {
@@ -778,8 +774,6 @@ class ResampleStreamCall
   std::optional<interp::StreamingResampler> resampler_;
   DevicePreference preference_ = DevicePreference::kAny;
   std::string request_id_;
-  int up_ = 1, down_ = 1;
-  int64_t taps_ = 1;
   int64_t chunk_index_ = 0;
   bool ended_ = false;
   JobSlot slot_;  // the job in flight, for OnCancel

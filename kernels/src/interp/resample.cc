@@ -160,11 +160,11 @@ absl::Status ValidateDecimate(const HostArray& x, const DecimateOptions& options
 absl::StatusOr<HostArray> Decimate(const Device& device, const HostArray& x,
                                    const DecimateOptions& options, StageTimes* times) {
   FRESNEL_RETURN_IF_ERROR(ValidateDecimate(x, options));
-  const int n = options.n == 0 ? 20 * options.q : options.n;
   const DType out = DecimateResultDType(x.dtype());
   const DType tap_dtype = internal::RealOf(out);
   FRESNEL_ASSIGN_OR_RETURN(std::vector<double> h,
-                           Firwin(n + 1, 1.0 / options.q, WindowSpec{Window::kHamming}));
+                           Firwin(static_cast<int>(DecimateNumtaps(options)), 1.0 / options.q,
+                                  WindowSpec{Window::kHamming}));
   // SciPy: b = np.asarray(b, dtype=result_type).
   if (tap_dtype == DType::kFloat32) {
     for (double& v : h) v = static_cast<double>(static_cast<float>(v));
@@ -186,7 +186,7 @@ absl::StatusOr<HostArray> Decimate(const Device& device, const HostArray& x,
   FRESNEL_ASSIGN_OR_RETURN(HostArray full, Upfirdn(device, h, x, u, times));
   // Keep the first ceil(n_in / q) samples along the axis.
   const internal::AxisGeometry g = internal::GeometryOf(x, options.axis);
-  const int64_t n_out = (g.len + options.q - 1) / options.q;
+  const int64_t n_out = DecimateOutputLength(g.len, options.q);
   const internal::AxisGeometry gf = internal::GeometryOf(full, options.axis);
   internal::WorkSignal w = internal::ToWork(full, gf, full.dtype());
   HostArray y(full.dtype(), {gf.channels(), n_out});

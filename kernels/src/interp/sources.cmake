@@ -1,4 +1,5 @@
 list(APPEND FRESNEL_KERNEL_SOURCES
+  src/interp/estimates.cc
   src/interp/firwin.cc
   src/interp/interp.cc
   src/interp/interp_cpu.cc

@@ -603,6 +603,61 @@ TEST_CASE("chunked resample_poly equals one-shot exactly", "[interp]") {
   }
 }
 
+TEST_CASE("estimates: output lengths and device bytes bound what the calls produce", "[interp]") {
+  std::mt19937 rng(13);
+  for (int trial = 0; trial < 30; ++trial) {
+    const int q = 2 + static_cast<int>(rng() % 6);
+    const int64_t n = 1 + static_cast<int64_t>(rng() % 400);
+    const int64_t ch = 1 + static_cast<int64_t>(rng() % 3);
+    DecimateOptions d;
+    d.q = q;
+    d.n = trial % 3 == 0 ? 0 : 4 + static_cast<int>(rng() % 30);
+    d.zero_phase = trial % 2 == 0;
+    INFO("q " << q << " n " << n << " order " << d.n << " zero_phase " << d.zero_phase);
+    HostArray x = RandomArray(DType::kFloat32, {ch, n});
+    auto y = Decimate(kCpu, x, d);
+    REQUIRE(y.ok());
+    CHECK(y->dim(1) == DecimateOutputLength(n, q));
+    CHECK(DecimateNumtaps(d) == (d.n == 0 ? 20 * q : d.n) + 1);
+    // At least the signal, the result and the filter as float64.
+    CHECK(DecimateDeviceBytes(x.dtype(), ch, n, d) >=
+          static_cast<int64_t>(x.nbytes() + y->nbytes()) + DecimateNumtaps(d) * 8);
+
+    ResamplePolyOptions r;
+    r.up = 1 + static_cast<int>(rng() % 7);
+    r.down = 1 + static_cast<int>(rng() % 7);
+    auto rp = ResamplePoly(kCpu, x, r);
+    REQUIRE(rp.ok());
+    CHECK(ResamplePolyDeviceBytes(x.dtype(), ch, n, r) >=
+          static_cast<int64_t>(x.nbytes() + rp->nbytes()) +
+              ResamplePolyDefaultNumtaps(r.up, r.down) * 8);
+
+    ResampleOptions f;
+    f.num = 1 + static_cast<int64_t>(rng() % 500);
+    auto rs = Resample(kCpu, x, f);
+    REQUIRE(rs.ok());
+    // Signal and result plus two complex64 spectra (and cuFFT's work areas as much again).
+    CHECK(ResampleDeviceBytes(x.dtype(), ch, n, f) ==
+          static_cast<int64_t>(x.nbytes() + rs->nbytes()) + 2 * ch * (n + f.num) * 8);
+
+    // A stream: every Push returns at most MaxPushOutputSamples, and its device bound covers
+    // the chunk and those outputs.
+    auto s = StreamingResampler::ForResamplePoly(r, ch, DType::kFloat32);
+    REQUIRE(s.ok());
+    CHECK(s->StateBytes() > 0);
+    int64_t at = 0;
+    while (at < n) {
+      const int64_t k = std::min<int64_t>(n - at, 1 + static_cast<int64_t>(rng() % 90));
+      auto chunk = fresnel::testing::RandomArray(DType::kFloat32, {ch, k});
+      auto out = s->Push(kCpu, chunk);
+      REQUIRE(out.ok());
+      CHECK(out->dim(1) <= s->MaxPushOutputSamples(k));
+      CHECK(s->PushDeviceBytes(k) >= static_cast<int64_t>(chunk.nbytes() + out->nbytes()));
+      at += k;
+    }
+  }
+}
+
 TEST_CASE("streaming rejects what it cannot do", "[interp]") {
   UpfirdnOptions o;
   o.up = 2;

@@ -230,6 +230,34 @@ absl::Status ValidateDecimate(const HostArray& x, const DecimateOptions& options
 absl::StatusOr<HostArray> Decimate(const Device& device, const HostArray& x,
                                    const DecimateOptions& options, StageTimes* times = nullptr);
 
+// Decimate's output length along the axis, ceil(n / q), and its filter length: n + 1 taps, with
+// SciPy's default order n = 20 * q when options.n is 0.
+int64_t DecimateOutputLength(int64_t n, int q);
+int64_t DecimateNumtaps(const DecimateOptions& options);
+
+// ---- device memory: what a server reserves to place a call on a GPU ----
+//
+// Upper bounds (bytes) of the device memory one call takes on CUDA, for a signal of dtype `x`
+// with `channels` rows of `samples` along the filtered axis and the options the call will get
+// (valid ones: call the Validate* function first). The CPU path takes none. Each counts what the
+// CUDA path allocates from the device's memory pool:
+//   Upfirdn, ResamplePoly, Decimate: the signal and the result, each in its dtype, and the
+//     filter as float64 (its phase-major float32/float64 copy on the device is no larger); a
+//     causal Decimate (zero_phase false) holds the full upfirdn output before it is cut.
+//   Resample: the signal and the result in the working dtype (float64 for integer signals), the
+//     two spectra (complex of that dtype) and cuFFT's work areas, counted as one more copy of
+//     each spectrum (cuFFT's plans for these sizes stay within that; Bluestein sizes may need
+//     more).
+// `num_taps` of Upfirdn counts the real taps (options.taps_imag is added).
+int64_t UpfirdnDeviceBytes(DType x, int64_t channels, int64_t samples, int64_t num_taps,
+                           const UpfirdnOptions& options);
+int64_t ResamplePolyDeviceBytes(DType x, int64_t channels, int64_t samples,
+                                const ResamplePolyOptions& options);
+int64_t ResampleDeviceBytes(DType x, int64_t channels, int64_t samples,
+                            const ResampleOptions& options);
+int64_t DecimateDeviceBytes(DType x, int64_t channels, int64_t samples,
+                            const DecimateOptions& options);
+
 // Chunked filtering whose concatenated outputs equal the one-shot Upfirdn (kConstant mode) or
 // ResamplePoly (kConstant padtype) result exactly as the same Device computes it. It keeps each
 // channel's last taps_per_phase - 1 input samples (the delay line) and the global output index.
@@ -251,6 +279,15 @@ class StreamingResampler {
                                  StageTimes* times = nullptr);
   // Ends the signal and returns the remaining outputs. Push/Finish afterwards fail.
   absl::StatusOr<HostArray> Finish(const Device& device, StageTimes* times = nullptr);
+
+  // Upper bound of the outputs per channel one Push of `chunk_samples` samples returns.
+  int64_t MaxPushOutputSamples(int64_t chunk_samples) const;
+  // Upper bound of the device memory one Push of `chunk_samples` samples per channel takes on
+  // CUDA (bytes): the delay line and the chunk, the outputs they produce, the filter as float64.
+  int64_t PushDeviceBytes(int64_t chunk_samples) const;
+  // Host bytes this object holds between calls: the filter (float64, and the phase-major copy a
+  // call makes of it) and the delay line of every channel.
+  int64_t StateBytes() const;
 
   int64_t channels() const { return channels_; }
   DType dtype() const { return dtype_; }
