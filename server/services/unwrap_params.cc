@@ -103,11 +103,7 @@ absl::StatusOr<UnwrapInput> ParseUnwrap(const v1::UnwrapRequest& request, HostAr
     if (o.has_congruent()) {
       return absl::InvalidArgumentError("options.congruent applies to LEAST_SQUARES only");
     }
-    if (o.iterations_per_radius() < 0 || o.iterations_per_radius() > 64) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("options.iterations_per_radius must be in [1, 64] (0 means 8), got ",
-                       o.iterations_per_radius()));
-    }
+    // 0 = the kernel's default; the range is unwrap::ValidateUnwrap's (below).
     if (o.iterations_per_radius() != 0) in.iterations_per_radius = o.iterations_per_radius();
     if (o.has_seed()) in.seed = unwrap::Pixel{o.seed().row(), o.seed().col()};
     in.return_maps = !o.has_return_maps() || o.return_maps();

@@ -189,7 +189,7 @@ absl::Status ValidateGoldstein(const HostArray& phase, const GoldsteinOptions& o
   FRESNEL_RETURN_IF_ERROR(ValidateCompanion(phase, options.quality, "quality", /*real=*/true));
   if (options.iterations_per_radius < 1 || options.iterations_per_radius > 64) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "iterations_per_radius must be in [1, 64], got ", options.iterations_per_radius));
+        "options.iterations_per_radius must be in [1, 64], got ", options.iterations_per_radius));
   }
   if (options.seed.has_value()) {
     const Pixel& s = *options.seed;
