@@ -146,11 +146,11 @@ absl::Status AppendSource(const Request& request, const hologram::Limits& limits
 // ---------------------------------------------------------------------------------------------
 // Render: one request, a server stream of header + chunks.
 
-class RenderCall : public grpc::ServerWriteReactor<v1::RenderResponse> {
+class RenderCall : public RpcCall<grpc::ServerWriteReactor<v1::RenderResponse>> {
  public:
   RenderCall(ServiceContext* ctx, const hologram::Limits& limits,
              grpc::CallbackServerContext* context, const v1::RenderRequest& request)
-      : ctx_(ctx), limits_(limits), context_(context), record_(ctx->metrics, kService, "Render") {
+      : RpcCall(ctx->metrics, kService, "Render"), ctx_(ctx), limits_(limits), context_(context) {
     absl::Status started = Start(request);
     if (!started.ok()) FinishWith(started);
   }
@@ -170,8 +170,6 @@ class RenderCall : public grpc::ServerWriteReactor<v1::RenderResponse> {
 
   void OnCancel() override { slot_.Cancel(); }
 
-  void OnDone() override { delete this; }
-
  private:
   absl::Status Start(const v1::RenderRequest& request) {
     request_id_ = RequestIdOr(request.request_id());
@@ -187,7 +185,7 @@ class RenderCall : public grpc::ServerWriteReactor<v1::RenderResponse> {
     FRESNEL_RETURN_IF_ERROR(ReserveIn(ctx_->stream_state_bytes, work->cloud.host_bytes(),
                                       "this Render's point cloud", &state_));
     chunk_bytes_ = ChunkBytes(ctx_->max_message_bytes, request.config().max_chunk_bytes());
-    record_.Payload("in", static_cast<double>(request.ByteSizeLong()));
+    record().Payload("in", static_cast<double>(request.ByteSizeLong()));
     const int64_t points = work->cloud.size();
     FRESNEL_ASSIGN_OR_RETURN(DevicePreference preference,
                              PreferenceOf(request.config().device(), "config.device"));
@@ -203,9 +201,9 @@ class RenderCall : public grpc::ServerWriteReactor<v1::RenderResponse> {
       v1::HologramResultHeader* header = response_.mutable_header();
       header->set_request_id(request_id_);
       FillResultHeader(work->result, points, work->options, header);
-      FillExecutionInfo(report, record_.Elapsed(), header->mutable_info());
+      FillExecutionInfo(report, record().Elapsed(), header->mutable_info());
       messages_.emplace(std::move(work->result), chunk_bytes_);
-      record_.Payload("out", static_cast<double>(messages_->BuildHeader(header)));
+      record().Payload("out", static_cast<double>(messages_->BuildHeader(header)));
       StartWrite(&response_);
     };
     absl::Status submitted = slot_.Submit(ctx_->pool, job);
@@ -213,22 +211,14 @@ class RenderCall : public grpc::ServerWriteReactor<v1::RenderResponse> {
     return absl::OkStatus();
   }
 
-  void FinishWith(const absl::Status& status) {
-    if (finished_.exchange(true)) return;
-    record_.Done(status);
-    Finish(ToGrpcStatus(status));
-  }
-
   ServiceContext* ctx_;
   hologram::Limits limits_;
   grpc::CallbackServerContext* context_;
-  RpcRecord record_;
   Budget::Reservation state_;  // the point cloud, while queued and running
   std::string request_id_;
   int64_t chunk_bytes_ = 0;
   v1::RenderResponse response_;
   std::optional<ResultMessages> messages_;
-  std::atomic<bool> finished_{false};
   JobSlot slot_;  // the job in flight, for OnCancel
 };
 
