@@ -86,6 +86,12 @@ absl::StatusOr<ServerConfig> ParseConfig(int argc, char** argv) {
                "accept AdminService.InjectFault (a test switch that makes devices unhealthy or "
                "poisons a GPU's context; never on a production server)")
       ->envname("FRESNEL_FAULT_INJECTION");
+  app.add_option("--small-job-bytes", c.small_job_bytes,
+                 "a request of device kind ANY whose device-memory estimate is at most this many "
+                 "bytes runs on the CPU while the CPU has room (a few microseconds of work cost "
+                 "more as a GPU launch); 0 = every ANY request goes to a GPU when there is one")
+      ->envname("FRESNEL_SMALL_JOB_BYTES")->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
+      ->capture_default_str();
   app.add_option("--max-streams-per-client", c.max_streams_per_client,
                  "streaming calls one client may hold open at once (the client named by its token "
                  "or certificate; without authentication, its host address)")

@@ -40,6 +40,7 @@ struct ServerConfig {
   int64_t hologram_max_points = int64_t{1} << 24;  // FRESNEL_HOLOGRAM_MAX_POINTS, per hologram
   // Server-wide caps on what live requests hold (server/budget.h).
   int max_streams = 1024;                          // FRESNEL_MAX_STREAMS: open streaming calls
+  int64_t small_job_bytes = int64_t{64} << 10;   // FRESNEL_SMALL_JOB_BYTES: ANY jobs this small go to the CPU
   bool fault_injection = false;                   // FRESNEL_FAULT_INJECTION: AdminService.InjectFault
   int max_streams_per_client = 256;                // FRESNEL_MAX_STREAMS_PER_CLIENT: the same, each
   int64_t stream_state_bytes = int64_t{4} << 30;   // FRESNEL_STREAM_STATE_BYTES: derived state

@@ -80,6 +80,8 @@ class DeviceQueue {
     return true;
   }
 
+  int workers() const { return workers_count_; }
+
   int Load() const {
     std::lock_guard<std::mutex> lock(mu_);
     return static_cast<int>(queue_.size()) + running_;
@@ -349,6 +351,7 @@ absl::StatusOr<std::unique_ptr<DevicePool>> DevicePool::Create(const DevicePoolO
   absl::Status st = cpu->Start(std::max(1, options.cpu_workers), 0, 0);
   if (!st.ok()) return st;
   pool->devices_.push_back(std::move(cpu));
+  pool->small_job_bytes_ = std::max<int64_t>(0, options.small_job_bytes);
   return pool;
 }
 
@@ -380,6 +383,7 @@ absl::Status DevicePool::Submit(std::shared_ptr<Job> job) {
     }
     return absl::NotFoundError(absl::StrCat("this server has no device ", job->affinity));
   }
+  if (TrySmallOnCpu(job)) return absl::OkStatus();
   bool want_gpu = job->preference == DevicePreference::kGpu ||
                   (job->preference == DevicePreference::kAny && gpu_count() > 0);
   if (job->preference == DevicePreference::kGpu && gpu_count() == 0) {
@@ -413,6 +417,18 @@ absl::Status DevicePool::Submit(std::shared_ptr<Job> job) {
   return absl::ResourceExhaustedError(
       absl::StrCat("all ", kind == DeviceKind::kCuda ? "GPU" : "CPU",
                    " queues are full; retry later"));
+}
+
+bool DevicePool::TrySmallOnCpu(const std::shared_ptr<Job>& job) {
+  if (job->preference != DevicePreference::kAny || small_job_bytes_ <= 0 ||
+      job->device_bytes <= 0 || job->device_bytes > small_job_bytes_ || gpu_count() == 0) {
+    return false;
+  }
+  DeviceQueue* cpu = devices_.back().get();
+  if (!cpu->healthy() || cpu->Load() >= kSmallJobCpuLoadPerWorker * cpu->workers()) {
+    return false;
+  }
+  return cpu->TryPush(job);
 }
 
 bool DevicePool::Drain(std::chrono::milliseconds timeout) {

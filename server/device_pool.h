@@ -98,7 +98,15 @@ struct DevicePoolOptions {
   // devices: multi-device behaviour on one GPU (tests), or hard memory shares between tenants. A
   // sticky error poisons the whole GPU, so it takes every partition of that GPU out.
   int gpu_partitions = 1;
+  // > 0: a job of preference ANY whose device_bytes estimate is at most this many bytes goes to
+  // the CPU while the CPU has room (load under kSmallJobCpuLoadPerWorker per worker): for a
+  // request of a few microseconds of work the GPU's launch, copies and synchronisation cost more
+  // than the work (--small-job-bytes). A busy CPU spills them to the GPUs as usual.
+  int64_t small_job_bytes = 0;
 };
+
+// Queued + running small jobs per CPU worker before small jobs spill to the GPUs.
+inline constexpr int kSmallJobCpuLoadPerWorker = 4;
 
 // Live numbers of one device.
 struct DeviceSnapshot {
@@ -164,7 +172,11 @@ class DevicePool {
   friend class DeviceQueue;
   void NotifyHealth(const std::string& id, bool healthy, const std::string& reason);
 
+  // The small-job rule of DevicePoolOptions::small_job_bytes; true when `job` was queued on the CPU.
+  bool TrySmallOnCpu(const std::shared_ptr<Job>& job);
+
   std::vector<std::unique_ptr<DeviceQueue>> devices_;  // GPUs first, CPU last
+  int64_t small_job_bytes_ = 0;
   std::mutex health_mu_;
   std::vector<std::function<void(const std::string&, bool, const std::string&)>> health_listeners_;
   std::atomic<bool> draining_{false};

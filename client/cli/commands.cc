@@ -226,6 +226,11 @@ void PrintLimits(const v1::Limits& l, bool transport, Table& head) {
                                   : std::string(),
                               s.fault_injection() ? "; FAULT INJECTION ON (--fault-injection)"
                                                   : "")});
+    head.AddRow({"placement", s.small_job_bytes() > 0
+                                  ? absl::StrCat("kind ANY up to ", FormatBytes(s.small_job_bytes()),
+                                                 " of device memory runs on the CPU while it has "
+                                                 "room (--small-job-bytes)")
+                                  : std::string("kind ANY goes to a GPU when there is one")});
   }
 }
 

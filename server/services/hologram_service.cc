@@ -262,6 +262,9 @@ class StreamCall : public OrderedStream<v1::HologramFrameRequest, v1::HologramFr
 
   // One frame as it arrives: the message that carried it, or its parts so far.
   struct FrameInput {
+    // User-provided: clang 14 (the fuzz build) cannot default-construct a nested class with member
+    // initialisers through std::optional::emplace before the enclosing class is complete.
+    FrameInput() {}
     Clock::time_point received;
     bool had_config = false;
     std::optional<v1::HologramFrameOverrides> overrides;

@@ -24,6 +24,7 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "server/budget.h"
+#include "server/device_pool.h"
 #include "server_fixture.h"
 #include "support/cli_runner.h"
 #include "support/test_support.h"
@@ -117,6 +118,7 @@ TEST_CASE("server info carries every limit flag's value, grouped and flat", "[se
                         "--gpu-partitions=3",
                         "--staging-cache-bytes=1024",
                         "--pin-regions=false",
+                        "--small-job-bytes=1025",
                         "--fault-injection"};
   absl::StatusOr<server::ServerConfig> config =
       server::ParseConfig(static_cast<int>(std::size(argv)), const_cast<char**>(argv));
@@ -140,6 +142,7 @@ TEST_CASE("server info carries every limit flag's value, grouped and flat", "[se
   CHECK(l.server().staging_cache_bytes() == 1024);
   CHECK_FALSE(l.server().pin_regions());
   CHECK(l.server().fault_injection());
+  CHECK(l.server().small_job_bytes() == 1025);
   CHECK(l.jobs().max_jobs() == 1008);
   CHECK(l.jobs().ttl_seconds() == 1006.5);
   CHECK(l.jobs().memory_bytes() == 1048583);
@@ -1301,6 +1304,68 @@ TEST_CASE("GPU pool: results over gRPC equal the CPU oracle", "[server][gpu]") {
   CHECK(devices.count("cpu") == 0);
   INFO("devices used: " << devices.size());
   CHECK(static_cast<int>(devices.size()) == GpuCount());
+}
+
+// Issue 13, Load: a request of a few microseconds of work costs more as a GPU launch than it
+// does on the CPU, so kind ANY requests under --small-job-bytes run on the CPU while it has room
+// (fewer than kSmallJobCpuLoadPerWorker jobs per worker); a busy CPU spills them to the GPU.
+TEST_CASE("small ANY requests run on the CPU while it has room, then spill to the GPU", "[server][gpu]") {
+  if (SkipWithoutGpu()) return;
+  HostArray tiny = RandomArray(DType::kFloat32, {1, 256});
+  HostArray large = RandomArray(DType::kFloat32, {4, 100000});  // 1.6 MB in: over 64 KiB
+  std::vector<double> taps = {0.5, 0.25, 0.125};
+  auto device_of = [](TestServer& ts, const HostArray& x, const std::vector<double>& h,
+                      v1::DeviceKind kind) {
+    v1::UpfirdnRequest req = UpfirdnReq(x, h, 2, 1);
+    req.mutable_device()->set_kind(kind);
+    v1::InterpolationResponse resp;
+    auto ctx = Ctx();
+    grpc::Status st = ts.interp->Upfirdn(ctx.get(), req, &resp);
+    INFO(st.error_message());
+    CHECK(st.ok());
+    return resp.info().device();
+  };
+  SECTION("default --small-job-bytes (64 KiB)") {
+    server::ServerConfig config = TestServer::CpuConfig();
+    config.gpus = "0";
+    config.cpu_workers = 1;
+    REQUIRE(config.small_job_bytes == int64_t{64} << 10);
+    TestServer ts(config);
+    CHECK(device_of(ts, tiny, taps, v1::DEVICE_KIND_ANY) == "cpu");
+    CHECK(device_of(ts, tiny, taps, v1::DEVICE_KIND_GPU) == "cuda:0");
+    CHECK(device_of(ts, large, taps, v1::DEVICE_KIND_ANY) == "cuda:0");
+    // Four long CPU jobs (one running, three queued on the one worker) fill the CPU's room.
+    HostArray block_x = RandomArray(DType::kFloat32, {1, 1 << 21});
+    std::vector<double> block_taps(8192, 1.0 / 8192);
+    std::vector<std::future<grpc::Status>> blockers;
+    for (int i = 0; i < server::kSmallJobCpuLoadPerWorker; ++i) {
+      blockers.push_back(std::async(std::launch::async, [&] {
+        v1::UpfirdnRequest req = UpfirdnReq(block_x, block_taps, 1, 1);
+        req.mutable_device()->set_kind(v1::DEVICE_KIND_CPU);
+        v1::InterpolationResponse resp;
+        auto ctx = Ctx();
+        return ts.interp->Upfirdn(ctx.get(), req, &resp);
+      }));
+    }
+    const std::string full = absl::StrCat("fresnel_queue_depth{device=\"cpu\"} ",
+                                          server::kSmallJobCpuLoadPerWorker - 1, "\n");
+    bool filled = false;
+    for (int i = 0; i < 2000 && !filled; ++i) {
+      filled = ts.server->MetricsText().find(full) != std::string::npos;
+      if (!filled) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    REQUIRE(filled);
+    CHECK(device_of(ts, tiny, taps, v1::DEVICE_KIND_ANY) == "cuda:0");
+    for (auto& b : blockers) CHECK(b.get().ok());
+    CHECK(device_of(ts, tiny, taps, v1::DEVICE_KIND_ANY) == "cpu");
+  }
+  SECTION("--small-job-bytes 0: every ANY request goes to the GPU") {
+    server::ServerConfig config = TestServer::CpuConfig();
+    config.gpus = "0";
+    config.small_job_bytes = 0;
+    TestServer ts(config);
+    CHECK(device_of(ts, tiny, taps, v1::DEVICE_KIND_ANY) == "cuda:0");
+  }
 }
 
 // Issue 14 on one GPU: two partitions of cuda:0 are two pool devices: concurrent work lands on

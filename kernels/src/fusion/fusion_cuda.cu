@@ -38,16 +38,30 @@ struct IcpStop {
   double xi2[kLevels];
 };
 
-__global__ void BeginKernel(TrackState* s, FrameParams p, int tracking, IcpStop stop) {
+__device__ void BeginState(TrackState* s, const FrameParams& p, int tracking, const IcpStop& stop) {
   s->prior = p.prior;
   s->has_prior = p.has_prior;
   s->has_fixed = p.has_fixed;
   s->prior_weight = p.prior_weight;
   s->blocks_done = 0;
+  s->level_runs = 0;
   BeginFrame(s, tracking);
   for (int l = 0; l < kLevels; ++l)
     if (stop.xi2[l] > 0) s->stop_xi2[l] = stop.xi2[l];
 }
+
+__global__ void BeginKernel(TrackState* s, FrameParams p, int tracking, IcpStop stop) {
+  BeginState(s, p, tracking, stop);
+}
+
+// The frame's start in PrepareDepthKernel's first thread instead of a kernel of its own
+// (kOffFuseLaunches; nothing in PrepareDepthKernel reads the state).
+struct FusedBegin {
+  TrackState* s;  // null: BeginKernel ran
+  FrameParams p;
+  int tracking;
+  IcpStop stop;
+};
 
 // Depth tiles of kTile x kTile pixels (a block each, a thread per pixel): the metric depth and,
 // per tile, the largest valid depth (0 when none), which lets the integration skip bricks that
@@ -58,7 +72,9 @@ __host__ __device__ inline int TilesY(int height) { return (height + kTile - 1) 
 
 __global__ void __launch_bounds__(kTile * kTile) PrepareDepthKernel(
     const void* raw, bool is_float, float scale_inv, int w, int h, float mn, float mx,
-    float* depth, float* tile_max) {
+    float* depth, float* tile_max, FusedBegin begin) {
+  if (begin.s != nullptr && blockIdx.x == 0 && threadIdx.x == 0)
+    BeginState(begin.s, begin.p, begin.tracking, begin.stop);
   const int tx = blockIdx.x % TilesX(w), ty = blockIdx.x / TilesX(w);
   const int u = kTile * tx + threadIdx.x % kTile, v = kTile * ty + threadIdx.x / kTile;
   float d = 0;
@@ -90,9 +106,10 @@ __global__ void DownsampleKernel(const float* src, int sw, int sh, float* dst, i
   dst[i] = DownsampleDepth(src, sw, sh, i % dw, i / dw);
 }
 
-__global__ void VertexNormalKernel(const float* depth, CameraF c, F4* vtx, F4* nrm,
-                                   TrackState* s, int count) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
+// Vertex and normal of pixel i of a level (w = 0 when invalid); `count`: the block adds its valid
+// pixels to s->valid_pixels (every thread of the block must take the same `count`).
+__device__ __forceinline__ void VertexNormalPixel(const float* depth, const CameraF& c, int i,
+                                                  F4* vtx, F4* nrm, TrackState* s, bool count) {
   int valid = 0;
   if (i < c.width * c.height) {
     V3 p, n;
@@ -110,15 +127,51 @@ __global__ void VertexNormalKernel(const float* depth, CameraF c, F4* vtx, F4* n
   }
 }
 
+__global__ void VertexNormalKernel(const float* depth, CameraF c, F4* vtx, F4* nrm,
+                                   TrackState* s, int count) {
+  VertexNormalPixel(depth, c, blockIdx.x * blockDim.x + threadIdx.x, vtx, nrm, s, count != 0);
+}
+
+// The vertex and normal maps of all levels in one launch (kOffFuseLaunches): blocks
+// [first[l], first[l + 1]) do level l, whose source depth is src[l]; level 0 counts the valid
+// pixels. Same per-pixel code as VertexNormalKernel.
+struct PyramidMaps {
+  const float* src[kLevels];
+  CameraF cam[kLevels];
+  F4* vtx[kLevels];
+  F4* nrm[kLevels];
+  int first[kLevels + 1];
+};
+__global__ void VertexNormalLevelsKernel(PyramidMaps m, TrackState* s) {
+  int l = 0;
+  while (l + 1 < kLevels && static_cast<int>(blockIdx.x) >= m.first[l + 1]) ++l;
+  // A block never spans two levels, so the whole block takes the same `count`.
+  VertexNormalPixel(m.src[l], m.cam[l], (blockIdx.x - m.first[l]) * blockDim.x + threadIdx.x,
+                    m.vtx[l], m.nrm[l], s, l == 0);
+}
+
 // ---------------------------------------------------------------------------------------------
 // ICP: per-pixel terms, warp shuffles, one double atomicAdd per sum and block, and the last block
 // to finish solves and updates the pose in TrackState.
-
+//
+// The default ICP graph launches all 19 kernels and those of a converged level return at once.
+// In the conditional graph (kOnIcpWhile, EnqueueIcp; slower on the H200) the kernel is the body
+// of one WHILE node per level; `max_runs` > 0 says so: the solving thread then counts the level's
+// iterations in s->level_runs and sets the loop's condition `more` to 0 once the level has
+// converged or run max_runs iterations, so a converged level launches nothing more. A level
+// always starts unconverged (BeginFrame), so the body's first run does real work and the one
+// thread that solves is the only writer of the condition.
 __global__ void __launch_bounds__(kThreads) IcpKernel(const F4* vtx, const F4* nrm, int n,
                                                       CameraF cam0, const F4* mv, const F4* mn,
                                                       IcpParams ip, TrackState* s, int level,
-                                                      double* partials) {
-  if (s->converged[level]) return;
+                                                      double* partials, int max_runs,
+                                                      cudaGraphConditionalHandle more,
+                                                      int batched_tail) {
+  if (s->converged[level]) {
+    // Not reached in a WHILE node (see above); should it be, the loop must still end.
+    if (max_runs > 0 && blockIdx.x == 0 && threadIdx.x == 0) cudaGraphSetConditional(more, 0u);
+    return;
+  }
   const PoseF T = s->T_wc;
   const PoseF M = s->model_T_cw;
   float acc[kIcpSums];
@@ -161,7 +214,26 @@ __global__ void __launch_bounds__(kThreads) IcpKernel(const F4* vtx, const F4* n
   if (threadIdx.x < kGroups * kIcpSums) {
     const int k = threadIdx.x % kIcpSums, g = threadIdx.x / kIcpSums;
     double a = 0;
-    for (unsigned b = g; b < gridDim.x; b += kGroups) a += __ldcg(partials + b * kIcpSums + k);
+    if (batched_tail) {
+      // The loads of a batch are all issued before its adds (in the plain loop each add of the
+      // loop-carried chain can wait for its own L2 load); the adds keep the plain loop's order,
+      // so the sums are the same bit for bit. 16 x 8 groups = 128 blocks a batch (264 blocks on
+      // a 132-SM H200: 3 batches instead of ~33 dependent loads).
+      constexpr int kBatch = 16;
+      for (unsigned b0 = g; b0 < gridDim.x; b0 += kBatch * kGroups) {
+        double t[kBatch];
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j) {
+          const unsigned b = b0 + j * kGroups;
+          t[j] = b < gridDim.x ? __ldcg(partials + b * kIcpSums + k) : 0.0;
+        }
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j)
+          if (b0 + j * kGroups < gridDim.x) a += t[j];
+      }
+    } else {
+      for (unsigned b = g; b < gridDim.x; b += kGroups) a += __ldcg(partials + b * kIcpSums + k);
+    }
     gpart[g][k] = a;
   }
   __syncthreads();
@@ -174,10 +246,24 @@ __global__ void __launch_bounds__(kThreads) IcpKernel(const F4* vtx, const F4* n
   if (threadIdx.x == 0) {
     s->blocks_done = 0;
     IcpSolveStep(s, sums, level, kMinInliers);
+    if (max_runs > 0) {
+      const int runs = s->level_runs + 1;
+      const bool again = !s->converged[level] && runs < max_runs;
+      s->level_runs = again ? runs : 0;
+      cudaGraphSetConditional(more, again ? 1u : 0u);
+    }
   }
 }
 
-__global__ void FinishKernel(TrackState* s, int integrate) {
+// `c` non-null (kOffFuseLaunches): also zero this frame's counters that the memset and
+// CommitKernel used to zero (dropped before AllocKernel; visible and update_count before
+// SelectKernel, which the previous frame's ApronKernel and IntegrateKernel read last).
+__global__ void FinishKernel(TrackState* s, int integrate, Counters* c, int* update_count) {
+  if (c != nullptr) {
+    c->dropped = 0;
+    c->visible = 0;
+    *update_count = 0;
+  }
   FinishTracking(s);
   if (!integrate) s->integrate = 0;
 }
@@ -294,11 +380,15 @@ __global__ void AssignKernel(VolumeView v, Counters* c, const int32_t* new_slots
   }
 }
 
-__global__ void CommitKernel(Counters* c, int cap, int* update_count) {
+__device__ void CommitNew(Counters* c, int cap) {
   int n = min(c->new_count, cap);
   int take = min(n, cap - c->used);
   c->used += take;
   c->new_count = 0;
+}
+
+__global__ void CommitKernel(Counters* c, int cap, int* update_count) {
+  CommitNew(c, cap);
   c->visible = 0;
   *update_count = 0;
 }
@@ -349,7 +439,11 @@ __device__ bool OccludedBrick(I3 b, const PoseF& T_cw, const FrameView& f, float
 // are not wholly occluded (`update`, for IntegrateKernel; `cull` = 0 lists every visible brick).
 __global__ void SelectKernel(VolumeView v, Counters* c, TrackState* s, FrameView f,
                              int32_t* visible, int32_t* update, int* update_count,
-                             const float* tile_max, int cull) {
+                             const float* tile_max, int cull, int commit_cap) {
+  // commit_cap > 0 (kOffFuseLaunches): CommitKernel's advance of `used` runs here (FinishKernel
+  // zeroed the lists' counts). AssignKernel has finished; no thread of this kernel reads `used`
+  // or `new_count`.
+  if (commit_cap > 0 && blockIdx.x == 0 && threadIdx.x == 0) CommitNew(c, commit_cap);
   if (!s->integrate) return;
   const PoseF T = s->T_cw;
   const int hwm = c->hwm;
@@ -364,9 +458,53 @@ __global__ void SelectKernel(VolumeView v, Counters* c, TrackState* s, FrameView
   }
 }
 
-__global__ void __launch_bounds__(kThreads) IntegrateKernel(VolumeView v, const int* count,
-                                                            TrackState* s, FrameView f,
-                                                            const int32_t* bricks) {
+constexpr int kVoxelsPerThread = (kBrickVoxels + kThreads - 1) / kThreads;  // 3
+
+// IntegrateKernel's kIlp update of the brick at `base` (key b): this thread's voxels
+// threadIdx.x + j kThreads are projected, then all of their depth and voxel loads issued, then
+// updated (ProjectVoxel, UpdateVoxel: IntegrateVoxel's arithmetic in the same order).
+__device__ __forceinline__ void IntegrateBrickIlp(const VolumeView& v, I3 b, int64_t base,
+                                                  const PoseF& T, const FrameView& f) {
+  VoxelProjection pr[kVoxelsPerThread];
+  bool ok[kVoxelsPerThread];
+#pragma unroll
+  for (int j = 0; j < kVoxelsPerThread; ++j) {
+    const int li = threadIdx.x + j * kThreads;
+    ok[j] = li < kBrickVoxels && ProjectVoxel(VoxelWorld(b, li, v.voxel_size), T, f, &pr[j]);
+  }
+  float d[kVoxelsPerThread][4];
+  LoadedVoxel old[kVoxelsPerThread];
+#pragma unroll
+  for (int j = 0; j < kVoxelsPerThread; ++j) {
+    if (!ok[j]) continue;
+    const float* r0 = f.depth + pr[j].corner;
+    const float* r1 = r0 + f.cam.width;
+    d[j][0] = __ldg(r0);
+    d[j][1] = __ldg(r0 + 1);
+    d[j][2] = __ldg(r1);
+    d[j][3] = __ldg(r1 + 1);
+    old[j].v = v.voxels[base + threadIdx.x + j * kThreads];
+  }
+#pragma unroll
+  for (int j = 0; j < kVoxelsPerThread; ++j) {
+    if (!ok[j]) continue;
+    const int64_t k = base + threadIdx.x + j * kThreads;
+    UpdateVoxel(&v.voxels[k], v.colors != nullptr ? &v.colors[k] : nullptr, old[j], pr[j],
+                d[j][0], d[j][1], d[j][2], d[j][3], f, v.mu, v.max_weight);
+  }
+}
+
+// A block of kThreads per listed brick, updating its 729 stored voxels. kIlp: IntegrateBrickIlp
+// (the loads of a thread's 3 voxels before their updates); without it the thread runs
+// IntegrateVoxel voxel after voxel, whose loads wait for the previous voxel's stores (the
+// compiler must assume they alias): 40 registers, against 78 for kIlp (64 and 20 bytes of spills
+// with kMinBlocks = 4, the __launch_bounds__ occupancy bound; 0 = none). The voxels are equal to
+// the CPU's either way.
+template <bool kIlp, int kMinBlocks>
+__global__ void __launch_bounds__(kThreads, kMinBlocks) IntegrateKernel(VolumeView v,
+                                                                        const int* count,
+                                                                        TrackState* s, FrameView f,
+                                                                        const int32_t* bricks) {
   if (!s->integrate) return;
   const PoseF T = s->T_cw;
   const int n = *count;
@@ -374,9 +512,13 @@ __global__ void __launch_bounds__(kThreads) IntegrateKernel(VolumeView v, const 
     const int bi = bricks[i];
     const I3 b = UnpackKey(v.brick_keys[bi]);
     const int64_t base = static_cast<int64_t>(bi) * kBrickVoxels;
-    for (int li = threadIdx.x; li < kBrickVoxels; li += blockDim.x)
-      IntegrateVoxel(&v.voxels[base + li], v.colors != nullptr ? &v.colors[base + li] : nullptr,
-                     VoxelWorld(b, li, v.voxel_size), T, f, v.mu, v.max_weight);
+    if constexpr (kIlp) {
+      IntegrateBrickIlp(v, b, base, T, f);
+    } else {
+      for (int li = threadIdx.x; li < kBrickVoxels; li += blockDim.x)
+        IntegrateVoxel(&v.voxels[base + li], v.colors != nullptr ? &v.colors[base + li] : nullptr,
+                       VoxelWorld(b, li, v.voxel_size), T, f, v.mu, v.max_weight);
+    }
   }
 }
 
@@ -479,6 +621,21 @@ constexpr unsigned kRayTightStart = 32;   // start at NearDepthStart(z) + mu (wi
 constexpr unsigned kRaySecant = 64;       // RayOptions::secant (with kRayResumeInBand)
 constexpr unsigned kRayDefault =
     kRayEndNearDepth | kRayResumeInBand | kRayTiles | kRayTightStart | kRaySecant;
+// Bits of FusionConfig::cuda_enable: variants that measured slower, kept for A/B runs.
+// kOnIcpWhile: the ICP graph of WHILE nodes (EnqueueIcp) cost +0.020 / +0.023 ms a 848x480 /
+// 640x480 frame on the H200 and 2 % fewer frames/s with 32 sessions (2026-12-01, driver
+// 580.159.04; docs/fusion.md "Fourth speed pass"): a WHILE iteration costs more than the
+// converged plain kernels it saves.
+constexpr unsigned kOnIcpWhile = 1;
+// More cuda_disable bits (fourth speed pass, same run; what turning one off cost a 848x480 /
+// 640x480 frame, measured with kOnIcpWhile on): fused launches 0.012 / 0.011 ms, batched ICP tail
+// 0.006 / 0.004, integrate ILP 0.008 / 0.006 (0.005 / 0.010 with kOnIcpWhile off), its occupancy
+// bound 0.017 / 0.021 (the ILP kernel without it was slower than the plain one).
+constexpr unsigned kOffFuseLaunches = 256;  // Begin, the counter memset and Commit folded into
+                                            // neighbouring kernels; the 3 vertex maps in 1 launch
+constexpr unsigned kOffIcpBatchedTail = 512;  // IcpKernel's batched partial sums (batched_tail)
+constexpr unsigned kOffIntegrateIlp = 1024;   // IntegrateKernel's kIlp (the plain voxel loop)
+constexpr unsigned kOffIntegrateBound = 2048;  // the kIlp kernel without its occupancy bound
 
 // Pixel of thread `threadIdx.x` in block `blockIdx.x` of a raycast. Row order: pixel i of the
 // image. Tiles: a block of 256 covers a 32 x 8 pixel tile (tiles in row order over the image)
@@ -799,36 +956,93 @@ class CudaBackend : public VolumeBackend {
     return absl::OkStatus();
   }
 
+  // The ICP kernel of level l (`max_runs`, `more`: see IcpKernel; 0 outside a WHILE node).
+  void LaunchIcpLevel(cudaStream_t st, int l, int max_runs, cudaGraphConditionalHandle more) {
+    const IcpParams ip{0.1f, 0.7f};
+    CameraF c = ScaleCamera(cam_, l);
+    const int n = c.width * c.height;
+    const int blocks = std::max(1, std::min<int>({static_cast<int>(cuda::BlocksFor(n, kThreads)), sms_ * 2, kMaxIcpBlocks}));
+    IcpKernel<<<blocks, kThreads, 0, st>>>(vtx_[l], nrm_[l], n, cam_, model_v_, model_n_, ip,
+                                           state_, l, partials_, max_runs, more,
+                                           (off_ & kOffIcpBatchedTail) == 0 ? 1 : 0);
+  }
+
   // The ICP loop (every iteration of every level, coarse to fine) on stream st. The kernels read
   // and write only persistent buffers, so the sequence is the same every frame.
   void LaunchIcp(cudaStream_t st) {
-    const IcpParams ip{0.1f, 0.7f};
-    for (int l = kLevels - 1; l >= 0; --l) {
-      CameraF c = ScaleCamera(cam_, l);
-      const int n = c.width * c.height;
-      const int blocks = std::max(1, std::min<int>({static_cast<int>(cuda::BlocksFor(n, kThreads)), sms_ * 2, kMaxIcpBlocks}));
-      for (int it = 0; it < config_.icp_iterations[l]; ++it)
-        IcpKernel<<<blocks, kThreads, 0, st>>>(vtx_[l], nrm_[l], n, cam_, model_v_, model_n_, ip,
-                                               state_, l, partials_);
-    }
+    for (int l = kLevels - 1; l >= 0; --l)
+      for (int it = 0; it < config_.icp_iterations[l]; ++it) LaunchIcpLevel(st, l, 0, 0);
   }
 
-  // Enqueues the ICP loop as one CUDA graph (captured once, on a private stream, at the first
-  // tracked frame; a graph launch replaces the 19 default kernel launches). If capture fails
-  // the loop is launched kernel by kernel from then on.
+  // The ICP loop as a graph of one WHILE node per level (coarse to fine, each after the previous
+  // one), whose body is the level's IcpKernel: the kernel ends the loop when the level has
+  // converged or run its iterations, so converged levels launch nothing (CUDA 12.4+ conditional
+  // nodes). False when the runtime refuses any step (the caller then captures the plain loop).
+  bool BuildIcpWhileGraph(cudaGraph_t* out) {
+    cudaGraph_t g = nullptr;
+    cudaStream_t cap = nullptr;
+    bool ok = cudaGraphCreate(&g, 0) == cudaSuccess &&
+              cudaStreamCreateWithFlags(&cap, cudaStreamNonBlocking) == cudaSuccess;
+    cudaGraphNode_t prev = nullptr;
+    for (int l = kLevels - 1; ok && l >= 0; --l) {
+      const int iterations = config_.icp_iterations[l];
+      if (iterations <= 0) continue;
+      cudaGraphConditionalHandle more = 0;
+      // Default 1, assigned at every launch: each level's loop starts with one run.
+      ok = cudaGraphConditionalHandleCreate(&more, g, 1, cudaGraphCondAssignDefault) == cudaSuccess;
+      cudaGraphNodeParams np{};
+      np.type = cudaGraphNodeTypeConditional;
+      np.conditional.handle = more;
+      np.conditional.type = cudaGraphCondTypeWhile;
+      np.conditional.size = 1;
+      cudaGraphNode_t node = nullptr;
+      if (ok)
+        ok = cudaGraphAddNode(&node, g, prev != nullptr ? &prev : nullptr, nullptr,
+                              prev != nullptr ? 1 : 0, &np) == cudaSuccess;
+      if (ok)
+        ok = cudaStreamBeginCaptureToGraph(cap, np.conditional.phGraph_out[0], nullptr, nullptr,
+                                           0, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
+      if (ok) {
+        LaunchIcpLevel(cap, l, iterations, more);
+        cudaGraph_t body = nullptr;  // the node's own body graph, owned by the node
+        ok = cudaStreamEndCapture(cap, &body) == cudaSuccess;
+      }
+      prev = node;
+    }
+    if (cap != nullptr) cudaStreamDestroy(cap);
+    if (!ok && g != nullptr) {
+      cudaGraphDestroy(g);
+      g = nullptr;
+    }
+    *out = g;
+    return ok;
+  }
+
+  // Enqueues the ICP loop as one CUDA graph, built once at the first tracked frame (a graph
+  // launch replaces the 19 default kernel launches): the plain loop captured on a private
+  // stream, or with kOnIcpWhile the WHILE-node graph (the plain one where that cannot be built).
+  // If both fail the loop is launched kernel by kernel from then on.
   absl::Status EnqueueIcp(cudaStream_t st) {
     if (icp_graph_ == nullptr && !icp_graph_failed_) {
-      cudaStream_t cap = nullptr;
       cudaGraph_t g = nullptr;
-      bool ok = cudaStreamCreateWithFlags(&cap, cudaStreamNonBlocking) == cudaSuccess &&
-                cudaStreamBeginCapture(cap, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
-      if (ok) {
-        LaunchIcp(cap);
-        ok = cudaStreamEndCapture(cap, &g) == cudaSuccess && g != nullptr;
-      }
-      if (ok) ok = cudaGraphInstantiate(&icp_graph_, g, 0) == cudaSuccess;
+      bool ok = (config_.cuda_enable & kOnIcpWhile) != 0 && BuildIcpWhileGraph(&g) &&
+                cudaGraphInstantiate(&icp_graph_, g, 0) == cudaSuccess;
       if (g != nullptr) cudaGraphDestroy(g);
-      if (cap != nullptr) cudaStreamDestroy(cap);
+      g = nullptr;
+      if (!ok) {
+        cudaGetLastError();
+        icp_graph_ = nullptr;
+        cudaStream_t cap = nullptr;
+        ok = cudaStreamCreateWithFlags(&cap, cudaStreamNonBlocking) == cudaSuccess &&
+             cudaStreamBeginCapture(cap, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
+        if (ok) {
+          LaunchIcp(cap);
+          ok = cudaStreamEndCapture(cap, &g) == cudaSuccess && g != nullptr;
+        }
+        if (ok) ok = cudaGraphInstantiate(&icp_graph_, g, 0) == cudaSuccess;
+        if (g != nullptr) cudaGraphDestroy(g);
+        if (cap != nullptr) cudaStreamDestroy(cap);
+      }
       if (!ok) {
         cudaGetLastError();
         icp_graph_ = nullptr;
@@ -892,14 +1106,21 @@ class CudaBackend : public VolumeBackend {
       FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(rgb_, stage + px * 4, frame.rgb.size(), cudaMemcpyHostToDevice, st));
     }
     const bool was_lost = h_state_->lost != 0;
-    BeginKernel<<<1, 1, 0, st>>>(state_, params, config_.tracking ? 1 : 0, icp_stop_);
+    const bool fuse = (off_ & kOffFuseLaunches) == 0;
     // Relocalisation: after a loss, the model is raycast again from the prior before ICP.
-    if (config_.tracking && params.has_prior && !params.has_fixed && was_lost && h_state_->has_model)
-      LaunchModelRaycast(st, /*use_state=*/true, PoseF{}, nullptr);
+    const bool relocalize = config_.tracking && params.has_prior && !params.has_fixed && was_lost &&
+                            h_state_->has_model;
+    FusedBegin begin{nullptr, params, config_.tracking ? 1 : 0, icp_stop_};
+    if (fuse && !relocalize) {
+      begin.s = state_;
+    } else {
+      BeginKernel<<<1, 1, 0, st>>>(state_, params, config_.tracking ? 1 : 0, icp_stop_);
+    }
+    if (relocalize) LaunchModelRaycast(st, /*use_state=*/true, PoseF{}, nullptr);
     PrepareDepthKernel<<<TilesX(cam_.width) * TilesY(cam_.height), kTile * kTile, 0, st>>>(
         raw_, is_float, static_cast<float>(1.0 / config_.depth_scale), cam_.width, cam_.height,
         static_cast<float>(config_.min_depth_m), static_cast<float>(config_.max_depth_m), depth_[0],
-        tile_max_);
+        tile_max_, begin);
     FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR("fusion prepare");
     if (config_.tracking) {
       BilateralKernel<<<cuda::BlocksFor(px, kThreads), kThreads, 0, st>>>(depth_[0], cam_.width,
@@ -909,34 +1130,55 @@ class CudaBackend : public VolumeBackend {
         DownsampleKernel<<<cuda::BlocksFor(d.width * d.height, kThreads), kThreads, 0, st>>>(
             l == 1 ? filtered_ : depth_[l - 1], s.width, s.height, depth_[l], d.width, d.height);
       }
-      for (int l = 0; l < kLevels; ++l) {
-        CameraF c = ScaleCamera(cam_, l);
-        VertexNormalKernel<<<cuda::BlocksFor(c.width * c.height, kThreads), kThreads, 0, st>>>(
-            l == 0 ? filtered_ : depth_[l], c, vtx_[l], nrm_[l], state_, l == 0 ? 1 : 0);
+      if (fuse) {
+        PyramidMaps m;
+        m.first[0] = 0;
+        for (int l = 0; l < kLevels; ++l) {
+          m.cam[l] = ScaleCamera(cam_, l);
+          m.src[l] = l == 0 ? filtered_ : depth_[l];
+          m.vtx[l] = vtx_[l];
+          m.nrm[l] = nrm_[l];
+          m.first[l + 1] =
+              m.first[l] + static_cast<int>(cuda::BlocksFor(m.cam[l].width * m.cam[l].height, kThreads));
+        }
+        VertexNormalLevelsKernel<<<m.first[kLevels], kThreads, 0, st>>>(m, state_);
+      } else {
+        for (int l = 0; l < kLevels; ++l) {
+          CameraF c = ScaleCamera(cam_, l);
+          VertexNormalKernel<<<cuda::BlocksFor(c.width * c.height, kThreads), kThreads, 0, st>>>(
+              l == 0 ? filtered_ : depth_[l], c, vtx_[l], nrm_[l], state_, l == 0 ? 1 : 0);
+        }
       }
       // Host knows whether tracking can run this frame: it mirrors has_model and the pose source.
       const bool track = !params.has_fixed && h_state_->has_model;
       if (track) FRESNEL_RETURN_IF_ERROR(EnqueueIcp(st));
     }
-    FinishKernel<<<1, 1, 0, st>>>(state_, params.integrate);
+    FinishKernel<<<1, 1, 0, st>>>(state_, params.integrate, fuse ? counters_ : nullptr,
+                                  update_count_);
     FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR("fusion track");
     FRESNEL_RETURN_IF_ERROR(clock.Mark());
 
     const VolumeView v = View();
     const int cap = static_cast<int>(sizes_.capacity);
-    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(&counters_->dropped, 0, sizeof(int32_t), st));
+    if (!fuse) FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(&counters_->dropped, 0, sizeof(int32_t), st));
     AllocKernel<<<cuda::BlocksFor(px, kThreads), kThreads, 0, st>>>(depth_[0], cam_, state_, v,
                                                                    counters_, new_slots_, cap);
     AssignKernel<<<sms_ * 8, kThreads, 0, st>>>(v, counters_, new_slots_, free_list_, cap);
-    CommitKernel<<<1, 1, 0, st>>>(counters_, cap, update_count_);
+    if (!fuse) CommitKernel<<<1, 1, 0, st>>>(counters_, cap, update_count_);
     FrameView f{depth_[0], has_rgb ? rgb_ : nullptr, cam_, static_cast<float>(config_.min_depth_m),
                 static_cast<float>(config_.max_depth_m)};
     // The update list reuses new_slots_, which is dead from CommitKernel to the next frame.
     int32_t* update = new_slots_;
     SelectKernel<<<sms_ * 8, kThreads, 0, st>>>(v, counters_, state_, f, visible_, update,
                                                 update_count_, tile_max_,
-                                                (off_ & kOffCull) == 0 ? 1 : 0);
-    IntegrateKernel<<<sms_ * 16, kThreads, 0, st>>>(v, update_count_, state_, f, update);
+                                                (off_ & kOffCull) == 0 ? 1 : 0, fuse ? cap : 0);
+    if ((off_ & kOffIntegrateIlp) != 0) {
+      IntegrateKernel<false, 0><<<sms_ * 16, kThreads, 0, st>>>(v, update_count_, state_, f, update);
+    } else if ((off_ & kOffIntegrateBound) != 0) {
+      IntegrateKernel<true, 0><<<sms_ * 16, kThreads, 0, st>>>(v, update_count_, state_, f, update);
+    } else {
+      IntegrateKernel<true, 4><<<sms_ * 16, kThreads, 0, st>>>(v, update_count_, state_, f, update);
+    }
     ApronKernel<<<sms_ * 8, kThreads, 0, st>>>(v, counters_, state_, visible_,
                                                 (off_ & kOffApronIlp) == 0 ? 1 : 0);
     FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR("fusion integrate");

@@ -378,43 +378,61 @@ struct FrameView {
   CameraF cam;
   float min_depth, max_depth;
 };
-FHD void IntegrateVoxel(Voxel* vox, Color4* col, V3 world, const PoseF& T_cw, const FrameView& f,
-                        float mu, int max_weight) {
+// IntegrateVoxel in two halves, so that the CUDA kernel can issue the loads of several voxels
+// before it updates any (IntegrateKernel): ProjectVoxel finds the voxel's pixels, the caller
+// reads the 4 depths at `corner`, corner + 1, corner + width, corner + width + 1 and the voxel,
+// and UpdateVoxel applies them. The arithmetic is IntegrateVoxel's, in the same order.
+struct VoxelProjection {
+  float z;       // camera-frame depth of the voxel (m)
+  float ax, ay;  // bilinear weights of the right / lower pixels
+  int corner;    // pixel index of the upper-left of the 4 pixels around the projection
+  int pix;       // nearest pixel (colour)
+};
+FHD bool ProjectVoxel(V3 world, const PoseF& T_cw, const FrameView& f, VoxelProjection* p) {
   V3 pc = Apply(T_cw, world);
-  if (pc.z <= 0) return;
+  if (pc.z <= 0) return false;
   // Reciprocals instead of divisions (2 IEEE divisions a voxel instead of 5, 8 with colour: the
   // kernel is bound by per-voxel arithmetic under -fmad=false); 1 / mu is loop-invariant.
   const float inv_z = 1.0f / pc.z;
   float uf = f.cam.fx * pc.x * inv_z + f.cam.cx;
   float vf = f.cam.fy * pc.y * inv_z + f.cam.cy;
-  // Bilinear depth from the 4 neighbouring pixels, which must be valid and continuous (spread <=
-  // max(mu/2, 4 sigma(z)) with the structured-light noise model sigma(z) = 1.2 mm + 1.9 mm
-  // (z - 0.4)^2 of Nguyen et al. 2012: 2.4 cm at 2 m, 5.6 cm at 3 m); otherwise the voxel is not
-  // updated. The spread limit also rejects grazing views, whose projective distance overestimates
-  // most. The nearest pixel alone errs by half a pixel
-  // footprint times the surface slope (most of a voxel at 1 cm footprints and oblique views), and
-  // next to a depth edge it carves free space into the foreground object's band (the projective
-  // TSDF's edge artefact), so such pixels are left out.
   float x0 = floorf(uf), y0 = floorf(vf);
   int u0 = static_cast<int>(x0), v0 = static_cast<int>(y0);
-  if (u0 < 0 || v0 < 0 || u0 + 1 >= f.cam.width || v0 + 1 >= f.cam.height) return;
-  const float* r0 = f.depth + v0 * f.cam.width + u0;
-  const float* r1 = r0 + f.cam.width;
-  float d00 = r0[0], d10 = r0[1], d01 = r1[0], d11 = r1[1];
+  if (u0 < 0 || v0 < 0 || u0 + 1 >= f.cam.width || v0 + 1 >= f.cam.height) return false;
+  p->z = pc.z;
+  p->ax = uf - x0;
+  p->ay = vf - y0;
+  p->corner = v0 * f.cam.width + u0;
+  int u = static_cast<int>(floorf(uf + 0.5f)), v = static_cast<int>(floorf(vf + 0.5f));
+  p->pix = v * f.cam.width + u;
+  return true;
+}
+
+// Bilinear depth from the 4 neighbouring pixels, which must be valid and continuous (spread <=
+// max(mu/2, 4 sigma(z)) with the structured-light noise model sigma(z) = 1.2 mm + 1.9 mm
+// (z - 0.4)^2 of Nguyen et al. 2012: 2.4 cm at 2 m, 5.6 cm at 3 m); otherwise the voxel is not
+// updated. The spread limit also rejects grazing views, whose projective distance overestimates
+// most. The nearest pixel alone errs by half a pixel footprint times the surface slope (most of a
+// voxel at 1 cm footprints and oblique views), and next to a depth edge it carves free space into
+// the foreground object's band (the projective TSDF's edge artefact), so such pixels are left out.
+// `old` gives the voxel's current value (*vox) and is called only when the voxel changes (so
+// IntegrateVoxel reads it only then); *vox is written only when it changes.
+template <class OldVoxel>
+FHD void UpdateVoxel(Voxel* vox, Color4* col, const OldVoxel& old_voxel, const VoxelProjection& p,
+                     float d00, float d10, float d01, float d11, const FrameView& f, float mu,
+                     int max_weight) {
   float lo = fminf(fminf(d00, d10), fminf(d01, d11));
   float hi = fmaxf(fmaxf(d00, d10), fmaxf(d01, d11));
   const float sigma = 0.0012f + 0.0019f * (lo - 0.4f) * (lo - 0.4f);
   if (!(lo > 0) || hi - lo > fmaxf(0.5f * mu, 4.0f * sigma)) return;
-  float ax = uf - x0, ay = vf - y0;
-  float top = d00 + ax * (d10 - d00), bot = d01 + ax * (d11 - d01);
-  float d = top + ay * (bot - top);
-  int u = static_cast<int>(floorf(uf + 0.5f)), v = static_cast<int>(floorf(vf + 0.5f));
-  int pix = v * f.cam.width + u;
-  float sdf = d - pc.z;
+  float top = d00 + p.ax * (d10 - d00), bot = d01 + p.ax * (d11 - d01);
+  float d = top + p.ay * (bot - top);
+  float sdf = d - p.z;
   if (sdf < -mu) return;
   float tsdf = fminf(1.0f, sdf * (1.0f / mu));
-  int w = vox->weight;
-  float D = StoredTsdf(vox->tsdf);
+  const Voxel old = old_voxel();
+  int w = old.weight;
+  float D = StoredTsdf(old.tsdf);
   float wf = static_cast<float>(w);
   const float inv_w1 = 1.0f / (wf + 1.0f);
   float Dn = (wf * D + tsdf) * inv_w1;
@@ -422,11 +440,30 @@ FHD void IntegrateVoxel(Voxel* vox, Color4* col, V3 world, const PoseF& T_cw, co
   vox->tsdf = static_cast<int16_t>(rintf(Dn * kTsdfScale));
   vox->weight = static_cast<uint16_t>(w + 1 < max_weight ? w + 1 : max_weight);
   if (col != nullptr && f.rgb != nullptr) {
-    const uint8_t* c = f.rgb + 3 * pix;
+    const uint8_t* c = f.rgb + 3 * p.pix;
     col->r = static_cast<uint8_t>(rintf((wf * col->r + c[0]) * inv_w1));
     col->g = static_cast<uint8_t>(rintf((wf * col->g + c[1]) * inv_w1));
     col->b = static_cast<uint8_t>(rintf((wf * col->b + c[2]) * inv_w1));
   }
+}
+
+// UpdateVoxel's `old_voxel`: the value already read (LoadedVoxel) or read when needed (VoxelAt).
+struct LoadedVoxel {
+  Voxel v;
+  FHD Voxel operator()() const { return v; }
+};
+struct VoxelAt {
+  const Voxel* p;
+  FHD Voxel operator()() const { return *p; }
+};
+
+FHD void IntegrateVoxel(Voxel* vox, Color4* col, V3 world, const PoseF& T_cw, const FrameView& f,
+                        float mu, int max_weight) {
+  VoxelProjection p;
+  if (!ProjectVoxel(world, T_cw, f, &p)) return;
+  const float* r0 = f.depth + p.corner;
+  const float* r1 = r0 + f.cam.width;
+  UpdateVoxel(vox, col, VoxelAt{vox}, p, r0[0], r0[1], r1[0], r1[1], f, mu, max_weight);
 }
 
 // Conservative frustum test of brick b (bounding sphere of its 9^3 stored voxels).
@@ -710,6 +747,7 @@ struct TrackState {
   int lost, relocalized, integrate;
   double inliers, residual;
   int blocks_done;  // CUDA: blocks of the running ICP reduction that have finished
+  int level_runs;   // CUDA, conditional ICP loop: iterations run so far at the current level
   double stop_xi2[kLevels];  // a level has converged when |xi|^2 of its step falls below this
 };
 

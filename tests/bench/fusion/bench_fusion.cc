@@ -1,16 +1,18 @@
 // Per-frame time of the fusion pipeline (track with 3 ICP levels + integrate + raycast) on a
 // synthetic room with sensor noise, 4 mm voxels, at 848x480 and 640x480.
-//   fresnel_bench_fusion [--frames N] [--cpu] [--variants "OFF[:STOP] ..."]
+//   fresnel_bench_fusion [--frames N] [--cpu] [--variants "OFF[+ON][:STOP] ..."]
 //                        [--sessions N [--fps F]]
 // Prints, per size: average and p99 of the GPU time per frame (CUDA events around the three
 // stages), the host wall time per ProcessFrame call (upload, launches, synchronisation), the
 // per-stage averages, bricks in use, device memory and the ATE against the true trajectory.
 // --variants runs each size once per token on the same frames, with FusionConfig::cuda_disable =
-// OFF (bits of the CUDA optimisations to turn off, fusion_cuda.cu) and cuda_icp_stop_xi2 = STOP
-// ("a,b,c": per level |xi|^2 convergence thresholds): the A/B table.
+// OFF (bits of the CUDA optimisations to turn off, fusion_cuda.cu), cuda_enable = ON (bits of the
+// slower variants to turn on) and cuda_icp_stop_xi2 = STOP ("a,b,c": per level |xi|^2
+// convergence thresholds): the A/B table.
 // --sessions N runs N volumes at once at 848x480 (a stream and a host thread each, frames offered
 // at F fps, default 90, staggered across the period; F = 0: back to back) and prints the latency
-// from each frame's scheduled arrival to its result (p99 <= 1000/F ms keeps up) and the GPU time.
+// from each frame's scheduled arrival to its result (p99 <= 1000/F ms keeps up) and the GPU time,
+// once per --variants token.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -69,10 +71,16 @@ Input MakeInput(int width, int height, int frames, int64_t budget_bytes) {
   return in;
 }
 
-// Applies a --variants token "OFF[:a,b,c]" to the config.
+// Applies a --variants token "OFF[+ON][:a,b,c]" to the config.
 FusionConfig WithVariant(FusionConfig c, const std::string& variant) {
   const size_t colon = variant.find(':');
-  const std::string off = variant.substr(0, colon);
+  std::string off = variant.substr(0, colon);
+  const size_t plus = off.find('+');
+  c.cuda_enable = 0;
+  if (plus != std::string::npos) {
+    c.cuda_enable = static_cast<unsigned>(std::strtoul(off.c_str() + plus + 1, nullptr, 0));
+    off.resize(plus);
+  }
   c.cuda_disable = off.empty() ? 0u : static_cast<unsigned>(std::strtoul(off.c_str(), nullptr, 0));
   if (colon != std::string::npos) {
     const char* p = variant.c_str() + colon + 1;
@@ -132,7 +140,8 @@ int Run(const Device& dev, const Input& input, const std::string& variant) {
 }
 
 // N sessions at once, each on its own stream and host thread, frames offered at `fps`.
-int RunSessions(const Input& input, int sessions, double fps) {
+int RunSessions(const Input& input, int sessions, double fps, const std::string& variant) {
+  const FusionConfig c = WithVariant(input.c, variant);
   const int frames = static_cast<int>(input.frames.size());
   const int warmup = std::min(10, frames / 10);
   std::vector<std::unique_ptr<GpuStream>> streams;
@@ -141,7 +150,7 @@ int RunSessions(const Input& input, int sessions, double fps) {
     auto s = GpuStream::Create(0);
     if (!s.ok()) return 1;
     streams.push_back(std::move(*s));
-    auto v = Volume::Create(Device::Cuda(0, streams.back()->handle()), input.c);
+    auto v = Volume::Create(Device::Cuda(0, streams.back()->handle()), c);
     if (!v.ok()) {
       std::fprintf(stderr, "session %d: %s\n", k, v.status().ToString().c_str());
       return 1;
@@ -195,8 +204,8 @@ int RunSessions(const Input& input, int sessions, double fps) {
     failures += failed[k];
     worst_ate = std::max(worst_ate, ate[k]);
   }
-  std::printf("| %d | %dx%d | %s | %d | %.3f | %.3f | %.3f | %.3f | %.3f | %.0f | %.2f | %d | %d |\n",
-              sessions, input.c.camera.width, input.c.camera.height,
+  std::printf("| %d | %dx%d | %s | %s | %d | %.3f | %.3f | %.3f | %.3f | %.3f | %.0f | %.2f | %d | %d |\n",
+              sessions, c.camera.width, c.camera.height, variant.c_str(),
               fps > 0 ? std::to_string(static_cast<int>(fps)).c_str() : "max",
               static_cast<int>(all_lat.size()), Mean(all_lat), Percentile(all_lat, 0.99),
               all_lat.empty() ? 0.0 : *std::max_element(all_lat.begin(), all_lat.end()),
@@ -255,9 +264,11 @@ int main(int argc, char** argv) {
   if (sessions > 0) {
     if (cpu) return 1;
     Input input = MakeInput(848, 480, frames, int64_t{512} << 20);
-    std::printf("| sessions | size | fps offered | frames | latency avg ms | latency p99 ms | latency max ms | gpu avg ms | gpu p99 ms | frames/s | worst ATE mm | lost | failed |\n");
-    std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
-    return RunSessions(input, sessions, fps);
+    std::printf("| sessions | size | variant | fps offered | frames | latency avg ms | latency p99 ms | latency max ms | gpu avg ms | gpu p99 ms | frames/s | worst ATE mm | lost | failed |\n");
+    std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+    int rc = 0;
+    for (const std::string& var : variants) rc |= RunSessions(input, sessions, fps, var);
+    return rc;
   }
   std::printf("| size | device | variant | frames | gpu avg ms | gpu p99 ms | wall avg ms | wall p99 ms | track ms | integrate ms | raycast ms | ICP iterations | bricks | alloc MiB | ATE mm | lost |\n");
   std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");

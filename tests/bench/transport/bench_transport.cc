@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "echo.grpc.pb.h"
 #include "fresnel/client/client.h"
@@ -313,14 +314,19 @@ int Tiny(const Options& o, const std::vector<std::unique_ptr<Echo::Stub>>& echo_
     v1::NdArray back;
     return echo_stubs[t % echo_stubs.size()]->Unary(&ctx, echo_request, &back).ok();
   });
-  std::string device;
+  // Where the server placed them (--small-job-bytes sends them to the CPU while it has room).
+  std::atomic<int64_t> on_cpu{0}, on_gpu{0};
   const double fresnel_rps = Throughput(o.concurrency, o.seconds, [&](int t) {
     grpc::ClientContext ctx;
     v1::InterpolationResponse back;
     const bool ok = stubs[t % stubs.size()]->Upfirdn(&ctx, upfirdn, &back).ok();
-    if (ok && t == 0) device = back.info().device();
+    if (ok) (back.info().device() == "cpu" ? on_cpu : on_gpu).fetch_add(1);
     return ok;
   });
+  const int64_t placed = std::max<int64_t>(1, on_cpu.load() + on_gpu.load());
+  const std::string device = absl::StrFormat("%.0f %% cpu, %.0f %% gpu",
+                                             100.0 * on_cpu.load() / placed,
+                                             100.0 * on_gpu.load() / placed);
   if (echo_rps < 0 || fresnel_rps < 0) {
     std::fprintf(stderr, "a tiny call failed\n");
     return 1;

@@ -3,9 +3,12 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
+#include <vector>
 
 #include "fresnel/core/gpu.h"
 #include "fresnel/io/png.h"
@@ -131,6 +134,95 @@ TEST_CASE("fusion gpu: ICP tracking ATE <= 1 cm over 120 frames at 640x480", "[g
                                                << " ms/frame");
   CHECK(ate < 0.01);
   CHECK(lost == 0);
+}
+
+// The CUDA launch savings and the integration's ILP change no arithmetic, so each must give the
+// same volume as its switch (FusionConfig::cuda_disable / cuda_enable) bit for bit: the folded
+// Begin / memset / Commit launches and the one-launch vertex maps (off: 256); the ICP's batched
+// partial sums (512); the integration's loads of 3 voxels before their updates (1024) and its
+// occupancy bound (2048); the ICP graph of WHILE nodes (cuda_enable 1: a level's loop stops
+// launching once it has converged) against the default graph of every iteration, whose
+// converged kernels return at once. Same poses bit for bit, same iteration, inlier and brick
+// counts, same mesh and render at the end. With a stop threshold no step meets, every level runs
+// to its cap (and a level of 0 iterations is skipped).
+TEST_CASE("fusion gpu: launch savings and integrate ILP track like their switches", "[gpu][fusion]") {
+  if (fresnel::testing::SkipWithoutGpu()) return;
+  const Device gpu = *fresnel::testing::TestGpu();
+  SyntheticScene scene = SyntheticScene::Room();
+  const int frames = 30;
+  auto gt = SyntheticScene::Orbit(frames, 0.6);
+  struct Case {
+    std::array<int, 3> iterations;
+    double stop_xi2;       // 0 = default
+    int expect_per_frame;  // exact ICP iterations of each tracked frame, or -1
+  };
+  struct Switch {
+    unsigned off, on;
+  };
+  const Switch kSwitches[] = {{0, 0}, {0, 1}, {256, 0}, {512, 0}, {1024, 0}, {2048, 0},
+                              {256 | 512 | 1024, 0}};
+  for (const Case& k : {Case{{10, 5, 4}, 0, -1}, Case{{3, 0, 2}, 1e-30, 5}}) {
+    FusionConfig c = SyntheticConfig(320, 240, 0.01, true);
+    c.depth_format = DepthFormat::kUint16;
+    c.icp_iterations = k.iterations;
+    if (k.stop_xi2 > 0) c.cuda_icp_stop_xi2 = {k.stop_xi2, k.stop_xi2, k.stop_xi2};
+    std::vector<std::unique_ptr<Volume>> vols;
+    for (const Switch& sw : kSwitches) {
+      FusionConfig cv = c;
+      cv.cuda_disable = sw.off;
+      cv.cuda_enable = sw.on;
+      auto v = Volume::Create(gpu, cv);
+      REQUIRE(v.ok());
+      vols.push_back(std::move(*v));
+    }
+    int equal = 0, early = 0, total_iterations = 0;
+    for (int i = 0; i < frames; ++i) {
+      testing::Frame f = RenderFrame(scene, c, gt[i], true, 900 + i);
+      FrameInput in;
+      in.depth = f.depth;
+      if (i == 0) in.fixed_pose = gt[0];
+      std::vector<FrameResult> r;
+      for (auto& v : vols) {
+        auto ri = v->ProcessFrame(gpu, in);
+        REQUIRE(ri.ok());
+        r.push_back(*ri);
+      }
+      CHECK(r[0].state == TrackingState::kOk);
+      bool same = true;
+      for (size_t j = 1; j < r.size(); ++j) {
+        CHECK(r[j].icp_iterations == r[0].icp_iterations);
+        CHECK(r[j].inliers == r[0].inliers);
+        CHECK(r[j].bricks_in_use == r[0].bricks_in_use);
+        same = same && r[j].T_world_camera.m == r[0].T_world_camera.m;
+      }
+      equal += same;
+      if (i == 0) continue;
+      total_iterations += r[0].icp_iterations;
+      if (k.expect_per_frame >= 0) CHECK(r[0].icp_iterations == k.expect_per_frame);
+      if (r[0].icp_iterations < 19) ++early;
+    }
+    WARN("ICP " << k.iterations[0] << "/" << k.iterations[1] << "/" << k.iterations[2]
+                << ": poses of the 7 switch settings equal in " << equal << " of " << frames
+                << " frames, " << total_iterations << " iterations in " << frames - 1
+                << " tracked frames");
+    CHECK(equal == frames);
+    if (k.expect_per_frame < 0) CHECK(early > 0);  // levels do converge early
+    // Same voxels: the meshes (bricks sorted by key, so independent of the pool order, which
+    // the parallel allocation makes differ from volume to volume) and a depth render.
+    auto m0 = vols[0]->ExtractMesh(gpu);
+    auto d0 = vols[0]->Render(gpu, gt[frames / 2], c.camera, RenderMode::kDepth);
+    REQUIRE(m0.ok());
+    REQUIRE(d0.ok());
+    CHECK(m0->vertices.size() > 1000);
+    for (size_t j = 1; j < vols.size(); ++j) {
+      auto mj = vols[j]->ExtractMesh(gpu);
+      auto dj = vols[j]->Render(gpu, gt[frames / 2], c.camera, RenderMode::kDepth);
+      REQUIRE(mj.ok());
+      REQUIRE(dj.ok());
+      CHECK((mj->vertices == m0->vertices));
+      CHECK((dj->bytes() == d0->bytes()));
+    }
+  }
 }
 
 TEST_CASE("fusion gpu: livingroom1_clean_micro with tracking", "[gpu][fusion]") {

@@ -89,10 +89,12 @@ struct FusionConfig {
   std::array<int, 3> icp_iterations = {10, 5, 4};
   // CUDA tuning for A/B measurements (`fresnel_bench_fusion --variants`); the defaults are what
   // the service runs. `cuda_disable`: bits of CUDA optimisations to turn off (kOff* / kRay* in
-  // fusion_cuda.cu; results stay within the tests' tolerances). `cuda_icp_stop_xi2`: per-level
-  // |xi|^2 below which a CUDA ICP level counts as converged (0 = the default 1e-7). Not saved in
-  // snapshots; the CPU backend ignores both.
+  // fusion_cuda.cu; results stay within the tests' tolerances). `cuda_enable`: bits of CUDA
+  // variants that measured slower and are off by default (kOn* in fusion_cuda.cu; same results).
+  // `cuda_icp_stop_xi2`: per-level |xi|^2 below which a CUDA ICP level counts as converged (0 =
+  // the default 1e-7). Not saved in snapshots; the CPU backend ignores all three.
   unsigned cuda_disable = 0;
+  unsigned cuda_enable = 0;
   std::array<double, 3> cuda_icp_stop_xi2 = {0, 0, 0};
 };
 
