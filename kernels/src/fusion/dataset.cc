@@ -1,4 +1,5 @@
-// Sequence reading (intrinsics, depth/colour PNG lists, pose files) and the synthetic scene.
+// Sequence reading (intrinsics, depth/colour PNG lists; the pose files through fresnel_io) and the
+// synthetic scene.
 #include "fresnel/fusion/dataset.h"
 
 #include <tbb/blocked_range.h>
@@ -13,24 +14,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "fresnel/core/status.h"
+#include "fresnel/io/pose.h"
 
 namespace fresnel::fusion {
 namespace fs = std::filesystem;
 
 namespace {
-
-absl::StatusOr<std::vector<std::string>> ReadLines(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  std::vector<std::string> lines;
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    lines.push_back(line);
-  }
-  return lines;
-}
 
 std::vector<std::string> ListPngs(const fs::path& dir) {
   std::vector<std::string> out;
@@ -43,71 +32,40 @@ std::vector<std::string> ListPngs(const fs::path& dir) {
 
 }  // namespace
 
-absl::StatusOr<std::vector<RigidTransform>> ReadPosesTxt(const std::string& path) {
-  FRESNEL_ASSIGN_OR_RETURN(std::vector<std::string> lines, ReadLines(path));
-  std::vector<RigidTransform> poses;
-  for (size_t i = 0; i < lines.size(); ++i) {
-    std::istringstream s(lines[i]);
-    double frame, m[16];
-    s >> frame;
-    for (double& v : m) s >> v;
-    if (!s) return absl::InvalidArgumentError(absl::StrCat(path, ":", i + 1, ": expected 17 numbers"));
-    poses.push_back(RigidTransform::FromMatrix4(m));
-  }
+// The pose files are fresnel_io's (fresnel/io/pose.h); RigidTransform holds the same 3 x 4.
+namespace {
+
+absl::StatusOr<std::vector<RigidTransform>> Transforms(
+    absl::StatusOr<std::vector<PoseMatrix>> matrices) {
+  if (!matrices.ok()) return matrices.status();
+  std::vector<RigidTransform> poses(matrices->size());
+  for (size_t i = 0; i < poses.size(); ++i) poses[i].m = (*matrices)[i];
   return poses;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<RigidTransform>> ReadPosesTxt(const std::string& path) {
+  return Transforms(::fresnel::ReadPosesTxt(path));
 }
 
 absl::StatusOr<std::vector<RigidTransform>> ReadTrajectoryLog(const std::string& path) {
-  FRESNEL_ASSIGN_OR_RETURN(std::vector<std::string> lines, ReadLines(path));
-  if (lines.size() % 5 != 0)
-    return absl::InvalidArgumentError(absl::StrCat(path, ": expected 5 lines per pose"));
-  std::vector<RigidTransform> poses;
-  for (size_t k = 0; k < lines.size(); k += 5) {
-    double m[16];
-    for (int r = 0; r < 4; ++r) {
-      std::istringstream s(lines[k + 1 + r]);
-      for (int c = 0; c < 4; ++c) s >> m[r * 4 + c];
-      if (!s) return absl::InvalidArgumentError(absl::StrCat(path, ":", k + 2 + r, ": expected 4 numbers"));
-    }
-    poses.push_back(RigidTransform::FromMatrix4(m));
-  }
-  return poses;
+  return Transforms(::fresnel::ReadTrajectoryLog(path));
 }
 
 absl::StatusOr<std::vector<RigidTransform>> ReadTumTrajectory(const std::string& path) {
-  FRESNEL_ASSIGN_OR_RETURN(std::vector<std::string> lines, ReadLines(path));
-  std::vector<RigidTransform> poses;
-  for (size_t i = 0; i < lines.size(); ++i) {
-    std::istringstream s(lines[i]);
-    double t, x, y, z, qx, qy, qz, qw;
-    s >> t >> x >> y >> z >> qx >> qy >> qz >> qw;
-    if (!s) return absl::InvalidArgumentError(absl::StrCat(path, ":", i + 1, ": expected 8 numbers"));
-    double n = std::sqrt(qx * qx + qy * qy + qz * qz + qw * qw);
-    qx /= n, qy /= n, qz /= n, qw /= n;
-    RigidTransform p;
-    p.m = {1 - 2 * (qy * qy + qz * qz), 2 * (qx * qy - qz * qw), 2 * (qx * qz + qy * qw), x,
-           2 * (qx * qy + qz * qw), 1 - 2 * (qx * qx + qz * qz), 2 * (qy * qz - qx * qw), y,
-           2 * (qx * qz - qy * qw), 2 * (qy * qz + qx * qw), 1 - 2 * (qx * qx + qy * qy), z};
-    poses.push_back(p);
-  }
-  return poses;
+  return Transforms(::fresnel::ReadTumTrajectory(path));
 }
 
 absl::Status WritePosesTxt(const std::string& path, const std::vector<RigidTransform>& poses) {
-  std::ofstream f(path);
-  if (!f) return absl::NotFoundError(absl::StrCat("cannot open ", path, " for writing"));
-  f.precision(9);
-  for (size_t i = 0; i < poses.size(); ++i) {
-    f << i;
-    for (double v : poses[i].m) f << ' ' << v;
-    f << " 0 0 0 1\n";
-  }
-  return f ? absl::OkStatus() : absl::InternalError(absl::StrCat("writing ", path, " failed"));
+  std::vector<PoseMatrix> matrices(poses.size());
+  for (size_t i = 0; i < poses.size(); ++i) matrices[i] = poses[i].m;
+  return ::fresnel::WritePosesTxt(path, matrices);
 }
 
 absl::StatusOr<Sequence> OpenSequence(const std::string& dir) {
   Sequence seq;
-  FRESNEL_ASSIGN_OR_RETURN(std::vector<std::string> lines, ReadLines((fs::path(dir) / "intrinsics.txt").string()));
+  FRESNEL_ASSIGN_OR_RETURN(std::vector<std::string> lines, ReadDataLines((fs::path(dir) / "intrinsics.txt").string()));
   {
     std::istringstream s(lines.empty() ? std::string() : lines[0]);
     s >> seq.camera.fx >> seq.camera.fy >> seq.camera.cx >> seq.camera.cy >> seq.camera.width >>
