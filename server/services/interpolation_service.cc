@@ -367,8 +367,7 @@ grpc::ServerUnaryReactor* InterpolationService::Upfirdn(grpc::CallbackServerCont
       interp::UpfirdnDeviceBytes(x->dtype(), split.channels, split.len,
                                  static_cast<int64_t>(parsed->taps.size()), parsed->options);
   SubmitOneShot(ctx_, call, std::move(*x), out, device_bytes, request->device(),
-                request->request_id(),
-                resolver, request->has_y_shm(), request->y_shm(), response,
+                request->request_id(), resolver, request->has_y_shm(), request->y_shm(), response,
                 [p = std::move(*parsed)](const Device& device, const HostArray& in,
                                          StageTimes* times) {
                   return interp::Upfirdn(device, p.taps, in, p.options, times);
@@ -428,8 +427,7 @@ grpc::ServerUnaryReactor* InterpolationService::ResamplePoly(
   const int64_t device_bytes =
       interp::ResamplePolyDeviceBytes(x->dtype(), split.channels, split.len, *options);
   SubmitOneShot(ctx_, call, std::move(*x), out, device_bytes, request->device(),
-                request->request_id(),
-                resolver, request->has_y_shm(), request->y_shm(), response,
+                request->request_id(), resolver, request->has_y_shm(), request->y_shm(), response,
                 [o = std::move(*options)](const Device& device, const HostArray& in,
                                           StageTimes* times) {
                   return interp::ResamplePoly(device, in, o, times);
@@ -460,8 +458,7 @@ grpc::ServerUnaryReactor* InterpolationService::Resample(grpc::CallbackServerCon
   const int64_t device_bytes =
       interp::ResampleDeviceBytes(x->dtype(), split.channels, split.len, options);
   SubmitOneShot(ctx_, call, std::move(*x), out, device_bytes, request->device(),
-                request->request_id(),
-                resolver, false, v1::ShmRef(), response,
+                request->request_id(), resolver, false, v1::ShmRef(), response,
                 [options](const Device& device, const HostArray& in, StageTimes* times) {
                   return interp::Resample(device, in, options, times);
                 });
@@ -493,8 +490,7 @@ grpc::ServerUnaryReactor* InterpolationService::Decimate(grpc::CallbackServerCon
   const int64_t device_bytes =
       interp::DecimateDeviceBytes(x->dtype(), split.channels, split.len, options);
   SubmitOneShot(ctx_, call, std::move(*x), out, device_bytes, request->device(),
-                request->request_id(),
-                resolver, false, v1::ShmRef(), response,
+                request->request_id(), resolver, false, v1::ShmRef(), response,
                 [options](const Device& device, const HostArray& in, StageTimes* times) {
                   return interp::Decimate(device, in, options, times);
                 });
