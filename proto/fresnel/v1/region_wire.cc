@@ -76,6 +76,22 @@ absl::Status Malformed(const char* what) {
   return absl::InvalidArgumentError(absl::StrCat("chunk: not a RegionChunk (", what, ")"));
 }
 
+// A buffer of `head` (copied) and, when n > 0, a slice that is [data, data + n) itself: gRPC
+// calls the release function with the holder of `keepalive` when it drops that slice.
+grpc::ByteBuffer HeadAndData(const std::string& head, const char* data, size_t n,
+                             std::shared_ptr<const void> keepalive) {
+  if (n == 0) {
+    grpc::Slice only(head);
+    return grpc::ByteBuffer(&only, 1);
+  }
+  auto* holder = new std::shared_ptr<const void>(std::move(keepalive));
+  grpc::Slice slices[2] = {
+      grpc::Slice(head),
+      grpc::Slice(const_cast<char*>(data), n,
+                  [](void* p) { delete static_cast<std::shared_ptr<const void>*>(p); }, holder)};
+  return grpc::ByteBuffer(slices, 2);
+}
+
 // NdArray.data (common.proto): bytes, length-delimited.
 constexpr uint8_t kArrayDataKey = (3 << 3) | 2;
 
@@ -184,16 +200,7 @@ grpc::ByteBuffer MessageWithArrayBuffer(const google::protobuf::MessageLite& hea
   PutVarint((static_cast<uint64_t>(array_field) << 3) | 2, &out);
   PutVarint(array.size() + n, &out);
   out += array;
-  if (n == 0) {
-    grpc::Slice only(out);
-    return grpc::ByteBuffer(&only, 1);
-  }
-  auto* holder = new std::shared_ptr<const void>(std::move(keepalive));
-  grpc::Slice slices[2] = {
-      grpc::Slice(out),
-      grpc::Slice(const_cast<char*>(data), n,
-                  [](void* p) { delete static_cast<std::shared_ptr<const void>*>(p); }, holder)};
-  return grpc::ByteBuffer(slices, 2);
+  return HeadAndData(out, data, n, std::move(keepalive));
 }
 
 grpc::ByteBuffer RegionChunkBuffer(const std::string& region, int64_t offset_bytes,
@@ -210,19 +217,11 @@ grpc::ByteBuffer RegionChunkBuffer(const std::string& region, int64_t offset_byt
     head.push_back(static_cast<char>(kOffsetKey));
     PutVarint(static_cast<uint64_t>(offset_bytes), &head);
   }
-  if (n == 0) {
-    grpc::Slice only(head);
-    return grpc::ByteBuffer(&only, 1);
+  if (n > 0) {
+    head.push_back(static_cast<char>(kDataKey));
+    PutVarint(n, &head);
   }
-  head.push_back(static_cast<char>(kDataKey));
-  PutVarint(n, &head);
-  // The data slice: gRPC calls `release` with the holder when it drops the slice.
-  auto* holder = new std::shared_ptr<const void>(std::move(keepalive));
-  grpc::Slice slices[2] = {
-      grpc::Slice(head),
-      grpc::Slice(const_cast<char*>(data), n,
-                  [](void* p) { delete static_cast<std::shared_ptr<const void>*>(p); }, holder)};
-  return grpc::ByteBuffer(slices, 2);
+  return HeadAndData(head, data, n, std::move(keepalive));
 }
 
 absl::Status RegionChunkView::Parse(const grpc::ByteBuffer& buffer) {
