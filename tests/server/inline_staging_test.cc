@@ -279,6 +279,17 @@ TEST_CASE("inline requests with bad x through the raw path get INVALID_ARGUMENT"
     CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
     CHECK(st.error_message().find("x.data") != std::string::npos);
   }
+  SECTION("data and shape disagree, x large enough to be staged") {
+    HostArray big = RandomArray(DType::kFloat32, {2, 300000}, 3);
+    ToProto(big, req.mutable_x());
+    req.mutable_x()->set_shape(1, 300001);
+    v1::InterpolationResponse resp;
+    grpc::ClientContext c;
+    grpc::Status st = stub->Upfirdn(&c, req, &resp);
+    CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK(st.error_message().find("x.data") != std::string::npos);
+    ToProto(x, req.mutable_x());
+  }
   SECTION("data and shm both set") {
     req.mutable_x()->mutable_shm()->set_region("io");
     v1::InterpolationResponse resp;
