@@ -106,6 +106,32 @@ TEST_CASE("absorption: one tetrahedron, every pixel", "[volume]") {
   }
 }
 
+TEST_CASE("absorption: rays entering the mesh more often than one batch of entries", "[volume]") {
+  std::mt19937_64 rng(FreshSeed());
+  std::uniform_real_distribution<float> u(-1, 1);
+  const TetMesh m = testing::StackedBoxes(13);
+  auto dm = CpuMesh(m);
+  const float tau = 0.9f;
+  for (int rep = 0; rep < 4; ++rep) {
+    // Looking along −z from in front of the stack (slightly off axis): up to 13 entries a ray.
+    Camera cam;
+    cam.eye = {0.05f * u(rng), 0.05f * u(rng), 12.0f + u(rng)};
+    cam.target = {0.05f * u(rng), 0.05f * u(rng), 0};
+    cam.vertical_fov_deg = 8;
+    cam.width = 64, cam.height = 48;
+    if (rep % 2 == 1) cam.orthographic_height = 1.6f;
+    INFO("orthographic " << cam.orthographic_height);
+    auto r = Render(Device::Cpu(), *dm, ConstantTransferFunction(tau, {0, 0, 0}), cam);
+    REQUIRE(r.ok());
+    const int covered = CheckAbsorption(r->image, cam, tau, [&](const D3& o, const D3& d) {
+      return testing::ChordMesh(m, o, d);
+    });
+    CHECK(covered > 500);
+    // The centre pixel's ray crosses all 13 boxes (0.6 each).
+    CHECK(OpticalDepth(r->image, 32, 24) > tau * 13 * 0.59);
+  }
+}
+
 TEST_CASE("absorption: a cube of tetrahedra", "[volume]") {
   std::mt19937_64 rng(FreshSeed());
   std::vector<TetMesh> meshes;
