@@ -114,5 +114,22 @@ class StageTimer {
   Interval open_{};
 };
 
+// A finished hash block to the callback: its `pixels` float RGBA from `partial_dev` to *host
+// (timed into *d2h_s), the stream synchronised, then `frame` (its geometry) with rgba = *host.
+inline absl::Status DeliverPartialFrame(cudaStream_t stream, StageTimer* timer, double* d2h_s,
+                                        const float4* partial_dev, int64_t pixels,
+                                        std::vector<float>* host, PartialFrame frame,
+                                        const PartialFrameCallback& on_block) {
+  FRESNEL_RETURN_IF_ERROR(timer->Start(d2h_s));
+  host->resize(4 * pixels);
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host->data(), partial_dev,
+                                               pixels * sizeof(float4), cudaMemcpyDeviceToHost,
+                                               stream));
+  FRESNEL_RETURN_IF_ERROR(timer->Stop());
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  frame.rgba = host->data();
+  return on_block(frame);
+}
+
 }  // namespace cuda_volume
 }  // namespace fresnel::volume

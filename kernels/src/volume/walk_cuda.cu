@@ -15,8 +15,8 @@
 //      CPU's binning); a scan gives each tile its range; BinFacesKernel<true> fills the ranges
 //      (face ids 4·tet + face and their projected boxes, in any order: the walk takes entries
 //      in (t, tetrahedron) order; a ray runs the exact test only on faces whose box holds it).
-//   3. WalkKernel: a 16×16 thread block per tile (its threads share the tile's face list, so
-//      their loads of it coincide), each thread math::WalkRay for its pixel, the colour over the
+//   3. WalkKernel: 16×16 threads per tile (or 16-wide blocks of fewer rows, WalkBlockRows; the
+//      threads of a tile share its face list, so their loads of it coincide), each thread math::WalkRay for its pixel, the colour over the
 //      background into the image (float or RGBA8) and, with a callback, the partial frame.
 // With a callback the pixels go one hash block at a time (x ≡ bx, y ≡ by mod 2^bits), each
 // reported when done, as the cell projection does.
@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <vector>
 
 #include <cub/device/device_scan.cuh>
@@ -98,14 +99,38 @@ __global__ void ProjectPointsKernel(const float4* __restrict__ points, int64_t n
   screen[i] = make_float2(x, y);
 }
 
+// Whether a ray of the camera can enter the tetrahedron through its face (pj, pk, pl) opposite
+// p_opposite; false only for a face clearly turned away from every ray. The walk's entry test
+// takes face i as entered where b_i = (n_i·d) / D_i > 0 (volume_math.h), i.e. where d points
+// along the inward normal n_in = n_i·sign(D_i). Orthographic: d = forward. Perspective: a ray
+// meets the face's plane at x with n_in·(x − eye) = n_in·(pj − eye), so the sign is the eye's
+// side of the plane. The margin (1e-3 of |n|·(distance + face size), an angle of 0.06°) is far
+// above the rounding of b_i, so no face that could pass the entry test is dropped; the walk
+// then skips the exact test of the back faces of the mesh (about half the boundary).
+__device__ __forceinline__ bool FaceFacesRays(const math::CameraFrame& cam, V3 pj, V3 pk, V3 pl,
+                                              V3 p_opposite) {
+  const V3 n = math::Cross(pk - pj, pl - pj);
+  const float inner = math::Dot(n, p_opposite - pj);
+  const float nn = sqrtf(math::Dot(n, n));
+  if (!(nn > 0.0f) || inner == 0.0f) return true;
+  const V3 n_in = (inner > 0.0f ? 1.0f : -1.0f) * n;
+  if (cam.orthographic) return math::Dot(n_in, cam.forward) >= -1e-3f * nn;
+  const V3 to_face = pj - cam.eye;
+  const float size = fmaxf(sqrtf(math::Dot(pk - pj, pk - pj)), sqrtf(math::Dot(pl - pj, pl - pj)));
+  return math::Dot(n_in, to_face) >= -1e-3f * nn * (sqrtf(math::Dot(to_face, to_face)) + size);
+}
+
 // kFill false: counts[tile] += the boundary faces binned into it; true: each face id and its
-// box into faces[cursor[tile]++], boxes[...].
+// box into faces[cursor[tile]++], boxes[...]. Faces turned away from every ray (FaceFacesRays)
+// are left out.
 template <bool kFill>
 __global__ void BinFacesKernel(const int4* __restrict__ tets, const int4* __restrict__ neighbors,
-                               int64_t nt, const float2* __restrict__ screen, int width,
-                               int height, int tiles_x, int tiles_y,
+                               const float4* __restrict__ points, int64_t nt,
+                               const float2* __restrict__ screen, math::CameraFrame cam,
+                               int tiles_x, int tiles_y,
                                unsigned long long* __restrict__ counts,
                                int32_t* __restrict__ faces, float4* __restrict__ boxes) {
+  const int width = cam.width, height = cam.height;
   const int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (t >= nt) return;
   const int4 nb4 = neighbors[t];
@@ -115,6 +140,12 @@ __global__ void BinFacesKernel(const int4* __restrict__ tets, const int4* __rest
   const int v[4] = {q.x, q.y, q.z, q.w};
   for (int f = 0; f < 4; ++f) {
     if (nb[f] >= 0) continue;
+    const float4 a = points[v[(f + 1) & 3]], b = points[v[(f + 2) & 3]];
+    const float4 c = points[v[(f + 3) & 3]], o = points[v[f]];
+    if (!FaceFacesRays(cam, V3{a.x, a.y, a.z}, V3{b.x, b.y, b.z}, V3{c.x, c.y, c.z},
+                       V3{o.x, o.y, o.z})) {
+      continue;
+    }
     float fx[3], fy[3];
     bool all = true;
     for (int i = 1; i < 4; ++i) {
@@ -155,9 +186,9 @@ WalkKernel(GpuView mesh, const unsigned long long* __restrict__ tile_start, math
            float4* __restrict__ partial, unsigned long long* __restrict__ counters) {
   __shared__ math::TfTable tf;
   const int rank = threadIdx.y * kTile + threadIdx.x;
-  cuda_volume::CopyTfTable(tf_param, &tf, rank, kTile * kTile);
+  cuda_volume::CopyTfTable(tf_param, &tf, rank, kTile * blockDim.y);
   __syncthreads();
-  const int i = blockIdx.x * kTile + threadIdx.x, j = blockIdx.y * kTile + threadIdx.y;
+  const int i = blockIdx.x * kTile + threadIdx.x, j = blockIdx.y * blockDim.y + threadIdx.y;
   int64_t segments = 0, fallbacks = 0;
   if (i < wp.gw && j < wp.gh) {
     const int x = wp.x0 + i * wp.stride, y = wp.y0 + j * wp.stride;
@@ -188,6 +219,18 @@ WalkKernel(GpuView mesh, const unsigned long long* __restrict__ tile_start, math
     atomicAdd(&counters[0], static_cast<unsigned long long>(segments));
     atomicAdd(&counters[1], static_cast<unsigned long long>(fallbacks));
   }
+}
+
+// Rows of 16 threads per thread block of WalkKernel: 16 (a whole tile) unless the environment
+// variable FRESNEL_VOLUME_WALK_BLOCK_ROWS asks for 2, 4 or 8 (a benchmarking knob: smaller
+// blocks free their SM's slots sooner when their rays are short; docs/volume.md).
+int WalkBlockRows() {
+  static const int rows = [] {
+    const char* v = std::getenv("FRESNEL_VOLUME_WALK_BLOCK_ROWS");
+    const int r = v != nullptr ? std::atoi(v) : kTile;
+    return r == 2 || r == 4 || r == 8 ? r : kTile;
+  }();
+  return rows;
 }
 
 }  // namespace
@@ -237,8 +280,8 @@ absl::Status RenderWalkCuda(const Device& device, const CudaMesh& mesh, int64_t 
                                                                     screen.get());
   FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(ProjectPointsKernel);
   BinFacesKernel<false><<<cuda::BlocksFor(nt, 256), 256, 0, stream>>>(
-      mesh.tets, mesh.neighbors, nt, screen.get(), w, h, tiles_x, tiles_y, counts.get(), nullptr,
-      nullptr);
+      mesh.tets, mesh.neighbors, mesh.points, nt, screen.get(), cam, tiles_x, tiles_y,
+      counts.get(), nullptr, nullptr);
   FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(BinFacesKernel<false>);
   FRESNEL_CUDA_RETURN_IF_ERROR(cub::DeviceScan::ExclusiveSum(
       scan_temp.get(), scan_bytes, counts.get(), tile_start.get(), ntiles + 1, stream));
@@ -257,8 +300,8 @@ absl::Status RenderWalkCuda(const Device& device, const CudaMesh& mesh, int64_t 
   FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(counts.get(), tile_start.get(), counts.bytes(),
                                                cudaMemcpyDeviceToDevice, stream));
   BinFacesKernel<true><<<cuda::BlocksFor(nt, 256), 256, 0, stream>>>(
-      mesh.tets, mesh.neighbors, nt, screen.get(), w, h, tiles_x, tiles_y, counts.get(),
-      faces.get(), boxes.get());
+      mesh.tets, mesh.neighbors, mesh.points, nt, screen.get(), cam, tiles_x, tiles_y,
+      counts.get(), faces.get(), boxes.get());
   FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(BinFacesKernel<true>);
   FRESNEL_RETURN_IF_ERROR(timer.Stop());
 
@@ -282,29 +325,23 @@ absl::Status RenderWalkCuda(const Device& device, const CudaMesh& mesh, int64_t 
     wp.max_steps = nt + 16;
     if (wp.gw > 0 && wp.gh > 0) {
       FRESNEL_RETURN_IF_ERROR(timer.Start(&stats.records_s));
-      const dim3 threads(kTile, kTile);
-      const dim3 grid((wp.gw + kTile - 1) / kTile, (wp.gh + kTile - 1) / kTile);
+      const int rows = WalkBlockRows();
+      const dim3 threads(kTile, rows);
+      const dim3 grid((wp.gw + kTile - 1) / kTile, (wp.gh + rows - 1) / rows);
       WalkKernel<<<grid, threads, 0, stream>>>(view, tile_start.get(), job.tf, wp, image.get(),
                                                image8.get(), partial_dev.get(), counters.get());
       FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(WalkKernel);
       FRESNEL_RETURN_IF_ERROR(timer.Stop());
     }
     if (job.on_block != nullptr) {
-      const int64_t pixels = int64_t{wp.gw} * wp.gh;
-      partial_host.resize(4 * pixels);
-      FRESNEL_RETURN_IF_ERROR(timer.Start(&stats.d2h_s));
-      FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(partial_host.data(), partial_dev.get(),
-                                                   pixels * sizeof(float4),
-                                                   cudaMemcpyDeviceToHost, stream));
-      FRESNEL_RETURN_IF_ERROR(timer.Stop());
-      FRESNEL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
       PartialFrame frame;
       frame.block = block;
       frame.num_blocks = num_blocks;
       frame.x0 = wp.x0, frame.y0 = wp.y0, frame.stride = stride;
       frame.width = wp.gw, frame.height = wp.gh;
-      frame.rgba = partial_host.data();
-      FRESNEL_RETURN_IF_ERROR((*job.on_block)(frame));
+      FRESNEL_RETURN_IF_ERROR(cuda_volume::DeliverPartialFrame(
+          stream, &timer, &stats.d2h_s, partial_dev.get(), int64_t{wp.gw} * wp.gh,
+          &partial_host, frame, *job.on_block));
     }
   }
 

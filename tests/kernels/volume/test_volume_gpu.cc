@@ -65,6 +65,28 @@ RenderOptions Walk() {
   return opt;
 }
 
+// Renders with a callback: each block's pixels go to their places in *assembled (the image's
+// float RGBA, cam.width × cam.height, pre-filled with -1); *frames and *pixels count what came.
+absl::StatusOr<RenderResult> RenderAssembled(const DeviceMesh& dm, const TransferFunction& tf,
+                                             const Camera& cam, const RenderOptions& opt,
+                                             std::vector<float>* assembled, int* frames,
+                                             int64_t* pixels) {
+  assembled->assign(4 * int64_t{cam.width} * cam.height, -1);
+  *frames = 0;
+  *pixels = 0;
+  return Render(*TestGpu(), dm, tf, cam, opt, [&](const PartialFrame& f) {
+    CHECK(f.block == *frames);
+    ++*frames;
+    *pixels += int64_t{f.width} * f.height;
+    for (int j = 0; j < f.height; ++j)
+      for (int i = 0; i < f.width; ++i)
+        for (int c = 0; c < 4; ++c)
+          (*assembled)[4 * ((f.y0 + int64_t{j} * f.stride) * cam.width + f.x0 + i * f.stride) +
+                       c] = f.rgba[4 * (j * f.width + i) + c];
+    return absl::OkStatus();
+  });
+}
+
 // Where two images differ most, for the test log.
 std::string WorstPixel(const HostArray& a, const HostArray& b) {
   int64_t worst = 0;
@@ -335,17 +357,8 @@ TEST_CASE("GPU partial frames, transfer function change, bad input", "[volume][g
   opt.hash_block_bits = 3;
   int frames = 0;
   int64_t pixels = 0;
-  std::vector<float> assembled(4 * 100 * 90, -1);
-  auto r = Render(*TestGpu(), *p.gpu, tf1, cam, opt, [&](const PartialFrame& f) {
-    ++frames;
-    pixels += int64_t{f.width} * f.height;
-    for (int j = 0; j < f.height; ++j)
-      for (int i = 0; i < f.width; ++i)
-        for (int c = 0; c < 4; ++c)
-          assembled[4 * ((f.y0 + j * f.stride) * 100 + f.x0 + i * f.stride) + c] =
-              f.rgba[4 * (j * f.width + i) + c];
-    return absl::OkStatus();
-  });
+  std::vector<float> assembled;
+  auto r = RenderAssembled(*p.gpu, tf1, cam, opt, &assembled, &frames, &pixels);
   REQUIRE(r.ok());
   CHECK(frames == 64);
   CHECK(pixels == 100 * 90);
@@ -393,18 +406,8 @@ TEST_CASE("GPU ray walk: partial frames, RGBA8, many entries per ray, bad input"
     opt.hash_block_bits = 3;
     int frames = 0;
     int64_t pixels = 0;
-    std::vector<float> assembled(4 * 100 * 90, -1);
-    auto r = Render(*TestGpu(), *p.gpu, tf, cam, opt, [&](const PartialFrame& f) {
-      CHECK(f.block == frames);
-      ++frames;
-      pixels += int64_t{f.width} * f.height;
-      for (int j = 0; j < f.height; ++j)
-        for (int i = 0; i < f.width; ++i)
-          for (int c = 0; c < 4; ++c)
-            assembled[4 * ((f.y0 + j * f.stride) * 100 + f.x0 + i * f.stride) + c] =
-                f.rgba[4 * (j * f.width + i) + c];
-      return absl::OkStatus();
-    });
+    std::vector<float> assembled;
+    auto r = RenderAssembled(*p.gpu, tf, cam, opt, &assembled, &frames, &pixels);
     REQUIRE(r.ok());
     CHECK(frames == 64);
     CHECK(pixels == 100 * 90);

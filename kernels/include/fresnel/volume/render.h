@@ -15,8 +15,8 @@
 //         tiles), walk face to face through the neighbour tetrahedra, and on leaving the mesh look
 //         for the next boundary face further along the ray (non-convex meshes, holes). The test
 //         oracle.
-//   CUDA  RenderOptions::cuda_method: the CPU's ray walk (kRayWalk: the same walk code, a thread
-//         per pixel, boundary faces binned into tiles on the GPU), or
+//   CUDA  RenderOptions::cuda_method: the CPU's ray walk (kRayWalk, kAuto's usual choice: the
+//         same walk code, a thread per pixel, boundary faces binned into tiles on the GPU), or
 //         cell projection (kCellProjection): vertices are projected on the GPU; every tetrahedron scan-converts
 //         the pixels under its projection (exact ray tests, counted first so that every hash
 //         block's records are known), and the records (pixel, depth, segment colour and opacity:
@@ -121,8 +121,9 @@ enum class ScanConversion {
 
 // How the CUDA backend renders.
 enum class CudaMethod {
-  kAuto,            // kCellProjection; in builds with FRESNEL_VOLUME_AUTO_METHOD=WALK kRayWalk
-                    // whenever the mesh's bounding box lies in front of the eye (docs/volume.md)
+  kAuto,            // kRayWalk when the mesh's bounding box lies in front of the eye and
+                    // scan_conversion and compositing are kAuto, else kCellProjection (builds
+                    // with FRESNEL_VOLUME_AUTO_METHOD=CELL: always kCellProjection)
   kCellProjection,  // scan conversion, records, per-block radix sort and compositing (above)
   kRayWalk,         // per pixel the CPU's walk (render.h's CPU backend, the same code): the
                     // camera must be outside the mesh, as for the CPU; no records, no sort, so
@@ -163,7 +164,8 @@ struct PartialFrame {
 using PartialFrameCallback = std::function<absl::Status(const PartialFrame&)>;
 
 // Seconds per stage of one Render, summed over blocks. CUDA stages are timed with events on the
-// call's stream; the CPU sets project_s (projection, boundary tiling) and records_s (casting).
+// call's stream; the CPU and the CUDA ray walk set project_s (projection, boundary tiling),
+// records_s (the walk) and (CUDA) d2h_s; `records` is then the segments composited.
 struct RenderStats {
   double project_s = 0;    // vertex projection + per-tetrahedron screen boxes
   double records_s = 0;    // scan conversion: counting and writing the records (segment
