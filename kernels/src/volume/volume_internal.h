@@ -31,8 +31,8 @@ struct CpuMesh {
 };
 CpuMesh BuildCpuMesh(RenderMesh mesh);
 // Per face (4·tet + face, face i opposite vertex i) the tetrahedron across it, -1 on the
-// boundary (a face of one tetrahedron, or of three or more in a non-manifold mesh). TBB; for
-// n tetrahedra it sorts 4n 24-byte face keys on the host.
+// boundary (a face of one tetrahedron, or of three or more in a non-manifold mesh). TBB, on the
+// host: a counting sort of the 4n faces by their smallest point, 16 B per face.
 std::vector<int32_t> FaceNeighbors(const std::vector<int32_t>& tets);
 int64_t CpuMeshBytes(const CpuMesh& mesh);
 
