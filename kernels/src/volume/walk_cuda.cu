@@ -16,8 +16,8 @@
 //      BinFacesKernel<true> fills the ranges (face ids 4·tet + face and their projected boxes,
 //      in any order: the walk takes entries in (t, grazed, tetrahedron) order; a ray runs the
 //      exact test only on faces whose box holds it).
-//   3. WalkKernel: 16×16 threads per tile (or 16-wide blocks of fewer rows, WalkBlockRows; the
-//      threads of a tile share its face list, so their loads of it coincide), each thread
+//   3. WalkKernel: 16×16 threads per tile (the threads of a tile share its face list, so their
+//      loads of it coincide), each thread
 //      math::WalkRay for its pixel, the colour over the background into the image (float or
 //      RGBA8) and, with a callback, the partial frame. ptxas: 80 registers, 544-byte stack.
 // H200, 1024² RGBA8 (docs/volume.md): Blunt Fin 3.3 ms a frame (walk 2.2), grid 6 M 4.8 (3.6),
@@ -29,7 +29,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <vector>
 
 #include <cub/device/device_scan.cuh>
@@ -226,17 +225,10 @@ WalkKernel(GpuView mesh, const unsigned long long* __restrict__ tile_start, math
   }
 }
 
-// Rows of 16 threads per thread block of WalkKernel: 16 (a whole tile) unless the environment
-// variable FRESNEL_VOLUME_WALK_BLOCK_ROWS asks for 2, 4 or 8 (a benchmarking knob: smaller
-// blocks free their SM's slots sooner when their rays are short; docs/volume.md).
-int WalkBlockRows() {
-  static const int rows = [] {
-    const char* v = std::getenv("FRESNEL_VOLUME_WALK_BLOCK_ROWS");
-    const int r = v != nullptr ? std::atoi(v) : kTile;
-    return r == 2 || r == 4 || r == 8 ? r : kTile;
-  }();
-  return rows;
-}
+// Rows of 16 threads per thread block of WalkKernel: a whole tile. 8, 4 and 2 rows were measured
+// on the H200 (docs/volume.md "Ray walk") and made no difference; the knob that chose them, an
+// environment variable, was removed (kernel choices are options, never getenv).
+constexpr int WalkBlockRows() { return kTile; }
 
 }  // namespace
 

@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # The second GPU session behind docs/volume.md "Ray walk": [gpu] tests of the default build
 # (kAuto = walk, back faces culled from the tile lists), memcheck of the walk and of the cell
-# projection's partial frames, the bench (walk vs one-pass cell projection), the walk's thread
-# block rows (FRESNEL_VOLUME_WALK_BLOCK_ROWS 16 / 8 / 4 / 2) and an ncu summary of the walk
+# projection's partial frames, the bench (walk vs one-pass cell projection) and an ncu summary of the walk
 # kernel on Blunt Fin. Expects a gpu-bundle of test_volume and fresnel_bench_volume with --data
 # .../volume, unpacked and `source .gpu/env.sh` done; writes $OUT.
 set -o pipefail
@@ -24,10 +23,8 @@ for f in "GPU ray walk*" "GPU partial frames*"; do
 done
 echo "== bench" | tee -a "$log"
 timeout 60 fresnel_bench_volume --data "$data" --frames 5 --quick --meshes fin,6m,35m --scans walk,one 2>&1 | tee -a "$log"
-for rows in 8 4 2; do
-  echo "== bench, FRESNEL_VOLUME_WALK_BLOCK_ROWS=$rows" | tee -a "$log"
-  FRESNEL_VOLUME_WALK_BLOCK_ROWS=$rows timeout 30 fresnel_bench_volume --data "$data" --frames 5 --quick --meshes fin,6m --scans walk 2>&1 | grep -v "^fin:\|^6m:" | tee -a "$log"
-done
+# (The run behind docs/volume.md also timed 8, 4 and 2 thread rows per block through an
+# environment variable since removed: no difference.)
 echo "== ncu (walk kernel, Blunt Fin, 1024²)" | tee -a "$log"
 timeout 60 ncu --kernel-name regex:WalkKernel --launch-skip 1 --launch-count 1 \
   --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
