@@ -81,6 +81,10 @@ struct ShmRegistry::StagingCache {
 
 namespace {
 
+// The owner recorded on a staging buffer used for a request's inline arrays: no client's, so
+// a client's staging region that gets it next gets it zeroed.
+constexpr char kInlineStaging[] = "\x01inline";
+
 constexpr size_t kMaxRegionName = 128;
 constexpr size_t kMaxShmName = 255;  // NAME_MAX, with the leading '/'
 
@@ -156,7 +160,7 @@ absl::StatusOr<std::shared_ptr<ShmRegistry::Mapping>> ShmRegistry::NewStaging(
     const std::string& client, int64_t size, const std::string& name) {
   std::unique_ptr<Mapping> mapping = cache_->Take(size);
   if (mapping != nullptr) {
-    if (mapping->client != client) {
+    if (mapping->client != client && client != kInlineStaging) {
       std::memset(mapping->addr, 0, static_cast<size_t>(mapping->capacity));
     }
   } else {
@@ -192,6 +196,17 @@ absl::StatusOr<std::shared_ptr<ShmRegistry::Mapping>> ShmRegistry::NewStaging(
       delete m;
     }
   });
+}
+
+absl::StatusOr<ShmSpan> ShmRegistry::AcquireStaging(int64_t size) {
+  if (size <= 0) return absl::InvalidArgumentError("staging: the size must be positive");
+  FRESNEL_ASSIGN_OR_RETURN(std::shared_ptr<Mapping> mapping,
+                           NewStaging(kInlineStaging, size, "inline array staging"));
+  ShmSpan span;
+  span.data = static_cast<char*>(mapping->addr);
+  span.size = size;
+  span.keepalive = std::move(mapping);
+  return span;
 }
 
 Clock::time_point ShmRegistry::Now() const { return options_.now ? options_.now() : Clock::now(); }

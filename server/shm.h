@@ -73,6 +73,15 @@ class ShmRegistry {
   // Resolve bound to one client, for fresnel::FromProto.
   ShmResolver ResolverFor(std::string client);
 
+  // A host buffer of `size` (> 0) bytes for a request's inline array (issue 10: x copied out of
+  // the request, y written by the kernel and sent from there): a kept staging buffer when one
+  // fits, else a new one (pinned when the registry pins), counted against --shm-bytes while
+  // held and given to the staging cache when the last holder of the span's keepalive lets go.
+  // Its bytes are undefined (an earlier request's, never a client region's leftovers handed to
+  // a client: a buffer used here is zeroed before a client's staging region gets it), so the
+  // caller writes every byte it reads. RESOURCE_EXHAUSTED when --shm-bytes is full.
+  absl::StatusOr<ShmSpan> AcquireStaging(int64_t size);
+
   double ttl_s() const { return options_.ttl_s; }
   // Bytes mapped now, including regions unregistered but still in use by a request.
   int64_t mapped_bytes() const { return budget_.used(); }

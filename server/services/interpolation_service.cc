@@ -6,9 +6,11 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "fresnel/core/copy.h"
 #include "fresnel/core/status.h"
 #include "fresnel/v1/wire_limits.h"
 #include "fresnel/v1/array_convert.h"
+#include "fresnel/v1/region_wire.h"
 #include "fresnel/interp/into.h"
 #include "server/services/interpolation_params.h"
 #include "server/shm.h"
@@ -18,6 +20,10 @@ namespace fresnel::server {
 namespace {
 
 constexpr char kService[] = "fresnel.v1.InterpolationService";
+// Inline arrays from this size go through staging buffers. Below it a pageable copy takes well
+// under 0.1 ms, less than pinning a new buffer for each new size would cost, and the staging
+// cache would fill with small buffers.
+constexpr int64_t kMinStagedBytes = int64_t{1} << 20;
 using v1::kEnvelopeBytes;
 
 absl::Status CheckResponseFits(int64_t channels, int64_t samples, DType dtype,
@@ -43,6 +49,55 @@ ShmResolver ResolverOf(ServiceContext* ctx, const grpc::CallbackServerContext* c
 // An x in a shared-memory region (x.shm) is copied out of it here.
 absl::StatusOr<HostArray> TakeX(const v1::NdArray& x, const ShmResolver& resolver) {
   return FromProto(std::move(*const_cast<v1::NdArray*>(&x)), "x", resolver);
+}
+
+// A raw Upfirdn / ResamplePoly request (region_wire.h): the message without x's data, and x's
+// data still in the received slices. Shared by the call's jobs, which copy x from the slices.
+template <class Request>
+struct RawRequest {
+  Request msg;
+  v1::InlineArrayRequest x;
+  // Puts x's data into msg.x (one copy) for the paths that read x from the message.
+  void MaterializeX() {
+    if (x.data_bytes() > 0 && msg.x().data().empty()) msg.mutable_x()->set_data(x.DataString());
+  }
+};
+
+// The answer of a one-shot call and where it goes: the call fills `msg`; a raw method (Upfirdn,
+// ResamplePoly) then serialises it into `raw`, with y's bytes sent straight from the staging
+// buffer the kernel wrote them into when y went to one; a generated method (Resample, Decimate)
+// leaves the rest to gRPC.
+struct Answer {
+  v1::InterpolationResponse* msg = nullptr;
+  grpc::ByteBuffer* raw = nullptr;
+  std::shared_ptr<v1::InterpolationResponse> owned;  // raw methods: msg's storage
+};
+
+Answer RawAnswer(grpc::ByteBuffer* raw) {
+  Answer a;
+  a.owned = std::make_shared<v1::InterpolationResponse>();
+  a.msg = a.owned.get();
+  a.raw = raw;
+  return a;
+}
+
+// The last step of every one-shot answer, once msg is complete. `y_staged` (nullable, raw methods
+// only): y's bytes, not in msg.y, which carries only y's dtype and shape.
+absl::Status Send(const Answer& a, const ShmSpan* y_staged) {
+  if (a.raw == nullptr) return absl::OkStatus();
+  if (y_staged != nullptr && y_staged->keepalive != nullptr) {
+    v1::NdArray meta = std::move(*a.msg->mutable_y());
+    a.msg->clear_y();
+    *a.raw = v1::MessageWithArrayBuffer(*a.msg, v1::InterpolationResponse::kYFieldNumber, meta,
+                                        y_staged->data, static_cast<size_t>(y_staged->size),
+                                        y_staged->keepalive);
+    return absl::OkStatus();
+  }
+  bool own_buffer = false;
+  grpc::Status st = grpc::SerializationTraits<v1::InterpolationResponse>::Serialize(
+      *a.msg, a.raw, &own_buffer);
+  if (!st.ok()) return absl::InternalError(absl::StrCat("response: ", st.error_message()));
+  return absl::OkStatus();
 }
 
 // Joins two arrays of equal leading dims along the last axis.
@@ -144,12 +199,13 @@ std::optional<Accepted> AcceptOneShot(ServiceContext* ctx, UnaryJobCall* call,
 void SubmitOneShot(ServiceContext* ctx, UnaryJobCall* call, HostArray x, const OutputSize& out,
                    int64_t device_bytes, const v1::DeviceHint& hint, const std::string& request_id,
                    const ShmResolver& resolver, bool has_y_shm, const v1::ShmRef& y_shm,
-                   v1::InterpolationResponse* response, Compute compute) {
+                   const Answer& answer, Compute compute) {
   std::optional<Accepted> accepted =
       AcceptOneShot(ctx, call, out, hint, resolver, has_y_shm, y_shm);
   if (!accepted) return;
   Metrics* metrics = ctx->metrics;
   if (metrics) metrics->AddPayload(kService, call->method(), "in", static_cast<double>(x.nbytes()));
+  v1::InterpolationResponse* response = answer.msg;
   response->set_request_id(RequestIdOr(request_id));
   struct State {
     HostArray x, y;
@@ -168,8 +224,8 @@ void SubmitOneShot(ServiceContext* ctx, UnaryJobCall* call, HostArray x, const O
     return absl::OkStatus();
   };
   std::string method = call->method();
-  call->Start(std::move(job), [state, response, metrics, method, y_shm](const JobReport& report,
-                                                                        double total) {
+  call->Start(std::move(job), [state, answer, response, metrics, method, y_shm](
+                                  const JobReport& report, double total) {
     if (metrics) {
       metrics->AddPayload(kService, method, "out", static_cast<double>(state->y.nbytes()));
     }
@@ -187,7 +243,7 @@ void SubmitOneShot(ServiceContext* ctx, UnaryJobCall* call, HostArray x, const O
       ToProto(std::move(state->y), response->mutable_y());
     }
     FillExecutionInfo(report, total, response->mutable_info());
-    return absl::OkStatus();
+    return Send(answer, nullptr);
   });
 }
 
@@ -198,16 +254,21 @@ void SubmitOneShot(ServiceContext* ctx, UnaryJobCall* call, HostArray x, const O
 struct DirectX {
   DType dtype = DType::kFloat32;
   std::vector<int64_t> shape;
-  ShmSpan span;   // x in a region (span.keepalive holds its mapping)
+  ShmSpan span;   // x in a region or a staging buffer (span.keepalive holds its mapping)
   HostArray own;  // or x inline, moved out of the request
+  // x inline and `span` a staging buffer: the received bytes, copied into span when the job runs.
+  std::shared_ptr<const v1::InlineArrayRequest> pending;
   const void* data() const { return span.keepalive != nullptr ? span.data : own.raw(); }
 };
 
-// x for the direct path, when the call may take it: nullopt = use the HostArray path (x
-// neither in a region nor with y in one, or no resolver). Errors name the field as FromProto's.
+// x for the direct path, when the call may take it: nullopt = use the HostArray path (x or y in
+// a region without a resolver, or both inline without a staging pool). Errors name the field as
+// FromProto's.
 absl::StatusOr<std::optional<DirectX>> DirectInput(const v1::NdArray& x, bool has_y_shm,
-                                                   const ShmResolver& resolver) {
-  if (!resolver || (!x.has_shm() && !has_y_shm)) return std::optional<DirectX>();
+                                                   const ShmResolver& resolver,
+                                                   const ShmRegistry* staging) {
+  const bool any_region = x.has_shm() || has_y_shm;
+  if (any_region ? !resolver : staging == nullptr) return std::optional<DirectX>();
   DirectX d;
   FRESNEL_ASSIGN_OR_RETURN(d.dtype, FromProto(x.dtype(), "x"));
   d.shape.assign(x.shape().begin(), x.shape().end());
@@ -215,16 +276,35 @@ absl::StatusOr<std::optional<DirectX>> DirectInput(const v1::NdArray& x, bool ha
   return std::optional<DirectX>(std::move(d));
 }
 
-// Resolves or takes x's bytes once the call is known to go the direct way.
-absl::Status BindX(const v1::NdArray& x, const ShmResolver& resolver, DirectX* d) {
+// Resolves or takes x's bytes once the call is known to go the direct way. An inline x of a raw
+// request (`raw`, whose message holds x without its data) gets a staging buffer from `staging`
+// when there is one and it has room; it is copied there by the job (BindX only checks its size).
+template <class Request>
+absl::Status BindX(const ShmResolver& resolver, ShmRegistry* staging,
+                   const std::shared_ptr<RawRequest<Request>>& raw, DirectX* d) {
+  const v1::NdArray& x = raw->msg.x();
+  FRESNEL_ASSIGN_OR_RETURN(const int64_t nbytes, ArrayBytes(x.dtype(), d->shape, "x.shape"));
   if (!x.has_shm()) {
+    if (staging != nullptr && nbytes >= kMinStagedBytes) {
+      if (raw->x.data_bytes() != nbytes) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("x.data has ", raw->x.data_bytes(), " bytes but x.shape of ",
+                         DTypeName(d->dtype), " needs ", nbytes));
+      }
+      absl::StatusOr<ShmSpan> span = staging->AcquireStaging(nbytes);
+      if (span.ok()) {
+        d->span = *std::move(span);
+        d->pending = std::shared_ptr<const v1::InlineArrayRequest>(raw, &raw->x);
+        return absl::OkStatus();
+      }  // --shm-bytes is full: x stays pageable
+    }
+    raw->MaterializeX();
     FRESNEL_ASSIGN_OR_RETURN(d->own, TakeX(x, resolver));
     return absl::OkStatus();
   }
-  if (!x.data().empty()) {
+  if (!x.data().empty() || raw->x.data_bytes() > 0) {
     return absl::InvalidArgumentError("x: set data or shm, not both");
   }
-  FRESNEL_ASSIGN_OR_RETURN(const int64_t nbytes, ArrayBytes(x.dtype(), d->shape, "x.shape"));
   FRESNEL_ASSIGN_OR_RETURN(d->span, resolver(x.shm(), nbytes, "x.shm"));
   return absl::OkStatus();
 }
@@ -246,12 +326,13 @@ int NormalAxis(const DirectX& x, int axis) {
 using DirectCompute = std::function<absl::Status(const Device&, const interp::HostSignalRef&,
                                                  void* y, int64_t y_bytes, StageTimes*)>;
 
-// SubmitOneShot for the direct path: y goes to y_shm's span when set, else into one array that
-// becomes the inline answer.
+// SubmitOneShot for the direct path: y goes to y_shm's span when set, else into a staging buffer
+// that is sent as the inline answer (raw methods, when the staging pool has room), else into one
+// array that becomes the inline answer.
 void SubmitDirect(ServiceContext* ctx, UnaryJobCall* call, DirectX x, const OutputSize& out,
                   int axis, int64_t device_bytes, const v1::DeviceHint& hint, const std::string& request_id,
                   const ShmResolver& resolver, bool has_y_shm, const v1::ShmRef& y_shm,
-                  v1::InterpolationResponse* response, DirectCompute compute) {
+                  const Answer& answer, DirectCompute compute) {
   std::optional<Accepted> accepted =
       AcceptOneShot(ctx, call, out, hint, resolver, has_y_shm, y_shm);
   if (!accepted) return;
@@ -262,66 +343,104 @@ void SubmitDirect(ServiceContext* ctx, UnaryJobCall* call, DirectX x, const Outp
   const int64_t y_bytes = out.channels * out.samples * static_cast<int64_t>(DTypeSize(out.dtype));
   Metrics* metrics = ctx->metrics;
   if (metrics) metrics->AddPayload(kService, call->method(), "in", static_cast<double>(x_bytes));
+  v1::InterpolationResponse* response = answer.msg;
   response->set_request_id(RequestIdOr(request_id));
   struct State {
     DirectX x;
     ShmSpan y_span;
-    HostArray y;  // the inline answer
+    ShmSpan y_staged;  // the inline answer in a staging buffer (raw methods)
+    HostArray y;       // or in an array
   };
   auto state = std::make_shared<State>();
   state->x = std::move(x);
   state->y_span = std::move(accepted->y_span);
+  if (state->y_span.keepalive == nullptr && answer.raw != nullptr && ctx->shm != nullptr &&
+      y_bytes >= kMinStagedBytes) {
+    absl::StatusOr<ShmSpan> staged = ctx->shm->AcquireStaging(y_bytes);
+    if (staged.ok()) state->y_staged = *std::move(staged);  // else: --shm-bytes is full
+  }
   auto job = std::make_shared<Job>();
   job->preference = accepted->preference;
   job->device_bytes = device_bytes;  // the kernel's <Op>DeviceBytes
   job->run = [state, y_shape, y_bytes, compute = std::move(compute)](
                  const Device& device, StageTimes* times) -> absl::Status {
+    double staging_s = 0;
+    if (state->x.pending != nullptr) {
+      // x from the received slices into its (pinned) staging buffer, on several cores: this and
+      // the DMA that follows are the host-to-device leg, reported together as h2d.
+      const Clock::time_point t0 = Clock::now();
+      std::vector<BytePiece> pieces;
+      for (const v1::InlineArrayRequest::Piece& p : state->x.pending->DataPieces()) {
+        pieces.push_back({p.data, p.size});
+      }
+      GatherBytes(pieces, state->x.span.data);
+      state->x.pending.reset();
+      staging_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    }
     interp::HostSignalRef ref{state->x.dtype, state->x.shape, state->x.data()};
     void* y = nullptr;
     if (state->y_span.keepalive != nullptr) {
       y = state->y_span.data;
+    } else if (state->y_staged.keepalive != nullptr) {
+      y = state->y_staged.data;
     } else {
       state->y = HostArray(state->x.dtype, y_shape);
       y = state->y.raw();
     }
     FRESNEL_RETURN_IF_ERROR(compute(device, ref, y, y_bytes, times));
+    if (times != nullptr) times->h2d_s += staging_s;
     state->x = DirectX();  // the input (and its region's mapping) is no longer needed
     return absl::OkStatus();
   };
   std::string method = call->method();
   const DType y_dtype = out.dtype;
-  call->Start(std::move(job), [state, response, metrics, method, y_shm, y_shape, y_bytes,
+  call->Start(std::move(job), [state, answer, response, metrics, method, y_shm, y_shape, y_bytes,
                                y_dtype](const JobReport& report, double total) {
     if (metrics) metrics->AddPayload(kService, method, "out", static_cast<double>(y_bytes));
     if (state->y_span.keepalive != nullptr) {
       *response->mutable_y() = ShmArray(y_dtype, y_shape, y_shm.region(), y_shm.offset_bytes());
       state->y_span = ShmSpan();  // the mapping may go now (the region may be unregistered)
+    } else if (state->y_staged.keepalive != nullptr) {
+      v1::NdArray* y = response->mutable_y();  // dtype and shape; the bytes follow as a slice
+      y->set_dtype(ToProto(y_dtype));
+      for (int64_t d : y_shape) y->add_shape(d);
     } else {
       ToProto(std::move(state->y), response->mutable_y());
     }
     FillExecutionInfo(report, total, response->mutable_info());
-    return absl::OkStatus();
+    absl::Status sent = Send(answer, &state->y_staged);
+    state->y_staged = ShmSpan();  // the slice holds the buffer until gRPC has sent it
+    return sent;
   });
 }
 
 }  // namespace
 
 grpc::ServerUnaryReactor* InterpolationService::Upfirdn(grpc::CallbackServerContext* context,
-                                                        const v1::UpfirdnRequest* request,
-                                                        v1::InterpolationResponse* response) {
+                                                        const grpc::ByteBuffer* raw_request,
+                                                        grpc::ByteBuffer* raw_response) {
   auto* call = new UnaryJobCall(ctx_, context, kService, "Upfirdn");
+  auto raw = std::make_shared<RawRequest<v1::UpfirdnRequest>>();
+  absl::Status wire = raw->x.Parse(*raw_request, v1::UpfirdnRequest::kXFieldNumber, "request",
+                                   &raw->msg);
+  if (!wire.ok()) {
+    call->Reject(wire);
+    return call;
+  }
+  const v1::UpfirdnRequest* request = &raw->msg;
+  const Answer response = RawAnswer(raw_response);
   auto parsed = ParseUpfirdn(*request, limits_);
   const ShmResolver resolver = ResolverOf(ctx_, context);
   if (parsed.ok()) {
     absl::StatusOr<std::optional<DirectX>> direct =
-        DirectInput(request->x(), request->has_y_shm(), resolver);
+        DirectInput(request->x(), request->has_y_shm(), resolver, ctx_->shm);
     absl::Status st = direct.status();
     if (st.ok() && direct->has_value() &&
         interp::UpfirdnIntoSupported((*direct)->dtype, (*direct)->shape, parsed->options)) {
       DirectX& x = **direct;
       st = interp::ValidateUpfirdnShape(parsed->taps, x.dtype, x.shape, parsed->options,
                                         limits_);
-      if (st.ok()) st = BindX(request->x(), resolver, &x);
+      if (st.ok()) st = BindX(resolver, ctx_->shm, raw, &x);
       if (st.ok()) {
         const int axis = NormalAxis(x, parsed->options.axis);
         const OutputSize out = DirectOutput(
@@ -348,6 +467,7 @@ grpc::ServerUnaryReactor* InterpolationService::Upfirdn(grpc::CallbackServerCont
       return call;
     }
   }
+  raw->MaterializeX();
   absl::StatusOr<HostArray> x = parsed.ok() ? TakeX(request->x(), resolver) : parsed.status();
   absl::Status valid = x.status();
   if (valid.ok()) {
@@ -376,20 +496,29 @@ grpc::ServerUnaryReactor* InterpolationService::Upfirdn(grpc::CallbackServerCont
 }
 
 grpc::ServerUnaryReactor* InterpolationService::ResamplePoly(
-    grpc::CallbackServerContext* context, const v1::ResamplePolyRequest* request,
-    v1::InterpolationResponse* response) {
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw_request,
+    grpc::ByteBuffer* raw_response) {
   auto* call = new UnaryJobCall(ctx_, context, kService, "ResamplePoly");
+  auto raw = std::make_shared<RawRequest<v1::ResamplePolyRequest>>();
+  absl::Status wire = raw->x.Parse(*raw_request, v1::ResamplePolyRequest::kXFieldNumber,
+                                   "request", &raw->msg);
+  if (!wire.ok()) {
+    call->Reject(wire);
+    return call;
+  }
+  const v1::ResamplePolyRequest* request = &raw->msg;
+  const Answer response = RawAnswer(raw_response);
   auto options = ParseResamplePoly(*request);
   const ShmResolver resolver = ResolverOf(ctx_, context);
   if (options.ok()) {
     absl::StatusOr<std::optional<DirectX>> direct =
-        DirectInput(request->x(), request->has_y_shm(), resolver);
+        DirectInput(request->x(), request->has_y_shm(), resolver, ctx_->shm);
     absl::Status st = direct.status();
     if (st.ok() && direct->has_value() &&
         interp::ResamplePolyIntoSupported((*direct)->dtype, (*direct)->shape, *options)) {
       DirectX& x = **direct;
       st = interp::ValidateResamplePolyShape(x.dtype, x.shape, *options, limits_);
-      if (st.ok()) st = BindX(request->x(), resolver, &x);
+      if (st.ok()) st = BindX(resolver, ctx_->shm, raw, &x);
       if (st.ok()) {
         const int axis = NormalAxis(x, options->axis);
         const OutputSize out = DirectOutput(
@@ -412,6 +541,7 @@ grpc::ServerUnaryReactor* InterpolationService::ResamplePoly(
       return call;
     }
   }
+  raw->MaterializeX();
   absl::StatusOr<HostArray> x = options.ok() ? TakeX(request->x(), resolver) : options.status();
   absl::Status valid = x.status();
   if (valid.ok()) valid = interp::ValidateResamplePoly(*x, *options, limits_);
@@ -458,7 +588,7 @@ grpc::ServerUnaryReactor* InterpolationService::Resample(grpc::CallbackServerCon
   const int64_t device_bytes =
       interp::ResampleDeviceBytes(x->dtype(), split.channels, split.len, options);
   SubmitOneShot(ctx_, call, std::move(*x), out, device_bytes, request->device(),
-                request->request_id(), resolver, false, v1::ShmRef(), response,
+                request->request_id(), resolver, false, v1::ShmRef(), Answer{response},
                 [options](const Device& device, const HostArray& in, StageTimes* times) {
                   return interp::Resample(device, in, options, times);
                 });
@@ -490,7 +620,7 @@ grpc::ServerUnaryReactor* InterpolationService::Decimate(grpc::CallbackServerCon
   const int64_t device_bytes =
       interp::DecimateDeviceBytes(x->dtype(), split.channels, split.len, options);
   SubmitOneShot(ctx_, call, std::move(*x), out, device_bytes, request->device(),
-                request->request_id(), resolver, false, v1::ShmRef(), response,
+                request->request_id(), resolver, false, v1::ShmRef(), Answer{response},
                 [options](const Device& device, const HostArray& in, StageTimes* times) {
                   return interp::Decimate(device, in, options, times);
                 });

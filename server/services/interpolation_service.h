@@ -8,18 +8,30 @@
 
 namespace fresnel::server {
 
-class InterpolationService final : public v1::InterpolationService::CallbackService {
+// Upfirdn and ResamplePoly take and send raw buffers (fresnel/v1/region_wire.h): an inline x
+// goes from the received slices straight into a pinned staging buffer, and an inline y is sent
+// from the staging buffer the kernel wrote it into (no protobuf string, no zero-fill, no
+// serialisation copy). The bytes on the wire are the protobuf messages of interpolation.proto.
+using InterpolationServiceBase = v1::InterpolationService::WithRawCallbackMethod_Upfirdn<
+    v1::InterpolationService::WithRawCallbackMethod_ResamplePoly<
+        v1::InterpolationService::WithCallbackMethod_ResampleStream<
+            v1::InterpolationService::WithCallbackMethod_Resample<
+                v1::InterpolationService::WithCallbackMethod_Decimate<
+                    v1::InterpolationService::Service>>>>>;
+
+class InterpolationService final : public InterpolationServiceBase {
  public:
   // `limits` are the server's (--max-rate, --max-taps, --max-output-samples).
   InterpolationService(ServiceContext* ctx, const interp::Limits& limits)
       : ctx_(ctx), limits_(limits) {}
 
+  // Raw: the wire messages are UpfirdnRequest / ResamplePolyRequest and InterpolationResponse.
   grpc::ServerUnaryReactor* Upfirdn(grpc::CallbackServerContext* context,
-                                    const v1::UpfirdnRequest* request,
-                                    v1::InterpolationResponse* response) override;
+                                    const grpc::ByteBuffer* request,
+                                    grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* ResamplePoly(grpc::CallbackServerContext* context,
-                                         const v1::ResamplePolyRequest* request,
-                                         v1::InterpolationResponse* response) override;
+                                         const grpc::ByteBuffer* request,
+                                         grpc::ByteBuffer* response) override;
   grpc::ServerBidiReactor<v1::ResampleStreamRequest, v1::ResampleStreamResponse>* ResampleStream(
       grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* Resample(grpc::CallbackServerContext* context,

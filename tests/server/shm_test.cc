@@ -401,7 +401,9 @@ TEST_CASE("GPU server: pinned regions, direct path = inline bits", "[server][shm
   req.mutable_device()->set_kind(v1::DEVICE_KIND_GPU);
   v1::UpfirdnRequest inline_req = req;
   ToProto(x, inline_req.mutable_x());
-  auto want = client->Upfirdn(inline_req);  // the HostArray path, on the GPU
+  // Inline x and y: through the server's pinned staging buffers (inline_staging_test.cc checks
+  // that path against the HostArray path).
+  auto want = client->Upfirdn(inline_req);
   REQUIRE(want.ok());
   CHECK(want->info().device().rfind("cuda", 0) == 0);
   auto y_want = FromProto(want->y(), "y");

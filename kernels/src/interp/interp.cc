@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <complex>
 #include <cstring>
 #include <numeric>
@@ -215,6 +216,22 @@ absl::Status ValidateSignal(const SignalShape& x, int axis) {
                                                    ShapeString(x.shape()), " (ndim ", nd, ")"));
   }
   if (!IsKnownDType(x.dtype())) return absl::InvalidArgumentError("x.dtype is not a known dtype");
+  // The geometry multiplies the dimensions on either side of the axis: with a zero dimension
+  // elsewhere the array is empty but those products can still overflow (found by fuzz_interp_params).
+  int64_t product = 1;
+  for (int d = 0; d < nd; ++d) {
+    const int64_t n = x.dim(d);
+    if (n < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("x.shape ", ShapeString(x.shape()), " has a negative dimension"));
+    }
+    if (n == 0) continue;
+    if (product > INT64_MAX / n) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "x.shape ", ShapeString(x.shape()), ": its nonzero dimensions multiply past int64"));
+    }
+    product *= n;
+  }
   return absl::OkStatus();
 }
 

@@ -188,9 +188,9 @@ DeviceMesh::DeviceMesh(const Device& device, MeshReport report)
     : device_(device), report_(std::move(report)), impl_(std::make_unique<Impl>()) {}
 DeviceMesh::~DeviceMesh() = default;
 
-// Points as float4 (x, y, z, scalar) and tetrahedra as int4.
+// Points as float4 (x, y, z, scalar), tetrahedra and their face neighbours as int4.
 int64_t CudaMeshBytes(int64_t num_points, int64_t num_tets) {
-  return 16 * num_points + 16 * num_tets;
+  return 16 * num_points + 32 * num_tets;
 }
 
 int64_t DeviceBytes(const TetMesh& mesh) {
@@ -258,6 +258,7 @@ absl::StatusOr<RenderResult> Render(const Device& device, const DeviceMesh& mesh
   job.hash_block_bits = options.hash_block_bits;
   job.compositing = options.compositing;
   job.scan_conversion = options.scan_conversion;
+  job.cuda_method = options.cuda_method;
   job.max_block_records = options.max_block_records;
   job.max_pass_records = options.max_pass_records;
   job.rgba8 = options.rgba8 && device.kind == DeviceKind::kCuda;

@@ -45,20 +45,22 @@
 #include "core/cuda_util.cuh"
 #include "fresnel/core/status.h"
 #include "volume/scan_math.h"
+#include "volume/volume_cuda.cuh"
 #include "volume/volume_internal.h"
 #include "volume/volume_math.h"
 
 namespace fresnel::volume {
 
-struct CudaMesh {
-  int ordinal = 0;
-  float4* points = nullptr;  // x, y, z, scalar
-  int4* tets = nullptr;
-  int64_t num_points = 0;
-  int64_t num_tets = 0;
-  float centre[3] = {0, 0, 0};  // bounding sphere of the points (depth quantisation range)
-  float radius = 0;
-};
+using cuda_volume::StageTimer;
+
+// Build option FRESNEL_VOLUME_AUTO_METHOD (CMake: WALK = 1, the default; CELL = 0): whether
+// CudaMethod::kAuto takes the ray walk (walk_cuda.cu) when every ray starts outside the mesh.
+// H200, 1024², RGBA8 (docs/volume.md), one-pass cell projection vs walk, ms: Blunt Fin 6.56 /
+// 3.29, grid 6 M 11.32 / 4.78, grid 35 M 24.31 / 8.49. The source's own default is CELL.
+#ifndef FRESNEL_VOLUME_AUTO_WALK
+#define FRESNEL_VOLUME_AUTO_WALK 0
+#endif
+constexpr bool kAutoWalk = FRESNEL_VOLUME_AUTO_WALK != 0;
 
 void CudaMeshDeleter::operator()(CudaMesh* mesh) const {
   if (mesh == nullptr) return;
@@ -67,6 +69,7 @@ void CudaMeshDeleter::operator()(CudaMesh* mesh) const {
   cudaSetDevice(mesh->ordinal);
   cudaFree(mesh->points);
   cudaFree(mesh->tets);
+  cudaFree(mesh->neighbors);
   cudaSetDevice(previous);
   delete mesh;
 }
@@ -95,11 +98,18 @@ absl::StatusOr<std::unique_ptr<CudaMesh, CudaMeshDeleter>> UploadMeshCuda(
     r2 += 0.25 * (double{hi[k]} - lo[k]) * (double{hi[k]} - lo[k]);
   }
   out->radius = static_cast<float>(std::sqrt(r2) * 1.001 + 1e-6);
+  for (int k = 0; k < 3; ++k) out->lo[k] = lo[k], out->hi[k] = hi[k];
+  const std::vector<int32_t> neighbors = FaceNeighbors(mesh.tets);
   // Persistent buffers live outside the stream-ordered pool: they outlast every stream's work.
   FRESNEL_CUDA_RETURN_IF_ERROR(
       cudaMalloc(&out->points, std::max<size_t>(16, points.size() * sizeof(float4))));
   FRESNEL_CUDA_RETURN_IF_ERROR(
       cudaMalloc(&out->tets, std::max<size_t>(16, out->num_tets * sizeof(int4))));
+  FRESNEL_CUDA_RETURN_IF_ERROR(
+      cudaMalloc(&out->neighbors, std::max<size_t>(16, out->num_tets * sizeof(int4))));
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out->neighbors, neighbors.data(),
+                                               out->num_tets * sizeof(int4),
+                                               cudaMemcpyHostToDevice, stream));
   FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out->points, points.data(),
                                                points.size() * sizeof(float4),
                                                cudaMemcpyHostToDevice, stream));
@@ -399,10 +409,7 @@ __device__ __forceinline__ void FlushBins(const unsigned int* hist,
 // per-hash-block counts and cursors zeroed.
 __device__ __forceinline__ void StartRecordBlock(const math::TfTable& tf_param, math::TfTable* tf,
                                                  unsigned int* count, unsigned int* cursor) {
-  const int words = sizeof(math::TfTable) / 4;
-  const uint32_t* src = reinterpret_cast<const uint32_t*>(&tf_param);
-  uint32_t* dst = reinterpret_cast<uint32_t*>(tf);
-  for (int i = threadIdx.x; i < words; i += blockDim.x) dst[i] = src[i];
+  cuda_volume::CopyTfTable(tf_param, tf, threadIdx.x, blockDim.x);
   for (int i = threadIdx.x; i < kBins; i += blockDim.x) count[i] = cursor[i] = 0;
   __syncthreads();
 }
@@ -1062,70 +1069,8 @@ __global__ void ScanLastKernel(const Key* __restrict__ keys, int64_t n, int shif
 __global__ void ToRgba8Kernel(const float4* __restrict__ image, int64_t n, uchar4* __restrict__ out) {
   const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (i >= n) return;
-  const float4 v = image[i];
-  auto q = [](float c) {
-    return static_cast<unsigned char>(__float2int_rn(fminf(fmaxf(c, 0.0f), 1.0f) * 255.0f));
-  };
-  out[i] = make_uchar4(q(v.x), q(v.y), q(v.z), q(v.w));
+  out[i] = cuda_volume::Rgba8Of(image[i]);
 }
-
-// Accumulates event-timed stages.
-class StageTimer {
- public:
-  explicit StageTimer(cudaStream_t s) : stream_(s) {}
-  ~StageTimer() {
-    for (auto& e : events_) cudaEventDestroy(e.first), cudaEventDestroy(e.second);
-  }
-  // Starts timing into *sink; Stop() ends it. Elapsed times are summed in Collect().
-  absl::Status Start(double* sink) {
-    std::pair<cudaEvent_t, cudaEvent_t> ev;
-    if (free_.empty()) {
-      FRESNEL_CUDA_RETURN_IF_ERROR(cudaEventCreate(&ev.first));
-      FRESNEL_CUDA_RETURN_IF_ERROR(cudaEventCreate(&ev.second));
-      events_.push_back(ev);
-    } else {
-      ev = free_.back();
-      free_.pop_back();
-    }
-    FRESNEL_CUDA_RETURN_IF_ERROR(cudaEventRecord(ev.first, stream_));
-    open_ = {ev, sink};
-    return absl::OkStatus();
-  }
-  absl::Status Stop() {
-    FRESNEL_CUDA_RETURN_IF_ERROR(cudaEventRecord(open_.ev.second, stream_));
-    pending_.push_back(open_);
-    return absl::OkStatus();
-  }
-  // Adds up the intervals whose end event has completed (all, when `wait`).
-  absl::Status Collect(bool wait) {
-    std::vector<Interval> still;
-    for (const Interval& iv : pending_) {
-      if (wait) FRESNEL_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(iv.ev.second));
-      cudaError_t q = cudaEventQuery(iv.ev.second);
-      if (q == cudaErrorNotReady) {
-        still.push_back(iv);
-        continue;
-      }
-      FRESNEL_CUDA_RETURN_IF_ERROR(q);
-      float ms = 0;
-      FRESNEL_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, iv.ev.first, iv.ev.second));
-      *iv.sink += ms * 1e-3;
-      free_.push_back(iv.ev);
-    }
-    pending_ = std::move(still);
-    return absl::OkStatus();
-  }
-
- private:
-  struct Interval {
-    std::pair<cudaEvent_t, cudaEvent_t> ev;
-    double* sink;
-  };
-  cudaStream_t stream_;
-  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> events_, free_;
-  std::vector<Interval> pending_;
-  Interval open_{};
-};
 
 int CeilLog2(int64_t v) {
   int b = 0;
@@ -1347,20 +1292,14 @@ absl::Status RenderBlocks(Setup& s) {
         FRESNEL_RETURN_IF_ERROR(s.timer->Stop());
       }
       if (job.on_block != nullptr) {
-        FRESNEL_RETURN_IF_ERROR(s.timer->Start(&stats.d2h_s));
-        partial_host.resize(4 * pixels);
-        FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(partial_host.data(), partial_dev.get(),
-                                                     pixels * sizeof(float4),
-                                                     cudaMemcpyDeviceToHost, stream));
-        FRESNEL_RETURN_IF_ERROR(s.timer->Stop());
-        FRESNEL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
         PartialFrame frame;
         frame.block = done;
         frame.num_blocks = num_blocks;
         frame.x0 = g.bx, frame.y0 = g.by, frame.stride = stride;
         frame.width = g.width, frame.height = g.height;
-        frame.rgba = partial_host.data();
-        FRESNEL_RETURN_IF_ERROR((*job.on_block)(frame));
+        FRESNEL_RETURN_IF_ERROR(cuda_volume::DeliverPartialFrame(
+            stream, s.timer, &stats.d2h_s, partial_dev.get(), pixels, &partial_host, frame,
+            *job.on_block));
       }
       ++done;
     }
@@ -1375,8 +1314,18 @@ absl::Status RenderBlocks(Setup& s) {
 absl::Status RenderCuda(const Device& device, const CudaMesh& mesh, int64_t mesh_bytes,
                         const RenderJob& job, RenderResult* result) {
   FRESNEL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device.ordinal));
+  // kAuto: the walk only where it renders right (every ray starts outside the mesh) and the
+  // caller asked for nothing of the cell projection's (a scan conversion, a compositing method).
+  const bool auto_walk = job.cuda_method == CudaMethod::kAuto && kAutoWalk &&
+                         job.scan_conversion == ScanConversion::kAuto &&
+                         job.compositing == Compositing::kAuto &&
+                         MeshInFrontOfEye(mesh, job.camera);
+  if (job.cuda_method == CudaMethod::kRayWalk || auto_walk) {
+    return RenderWalkCuda(device, mesh, mesh_bytes, job, result);
+  }
   cudaStream_t stream = cuda::StreamOf(device);
   RenderStats& stats = result->stats;
+  stats.cuda_method = CudaMethod::kCellProjection;
   const math::CameraFrame& cam = job.camera;
   const int w = cam.width, h = cam.height;
   const int64_t np = mesh.num_points, nt = mesh.num_tets;

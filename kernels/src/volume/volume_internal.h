@@ -30,6 +30,10 @@ struct CpuMesh {
   std::vector<int64_t> boundary_faces;
 };
 CpuMesh BuildCpuMesh(RenderMesh mesh);
+// Per face (4·tet + face, face i opposite vertex i) the tetrahedron across it, -1 on the
+// boundary (a face of one tetrahedron, or of three or more in a non-manifold mesh). TBB, on the
+// host: a counting sort of the 4n faces by their smallest point, 16 B per face.
+std::vector<int32_t> FaceNeighbors(const std::vector<int32_t>& tets);
 int64_t CpuMeshBytes(const CpuMesh& mesh);
 
 // Persistent device buffers of a mesh (defined in render_cuda.cu).
@@ -48,6 +52,7 @@ struct RenderJob {
   int hash_block_bits = 2;
   Compositing compositing = Compositing::kAuto;
   ScanConversion scan_conversion = ScanConversion::kAuto;
+  CudaMethod cuda_method = CudaMethod::kAuto;
   int64_t max_block_records = 0;
   int64_t max_pass_records = 0;
   bool rgba8 = false;

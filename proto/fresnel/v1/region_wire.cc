@@ -27,10 +27,12 @@ class Cursor {
   bool done() const { return i_ >= s_.size(); }
   size_t slice() const { return i_; }
   size_t pos() const { return p_; }
+  uint64_t offset() const { return off_; }  // bytes read so far
 
   bool Byte(uint8_t* b) {
     if (done()) return false;
     *b = s_[i_].begin()[p_++];
+    ++off_;
     Skip0();
     return true;
   }
@@ -51,6 +53,7 @@ class Cursor {
       const size_t here = std::min<uint64_t>(n, s_[i_].size() - p_);
       if (out != nullptr) out->append(reinterpret_cast<const char*>(s_[i_].begin()) + p_, here);
       p_ += here;
+      off_ += here;
       n -= here;
       Skip0();
     }
@@ -66,13 +69,139 @@ class Cursor {
   }
   const std::vector<grpc::Slice>& s_;
   size_t i_ = 0, p_ = 0;
+  uint64_t off_ = 0;
 };
 
 absl::Status Malformed(const char* what) {
   return absl::InvalidArgumentError(absl::StrCat("chunk: not a RegionChunk (", what, ")"));
 }
 
+// A buffer of `head` (copied) and, when n > 0, a slice that is [data, data + n) itself: gRPC
+// calls the release function with the holder of `keepalive` when it drops that slice.
+grpc::ByteBuffer HeadAndData(const std::string& head, const char* data, size_t n,
+                             std::shared_ptr<const void> keepalive) {
+  if (n == 0) {
+    grpc::Slice only(head);
+    return grpc::ByteBuffer(&only, 1);
+  }
+  auto* holder = new std::shared_ptr<const void>(std::move(keepalive));
+  grpc::Slice slices[2] = {
+      grpc::Slice(head),
+      grpc::Slice(const_cast<char*>(data), n,
+                  [](void* p) { delete static_cast<std::shared_ptr<const void>*>(p); }, holder)};
+  return grpc::ByteBuffer(slices, 2);
+}
+
+// NdArray.data (common.proto): bytes, length-delimited.
+constexpr uint8_t kArrayDataKey = (3 << 3) | 2;
+
+absl::Status NotA(absl::string_view field, const char* what) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, ": the request could not be parsed (", what, ")"));
+}
+
+// Copies one field whose key was just read from `c` to `out` (re-encoded: same meaning).
+bool CopyField(uint64_t key, Cursor* c, std::string* out) {
+  const uint64_t type = key & 7;
+  PutVarint(key, out);
+  if (type == 0) {
+    uint64_t v;
+    if (!c->Varint(&v)) return false;
+    PutVarint(v, out);
+    return true;
+  }
+  if (type == 1 || type == 5) return c->Take(type == 1 ? 8 : 4, out);
+  if (type == 2) {
+    uint64_t len;
+    if (!c->Varint(&len) || len > (uint64_t{1} << 62)) return false;
+    PutVarint(len, out);
+    return c->Take(len, out);
+  }
+  return false;  // groups (3, 4) and invalid types: none in Fresnel's messages
+}
+
 }  // namespace
+
+absl::Status InlineArrayRequest::Parse(const grpc::ByteBuffer& buffer, int array_field,
+                                       absl::string_view field,
+                                       google::protobuf::MessageLite* message) {
+  slices_.clear();
+  data_len_ = 0;
+  data_slice_ = data_pos_ = 0;
+  if (!buffer.Dump(&slices_).ok()) return NotA(field, "unreadable buffer");
+  const uint64_t array_key = (static_cast<uint64_t>(array_field) << 3) | 2;
+  std::string rest;  // the message without the array's data
+  Cursor c(slices_);
+  while (!c.done()) {
+    uint64_t key;
+    if (!c.Varint(&key)) return NotA(field, "truncated key");
+    if (key != array_key) {
+      if (!CopyField(key, &c, &rest)) return NotA(field, "truncated or invalid field");
+      continue;
+    }
+    uint64_t len;
+    if (!c.Varint(&len) || len > (uint64_t{1} << 62)) return NotA(field, "truncated length");
+    const uint64_t end = c.offset() + len;
+    std::string array;  // the array's fields but data
+    while (c.offset() < end) {
+      uint64_t inner;
+      if (!c.Varint(&inner)) return NotA(field, "truncated array key");
+      if (inner == kArrayDataKey) {
+        uint64_t n;
+        if (!c.Varint(&n) || n > (uint64_t{1} << 62)) return NotA(field, "truncated data");
+        data_slice_ = c.slice();
+        data_pos_ = c.pos();
+        data_len_ = static_cast<int64_t>(n);  // a repeated data field: the last one counts
+        if (!c.Take(n, nullptr)) return NotA(field, "truncated data");
+      } else if (!CopyField(inner, &c, &array)) {
+        return NotA(field, "truncated or invalid array field");
+      }
+    }
+    if (c.offset() != end) return NotA(field, "array length");
+    PutVarint(array_key, &rest);
+    PutVarint(array.size(), &rest);
+    rest += array;
+  }
+  if (!message->ParseFromString(rest)) return NotA(field, "invalid message");
+  return absl::OkStatus();
+}
+
+std::vector<InlineArrayRequest::Piece> InlineArrayRequest::DataPieces() const {
+  std::vector<Piece> pieces;
+  int64_t left = data_len_;
+  size_t i = data_slice_, p = data_pos_;
+  while (left > 0 && i < slices_.size()) {
+    const size_t here = std::min<int64_t>(left, static_cast<int64_t>(slices_[i].size() - p));
+    pieces.push_back({reinterpret_cast<const char*>(slices_[i].begin()) + p, here});
+    left -= static_cast<int64_t>(here);
+    ++i;
+    p = 0;
+  }
+  return pieces;
+}
+
+std::string InlineArrayRequest::DataString() const {
+  std::string out;
+  out.reserve(static_cast<size_t>(data_len_));
+  for (const Piece& piece : DataPieces()) out.append(piece.data, piece.size);
+  return out;
+}
+
+grpc::ByteBuffer MessageWithArrayBuffer(const google::protobuf::MessageLite& head, int array_field,
+                                        const google::protobuf::MessageLite& meta,
+                                        const char* data, size_t n,
+                                        std::shared_ptr<const void> keepalive) {
+  std::string out = head.SerializeAsString();
+  std::string array = meta.SerializeAsString();
+  if (n > 0) {
+    array.push_back(static_cast<char>(kArrayDataKey));
+    PutVarint(n, &array);
+  }
+  PutVarint((static_cast<uint64_t>(array_field) << 3) | 2, &out);
+  PutVarint(array.size() + n, &out);
+  out += array;
+  return HeadAndData(out, data, n, std::move(keepalive));
+}
 
 grpc::ByteBuffer RegionChunkBuffer(const std::string& region, int64_t offset_bytes,
                                    const char* data, size_t n,
@@ -88,19 +217,11 @@ grpc::ByteBuffer RegionChunkBuffer(const std::string& region, int64_t offset_byt
     head.push_back(static_cast<char>(kOffsetKey));
     PutVarint(static_cast<uint64_t>(offset_bytes), &head);
   }
-  if (n == 0) {
-    grpc::Slice only(head);
-    return grpc::ByteBuffer(&only, 1);
+  if (n > 0) {
+    head.push_back(static_cast<char>(kDataKey));
+    PutVarint(n, &head);
   }
-  head.push_back(static_cast<char>(kDataKey));
-  PutVarint(n, &head);
-  // The data slice: gRPC calls `release` with the holder when it drops the slice.
-  auto* holder = new std::shared_ptr<const void>(std::move(keepalive));
-  grpc::Slice slices[2] = {
-      grpc::Slice(head),
-      grpc::Slice(const_cast<char*>(data), n,
-                  [](void* p) { delete static_cast<std::shared_ptr<const void>*>(p); }, holder)};
-  return grpc::ByteBuffer(slices, 2);
+  return HeadAndData(head, data, n, std::move(keepalive));
 }
 
 absl::Status RegionChunkView::Parse(const grpc::ByteBuffer& buffer) {

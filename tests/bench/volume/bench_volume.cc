@@ -1,15 +1,16 @@
-// fresnel_bench_volume: frame time and stages of the CUDA cell projection on Blunt Fin and on
+// fresnel_bench_volume: frame time and stages of the CUDA renderers on Blunt Fin and on
 // generated meshes of about 1 M, 6 M and 35 M tetrahedra at 1024², for 16 and 64 hash blocks and
 // both compositing methods; tets/s = non-degenerate tetrahedra / frame time (Render's wall time,
 // the image's copy to the host included).
 //
 //   fresnel_bench_volume [--data DIR] [--size N] [--frames K] [--meshes fin,1m,6m,35m] [--cpu]
-//                        [--scans thread,list,one] [--quick] [--pass-records N,...]
+//                        [--scans thread,list,one,walk] [--quick] [--pass-records N,...]
 //
 // --data: the folder holding volume/bluntfin_tets.vtk (default: the build's FRESNEL_DATA_DIR).
 // --cpu: also time the CPU ray caster on Blunt Fin at 512².
-// --scans: the ScanConversion variants to time (thread = kThread, list = kWarpList, one =
-//   kWarpListOnePass; default all three). --quick: per scan only the default options with RGBA8 out (the turntable's frame),
+// --scans: the variants to time (thread = kThread, list = kWarpList, one = kWarpListOnePass:
+//   cell projection with that ScanConversion; walk = CudaMethod::kRayWalk, stages: proj =
+//   projection and face binning, records = the walk; default all four). --quick: per scan only the default options with RGBA8 out (the turntable's frame),
 //   not the four f32 rows (16/64 blocks × pairwise/segmented scan). --pass-records: the
 //   RenderOptions::max_pass_records values to time the RGBA8 row with (default: the default, 2^28).
 #include <algorithm>
@@ -19,6 +20,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_split.h"
@@ -35,7 +37,9 @@ double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-const char* ScanName(ScanConversion s) {
+const char* ScanName(const RenderStats& st) {
+  if (st.cuda_method == CudaMethod::kRayWalk) return "walk";
+  const ScanConversion s = st.scan_conversion;
   return s == ScanConversion::kThread             ? "thread"
          : s == ScanConversion::kWarpList         ? "list"
          : s == ScanConversion::kWarpListOnePass ? "one"
@@ -76,7 +80,7 @@ Result Time(const Device& dev, const DeviceMesh& mesh, const TransferFunction& t
 void Row(const char* name, int64_t tets, int bits, bool rgba8, const Result& r) {
   const RenderStats& s = r.median;
   std::printf("%-10s %10lld %-6s %3d %-9s %-5s %2d %8.3f %7.3f %7.3f %7.3f %7.3f %7.3f %11lld %10.3g %8.0f\n",
-              name, static_cast<long long>(tets), ScanName(s.scan_conversion), 1 << (2 * bits),
+              name, static_cast<long long>(tets), ScanName(s), 1 << (2 * bits),
               ModeName(s.compositing),
               rgba8 ? "rgba8" : "f32", s.passes,
               1e3 * r.frame_s, 1e3 * s.project_s, 1e3 * s.records_s, 1e3 * s.sort_s,
@@ -93,7 +97,7 @@ int main(int argc, char** argv) {
   bool cpu = false, quick = false;
   std::vector<int64_t> pass_records = {RenderOptions{}.max_pass_records};
   std::vector<std::string> meshes = {"fin", "1m", "6m", "35m"};
-  std::vector<std::string> scan_names = {"thread", "list", "one"};
+  std::vector<std::string> scan_names = {"thread", "list", "one", "walk"};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--data" && i + 1 < argc) data = argv[++i];
@@ -109,19 +113,24 @@ int main(int argc, char** argv) {
         pass_records.push_back(std::atoll(std::string(v).c_str()));
     }
     else {
-      std::fprintf(stderr, "usage: %s [--data DIR] [--size N] [--frames K] [--meshes fin,1m,6m,35m] [--cpu] [--scans thread,list,one] [--quick] [--pass-records N,...]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--data DIR] [--size N] [--frames K] [--meshes fin,1m,6m,35m] [--cpu] [--scans thread,list,one,walk] [--quick] [--pass-records N,...]\n", argv[0]);
       return 2;
     }
   }
-  std::vector<ScanConversion> scans;
+  // (method, scan conversion) per variant.
+  std::vector<std::pair<CudaMethod, ScanConversion>> scans;
   for (const std::string& n : scan_names) {
-    if (n != "thread" && n != "list" && n != "one") {
-      std::fprintf(stderr, "--scans: thread, list or one, got '%s'\n", n.c_str());
+    if (n != "thread" && n != "list" && n != "one" && n != "walk") {
+      std::fprintf(stderr, "--scans: thread, list, one or walk, got '%s'\n", n.c_str());
       return 2;
     }
-    scans.push_back(n == "thread" ? ScanConversion::kThread
-                    : n == "list" ? ScanConversion::kWarpList
-                                  : ScanConversion::kWarpListOnePass);
+    if (n == "walk") {
+      scans.push_back({CudaMethod::kRayWalk, ScanConversion::kAuto});
+      continue;
+    }
+    scans.push_back({CudaMethod::kCellProjection, n == "thread" ? ScanConversion::kThread
+                                                  : n == "list" ? ScanConversion::kWarpList
+                                                                : ScanConversion::kWarpListOnePass});
   }
   if (GpuCount() < 1) {
     std::fprintf(stderr, "no CUDA device\n");
@@ -172,14 +181,19 @@ int main(int argc, char** argv) {
     const TransferFunction tf =
         DefaultTransferFunction(rep.scalar_min, rep.scalar_max, 8.0f / extent);
     const Camera cam = OrbitCamera(rep.bounds_min, rep.bounds_max, 30, 20, size, size);
-    for (ScanConversion scan : scans) {
-      if (!quick) {
+    for (const auto& [method, scan] : scans) {
+      if (!quick && method == CudaMethod::kRayWalk) {
+        RenderOptions opt;  // f32 out (blocks and compositing do not apply)
+        opt.cuda_method = method;
+        Row(name.c_str(), tets, 0, false, Time(dev, **dm, tf, cam, opt, frames));
+      } else if (!quick) {
         for (int bits : {2, 3})
           for (Compositing c : {Compositing::kPairwise, Compositing::kSegmentedScan}) {
             RenderOptions opt;
             opt.hash_block_bits = bits;
             opt.compositing = c;
             opt.scan_conversion = scan;
+            opt.cuda_method = method;
             Row(name.c_str(), tets, bits, false, Time(dev, **dm, tf, cam, opt, frames));
           }
       }
@@ -187,13 +201,18 @@ int main(int argc, char** argv) {
         RenderOptions opt;  // the defaults, RGBA8 out: what the service's turntable asks for
         opt.rgba8 = true;
         opt.scan_conversion = scan;
+        opt.cuda_method = method;
         opt.max_pass_records = pr;
         const Result r = Time(dev, **dm, tf, cam, opt, frames);
-        Row(name.c_str(), tets, r.median.num_blocks == 64 ? 3 : 2, true, r);
+        Row(name.c_str(), tets,
+            method == CudaMethod::kRayWalk ? 0 : r.median.num_blocks == 64 ? 3 : 2, true, r);
         std::fprintf(stderr,
-                     "%s: %lld chunks of big tetrahedra (warp each), max block %lld records\n",
+                     "%s: %lld chunks of big tetrahedra (warp each), max block %lld records, "
+                     "%lld walk fallbacks\n",
                      name.c_str(), static_cast<long long>(r.median.warp_chunks),
-                     static_cast<long long>(r.median.max_block_records));
+                     static_cast<long long>(r.median.max_block_records),
+                     static_cast<long long>(r.median.walk_fallbacks));
+        if (method == CudaMethod::kRayWalk) break;  // no records: max_pass_records does not apply
       }
     }
     if (cpu && name == "fin") {

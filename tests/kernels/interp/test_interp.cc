@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "fresnel/interp/interp.h"
+#include "fresnel/interp/into.h"
 #include "interp/interp_internal.h"
 #include "interp_test_util.h"
 #include "support/test_support.h"
@@ -394,6 +395,11 @@ TEST_CASE("invalid requests name the offending field", "[interp]") {
   CHECK(ValidateUpfirdn(h, HostArray(DType::kInt16, {5}), ok).ok());
   CHECK(ValidateUpfirdn(h, HostArray(DType::kComplex128, {5}), ok).ok());
   ExpectError(ValidateUpfirdn(h, HostArray(DType::kFloat32, {}), ok), kInvalid, "x.shape");
+  // Empty (a zero dimension) but the other dimensions multiply past int64 (fuzz_interp_params).
+  const int64_t huge = int64_t{1} << 40;
+  ExpectError(ValidateUpfirdnShape(h, DType::kFloat32, {huge, huge, 0}, ok), kInvalid, "x.shape");
+  ExpectError(ValidateResamplePolyShape(DType::kFloat32, {0, huge, huge}, ResamplePolyOptions{}),
+              kInvalid, "x.shape");
   o = ok;
   o.axis = 2;
   ExpectError(ValidateUpfirdn(h, x, o), kInvalid, "axis");

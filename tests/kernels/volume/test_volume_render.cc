@@ -4,7 +4,9 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <map>
 #include <numeric>
 #include <optional>
 #include <random>
@@ -16,6 +18,7 @@
 #include "support/test_support.h"
 #include "tbb/parallel_for.h"
 #include "volume/scan_math.h"
+#include "volume/volume_internal.h"
 #include "volume/volume_math.h"
 #include "volume_test_util.h"
 
@@ -103,6 +106,77 @@ TEST_CASE("absorption: one tetrahedron, every pixel", "[volume]") {
     const int covered =
         CheckAbsorption(img, cam, tau, [&](const D3& o, const D3& d) { return ChordTet(p, o, d); });
     CHECK(covered > 300);
+  }
+}
+
+TEST_CASE("FaceNeighbors pairs exactly the faces two tetrahedra share", "[volume]") {
+  std::mt19937_64 rng(FreshSeed());
+  auto grid = GenerateGridMesh({7, 6, 5, {-1, -1, -1}, {1, 1, 1}, GridShape::kHoleAndNotch});
+  REQUIRE(grid.ok());
+  std::vector<int32_t> tets = grid->tets;
+  // Shuffle the tetrahedra and their vertex orders; add a face shared by three tetrahedra
+  // (non-manifold: boundary for all three) and a tetrahedron on its own.
+  const int64_t n = static_cast<int64_t>(tets.size() / 4);
+  std::vector<int64_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  std::vector<int32_t> shuffled;
+  for (int64_t t : order) {
+    std::array<int32_t, 4> v = {tets[4 * t], tets[4 * t + 1], tets[4 * t + 2], tets[4 * t + 3]};
+    std::shuffle(v.begin(), v.end(), rng);
+    shuffled.insert(shuffled.end(), v.begin(), v.end());
+  }
+  const int32_t np = static_cast<int32_t>(grid->num_points());
+  for (int32_t apex : {np, np + 1, np + 2}) shuffled.insert(shuffled.end(), {np + 3, np + 4, np + 5, apex});
+  shuffled.insert(shuffled.end(), {np + 6, np + 7, np + 8, np + 9});
+  const std::vector<int32_t> got = FaceNeighbors(shuffled);
+  // Reference: faces grouped by their point triple.
+  std::map<std::array<int32_t, 3>, std::vector<int64_t>> groups;
+  const int64_t nt = static_cast<int64_t>(shuffled.size() / 4);
+  for (int64_t f = 0; f < 4 * nt; ++f) {
+    std::array<int32_t, 3> k;
+    for (int i = 0; i < 3; ++i) k[i] = shuffled[4 * (f / 4) + ((f % 4 + 1 + i) & 3)];
+    std::sort(k.begin(), k.end());
+    groups[k].push_back(f);
+  }
+  REQUIRE(got.size() == static_cast<size_t>(4 * nt));
+  int64_t paired = 0, three = 0;
+  for (const auto& [key, faces] : groups) {
+    for (int64_t f : faces) {
+      const int32_t want = faces.size() == 2 ? static_cast<int32_t>((faces[0] == f ? faces[1] : faces[0]) / 4) : -1;
+      if (got[f] != want) FAIL("face " << f << ": " << got[f] << ", want " << want);
+    }
+    paired += faces.size() == 2;
+    three += faces.size() == 3;
+  }
+  CHECK(three == 1);
+  CHECK(paired > 1000);
+  CHECK(FaceNeighbors({}).empty());
+}
+
+TEST_CASE("absorption: rays entering the mesh more often than one batch of entries", "[volume]") {
+  std::mt19937_64 rng(FreshSeed());
+  std::uniform_real_distribution<float> u(-1, 1);
+  const TetMesh m = testing::StackedBoxes(13);
+  auto dm = CpuMesh(m);
+  const float tau = 0.9f;
+  for (int rep = 0; rep < 4; ++rep) {
+    // Looking along −z from in front of the stack (slightly off axis): up to 13 entries a ray.
+    Camera cam;
+    cam.eye = {0.05f * u(rng), 0.05f * u(rng), 12.0f + u(rng)};
+    cam.target = {0.05f * u(rng), 0.05f * u(rng), 0};
+    cam.vertical_fov_deg = 8;
+    cam.width = 64, cam.height = 48;
+    if (rep % 2 == 1) cam.orthographic_height = 1.6f;
+    INFO("orthographic " << cam.orthographic_height);
+    auto r = Render(Device::Cpu(), *dm, ConstantTransferFunction(tau, {0, 0, 0}), cam);
+    REQUIRE(r.ok());
+    const int covered = CheckAbsorption(r->image, cam, tau, [&](const D3& o, const D3& d) {
+      return testing::ChordMesh(m, o, d);
+    });
+    CHECK(covered > 500);
+    // The centre pixel's ray crosses all 13 boxes (0.6 each).
+    CHECK(OpticalDepth(r->image, 32, 24) > tau * 13 * 0.59);
   }
 }
 

@@ -139,4 +139,20 @@ inline double ChordMesh(const TetMesh& m, const D3& o, const D3& d) {
   return sum;
 }
 
+// `n` disjoint boxes [-0.5, 0.5]² × [z, z + 0.6] (2×2×2 cubes of 6 tetrahedra each), one behind
+// the other along z with gaps of 0.4: a ray along z enters the mesh n times, more than the walk
+// keeps per scan of its tile's faces (math::kWalkEntryBatch = 8).
+inline TetMesh StackedBoxes(int n) {
+  TetMesh out;
+  for (int i = 0; i < n; ++i) {
+    const float z = -0.5f * n + static_cast<float>(i);
+    auto m = GenerateGridMesh({2, 2, 2, {-0.5f, -0.5f, z}, {0.5f, 0.5f, z + 0.6f}});
+    const int32_t base = static_cast<int32_t>(out.num_points());
+    out.points_xyz.insert(out.points_xyz.end(), m->points_xyz.begin(), m->points_xyz.end());
+    out.scalars.insert(out.scalars.end(), m->scalars.begin(), m->scalars.end());
+    for (int32_t v : m->tets) out.tets.push_back(base + v);
+  }
+  return out;
+}
+
 }  // namespace fresnel::volume::testing

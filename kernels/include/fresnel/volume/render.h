@@ -15,7 +15,9 @@
 //         tiles), walk face to face through the neighbour tetrahedra, and on leaving the mesh look
 //         for the next boundary face further along the ray (non-convex meshes, holes). The test
 //         oracle.
-//   CUDA  cell projection: vertices are projected on the GPU; every tetrahedron scan-converts
+//   CUDA  RenderOptions::cuda_method: the CPU's ray walk (kRayWalk, kAuto's usual choice: the
+//         same walk code, a thread per pixel, boundary faces binned into tiles on the GPU), or
+//         cell projection (kCellProjection): vertices are projected on the GPU; every tetrahedron scan-converts
 //         the pixels under its projection (exact ray tests, counted first so that every hash
 //         block's records are known), and the records (pixel, depth, segment colour and opacity:
 //         the transfer function is integrated as the record is made) are written for as many
@@ -117,6 +119,18 @@ enum class ScanConversion {
                      // so the sort sees 2-12 % more records (RenderStats::records: the hits)
 };
 
+// How the CUDA backend renders.
+enum class CudaMethod {
+  kAuto,            // kRayWalk when the mesh's bounding box lies in front of the eye and
+                    // scan_conversion and compositing are kAuto, else kCellProjection (builds
+                    // with FRESNEL_VOLUME_AUTO_METHOD=CELL: always kCellProjection)
+  kCellProjection,  // scan conversion, records, per-block radix sort and compositing (above)
+  kRayWalk,         // per pixel the CPU's walk (render.h's CPU backend, the same code): the
+                    // camera must be outside the mesh, as for the CPU; no records, no sort, so
+                    // max_block_records / max_pass_records / scan_conversion / compositing do
+                    // not apply; with a callback it renders and reports one hash block at a time
+};
+
 struct RenderOptions {
   // Hash blocks are the pixels with equal (x mod 2^bits, y mod 2^bits): 2 → 16 blocks,
   // 3 → 64 blocks; each is sorted and composited on its own and reported to the callback.
@@ -124,6 +138,7 @@ struct RenderOptions {
   int hash_block_bits = 0;
   Compositing compositing = Compositing::kAuto;
   ScanConversion scan_conversion = ScanConversion::kAuto;
+  CudaMethod cuda_method = CudaMethod::kAuto;
   // CUDA: the records of consecutive blocks are made together while they fit this many (about
   // 24 bytes each); a block never splits. This bounds the frame's device memory (2^28: up to
   // 6 GiB of records; every further pass repeats the scan conversion's per-tetrahedron work:
@@ -149,7 +164,8 @@ struct PartialFrame {
 using PartialFrameCallback = std::function<absl::Status(const PartialFrame&)>;
 
 // Seconds per stage of one Render, summed over blocks. CUDA stages are timed with events on the
-// call's stream; the CPU sets project_s (projection, boundary tiling) and records_s (casting).
+// call's stream; the CPU and the CUDA ray walk set project_s (projection, boundary tiling),
+// records_s (the walk) and (CUDA) d2h_s; `records` is then the segments composited.
 struct RenderStats {
   double project_s = 0;    // vertex projection + per-tetrahedron screen boxes
   double records_s = 0;    // scan conversion: counting and writing the records (segment
@@ -164,11 +180,12 @@ struct RenderStats {
   int64_t warp_chunks = 0;    // CUDA: 512-pixel chunks of large tetrahedra, a warp each
   int num_blocks = 0;
   int passes = 0;             // CUDA: record passes (RenderOptions::max_pass_records)
-  int64_t walk_fallbacks = 0; // CPU: walks continued by a neighbourhood search
+  int64_t walk_fallbacks = 0; // CPU and CUDA kRayWalk: walks continued by a neighbourhood search
   // CUDA: bytes of per-frame device buffers at their peak, plus the mesh's persistent buffers.
   int64_t peak_device_bytes = 0;
   Compositing compositing = Compositing::kAuto;  // the one used
   ScanConversion scan_conversion = ScanConversion::kAuto;  // CUDA: the one used
+  CudaMethod cuda_method = CudaMethod::kAuto;              // CUDA: the one used
 };
 
 struct RenderResult {
@@ -176,8 +193,10 @@ struct RenderResult {
   RenderStats stats;
 };
 
-// A mesh prepared for one device: CUDA keeps its points, scalars and (non-degenerate) tetrahedra
-// in persistent device buffers until destruction; CPU keeps face adjacency and boundary faces.
+// A mesh prepared for one device: CUDA keeps its points, scalars, (non-degenerate) tetrahedra and
+// their face neighbours in persistent device buffers until destruction; CPU keeps face adjacency
+// and boundary faces. Both find the face neighbours on the host (TBB sort of 4 faces per
+// tetrahedron).
 // Thread-safe for concurrent Render calls (it is read-only after Create).
 class DeviceMesh {
  public:

@@ -1,0 +1,367 @@
+// CUDA ray walk (CudaMethod::kRayWalk): the CPU oracle's per-pixel walk (walk_math.h) with a
+// thread per pixel.
+//
+// Why: cell projection makes a record per (tetrahedron, pixel) hit and sorts them; Blunt Fin's
+// big cells give ~25 records per pixel at 1024², and scan conversion, sort and compositing of
+// those took 5.1 of its 6.4 ms (H200, docs/volume.md). A walk does the same intersections (one
+// per segment) but composites them in registers as it goes: no records, no sort, no second
+// pass over memory. What it needs is face adjacency (CudaMesh::neighbors, built at upload) and
+// the boundary faces of every screen tile, binned per frame.
+//
+// Per frame:
+//   1. ProjectPointsKernel: every point to continuous pixel coordinates (NaN behind the eye).
+//   2. BinFacesKernel<false>: a thread per tetrahedron counts, for each of its boundary faces
+//      (neighbour -1) that faces the rays (FaceFacesRays), the 16×16 tiles of the face's
+//      projected box (math::FaceTileBox, the CPU's binning); a scan gives each tile its range;
+//      BinFacesKernel<true> fills the ranges (face ids 4·tet + face and their projected boxes,
+//      in any order: the walk takes entries in (t, grazed, tetrahedron) order; a ray runs the
+//      exact test only on faces whose box holds it).
+//   3. WalkKernel: 16×16 threads per tile (the threads of a tile share its face list, so their
+//      loads of it coincide), each thread
+//      math::WalkRay for its pixel, the colour over the background into the image (float or
+//      RGBA8) and, with a callback, the partial frame. ptxas: 80 registers, 544-byte stack.
+// H200, 1024² RGBA8 (docs/volume.md): Blunt Fin 3.3 ms a frame (walk 2.2), grid 6 M 4.8 (3.6),
+// 35 M 8.5 (6.9); the cell projection 6.6 / 11.3 / 24.3.
+// With a callback the pixels go one hash block at a time (x ≡ bx, y ≡ by mod 2^bits), each
+// reported when done, as the cell projection does.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include <cub/device/device_scan.cuh>
+
+#include "absl/strings/str_cat.h"
+#include "core/cuda_util.cuh"
+#include "fresnel/core/status.h"
+#include "volume/volume_cuda.cuh"
+#include "volume/volume_internal.h"
+#include "volume/volume_math.h"
+#include "volume/walk_math.h"
+
+namespace fresnel::volume {
+
+bool MeshInFrontOfEye(const CudaMesh& mesh, const math::CameraFrame& cam) {
+  for (int c = 0; c < 8; ++c) {
+    const math::V3 p = {(c & 1) ? mesh.hi[0] : mesh.lo[0], (c & 2) ? mesh.hi[1] : mesh.lo[1],
+                        (c & 4) ? mesh.hi[2] : mesh.lo[2]};
+    if (!(math::Dot(p - cam.eye, cam.forward) > 0.0f)) return false;
+  }
+  return true;
+}
+
+namespace {
+
+using cuda_volume::StageTimer;
+using math::Rgba;
+using math::V3;
+
+constexpr int kTile = math::kWalkTile;
+
+// The GPU's view of the mesh for math::WalkRay; `faces` are the thread's tile's. Device code
+// only (the #if keeps nvcc's host pass of the __host__ __device__ walk compiling).
+struct GpuView {
+  const float4* points;
+  const int4* tets;
+  const int4* neighbors;
+  const int32_t* faces;
+  const float4* boxes;  // math::FaceBox of each face: x0, x1, y0, y1
+  FRESNEL_VHD void Load(int32_t t, V3 p[4], float s[4]) const {
+#if defined(__CUDA_ARCH__)
+    const int4 q = __ldg(&tets[t]);
+    const int v[4] = {q.x, q.y, q.z, q.w};
+    for (int i = 0; i < 4; ++i) {
+      const float4 a = __ldg(&points[v[i]]);
+      p[i] = {a.x, a.y, a.z};
+      s[i] = a.w;
+    }
+#endif
+  }
+  FRESNEL_VHD int32_t Neighbor(int32_t t, int f) const {
+#if defined(__CUDA_ARCH__)
+    return __ldg(reinterpret_cast<const int32_t*>(&neighbors[t]) + f);
+#else
+    return -1;
+#endif
+  }
+  FRESNEL_VHD int64_t TileFace(int64_t i) const { return faces[i]; }
+  FRESNEL_VHD math::FaceBox TileBox(int64_t i) const {
+    const float4 b = boxes[i];
+    return {b.x, b.y, b.z, b.w};
+  }
+};
+
+__global__ void ProjectPointsKernel(const float4* __restrict__ points, int64_t n,
+                                    math::CameraFrame cam, float2* __restrict__ screen) {
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i >= n) return;
+  const float4 a = points[i];
+  float x, y;
+  if (!math::ProjectPoint(cam, V3{a.x, a.y, a.z}, &x, &y)) x = y = NAN;
+  screen[i] = make_float2(x, y);
+}
+
+// Whether a ray of the camera can enter the tetrahedron through its face (pj, pk, pl) opposite
+// p_opposite; false only for a face clearly turned away from every ray. The walk's entry test
+// takes face i as entered where b_i = (n_i·d) / D_i > 0 (volume_math.h), i.e. where d points
+// along the inward normal n_in = n_i·sign(D_i). Orthographic: d = forward. Perspective: a ray
+// meets the face's plane at x with n_in·(x − eye) = n_in·(pj − eye), so the sign is the eye's
+// side of the plane. The margin (1e-3 of |n|·(distance + face size), an angle of 0.06°) is far
+// above the rounding of b_i, so no face that could pass the entry test is dropped; the walk
+// then skips the exact test of the back faces of the mesh (about half the boundary).
+__device__ __forceinline__ bool FaceFacesRays(const math::CameraFrame& cam, V3 pj, V3 pk, V3 pl,
+                                              V3 p_opposite) {
+  const V3 n = math::Cross(pk - pj, pl - pj);
+  const float inner = math::Dot(n, p_opposite - pj);
+  const float nn = sqrtf(math::Dot(n, n));
+  if (!(nn > 0.0f) || inner == 0.0f) return true;
+  const V3 n_in = (inner > 0.0f ? 1.0f : -1.0f) * n;
+  if (cam.orthographic) return math::Dot(n_in, cam.forward) >= -1e-3f * nn;
+  const V3 to_face = pj - cam.eye;
+  const float size = fmaxf(sqrtf(math::Dot(pk - pj, pk - pj)), sqrtf(math::Dot(pl - pj, pl - pj)));
+  return math::Dot(n_in, to_face) >= -1e-3f * nn * (sqrtf(math::Dot(to_face, to_face)) + size);
+}
+
+// kFill false: counts[tile] += the boundary faces binned into it; true: each face id and its
+// box into faces[cursor[tile]++], boxes[...]. Faces turned away from every ray (FaceFacesRays)
+// are left out.
+template <bool kFill>
+__global__ void BinFacesKernel(const int4* __restrict__ tets, const int4* __restrict__ neighbors,
+                               const float4* __restrict__ points, int64_t nt,
+                               const float2* __restrict__ screen, math::CameraFrame cam,
+                               int tiles_x, int tiles_y,
+                               unsigned long long* __restrict__ counts,
+                               int32_t* __restrict__ faces, float4* __restrict__ boxes) {
+  const int width = cam.width, height = cam.height;
+  const int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (t >= nt) return;
+  const int4 nb4 = neighbors[t];
+  const int nb[4] = {nb4.x, nb4.y, nb4.z, nb4.w};
+  if (nb[0] >= 0 && nb[1] >= 0 && nb[2] >= 0 && nb[3] >= 0) return;
+  const int4 q = tets[t];
+  const int v[4] = {q.x, q.y, q.z, q.w};
+  for (int f = 0; f < 4; ++f) {
+    if (nb[f] >= 0) continue;
+    const float4 a = points[v[(f + 1) & 3]], b = points[v[(f + 2) & 3]];
+    const float4 c = points[v[(f + 3) & 3]], o = points[v[f]];
+    if (!FaceFacesRays(cam, V3{a.x, a.y, a.z}, V3{b.x, b.y, b.z}, V3{c.x, c.y, c.z},
+                       V3{o.x, o.y, o.z})) {
+      continue;
+    }
+    float fx[3], fy[3];
+    bool all = true;
+    for (int i = 1; i < 4; ++i) {
+      const float2 sc = screen[v[(f + i) & 3]];
+      all = all && !isnan(sc.x);
+      fx[i - 1] = sc.x;
+      fy[i - 1] = sc.y;
+    }
+    const math::FaceBox fb = math::ScreenFaceBox(fx, fy, all);
+    int box[4];
+    if (!math::FaceTileBox(fb, width, height, tiles_x, tiles_y, box)) continue;
+    for (int ty = box[2]; ty <= box[3]; ++ty)
+      for (int tx = box[0]; tx <= box[1]; ++tx) {
+        unsigned long long* c = &counts[int64_t{ty} * tiles_x + tx];
+        if (kFill) {
+          const unsigned long long at = atomicAdd(c, 1ull);
+          faces[at] = static_cast<int32_t>(4 * t + f);
+          boxes[at] = make_float4(fb.x0, fb.x1, fb.y0, fb.y1);
+        } else {
+          atomicAdd(c, 1ull);
+        }
+      }
+  }
+}
+
+struct WalkParams {
+  math::CameraFrame cam;
+  int x0, y0, stride;  // the pixels x0 + i·stride, y0 + j·stride
+  int gw, gh;          // i < gw, j < gh
+  int tiles_x;
+  int64_t max_steps;
+};
+
+// counters[0] += segments composited, counters[1] += neighbourhood searches.
+__global__ void __launch_bounds__(kTile * kTile)
+WalkKernel(GpuView mesh, const unsigned long long* __restrict__ tile_start, math::TfTable tf_param,
+           WalkParams wp, float4* __restrict__ image, uchar4* __restrict__ image8,
+           float4* __restrict__ partial, unsigned long long* __restrict__ counters) {
+  __shared__ math::TfTable tf;
+  const int rank = threadIdx.y * kTile + threadIdx.x;
+  cuda_volume::CopyTfTable(tf_param, &tf, rank, kTile * blockDim.y);
+  __syncthreads();
+  const int i = blockIdx.x * kTile + threadIdx.x, j = blockIdx.y * blockDim.y + threadIdx.y;
+  int64_t segments = 0, fallbacks = 0;
+  if (i < wp.gw && j < wp.gh) {
+    const int x = wp.x0 + i * wp.stride, y = wp.y0 + j * wp.stride;
+    V3 o, d;
+    math::PixelRay(wp.cam, x, y, &o, &d);
+    const int64_t tile = int64_t{y / kTile} * wp.tiles_x + x / kTile;
+    const unsigned long long begin = tile_start[tile], end = tile_start[tile + 1];
+    GpuView view = mesh;
+    view.faces = mesh.faces + begin;
+    view.boxes = mesh.boxes + begin;
+    const Rgba acc = math::WalkRay(view, tf, x, y, o, d, static_cast<int64_t>(end - begin),
+                                   wp.max_steps, &segments, &fallbacks);
+    const Rgba px = math::OverBackground(acc, tf.background);
+    const float4 v = make_float4(px.r, px.g, px.b, px.a);
+    const int64_t at = int64_t{y} * wp.cam.width + x;
+    if (image8 != nullptr) {
+      image8[at] = cuda_volume::Rgba8Of(v);
+    } else {
+      image[at] = v;
+    }
+    if (partial != nullptr) partial[int64_t{j} * wp.gw + i] = v;
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    segments += __shfl_down_sync(0xffffffffu, segments, o);
+    fallbacks += __shfl_down_sync(0xffffffffu, fallbacks, o);
+  }
+  if ((rank & 31) == 0 && (segments | fallbacks) != 0) {
+    atomicAdd(&counters[0], static_cast<unsigned long long>(segments));
+    atomicAdd(&counters[1], static_cast<unsigned long long>(fallbacks));
+  }
+}
+
+// Rows of 16 threads per thread block of WalkKernel: a whole tile. 8, 4 and 2 rows were measured
+// on the H200 (docs/volume.md "Ray walk") and made no difference; the knob that chose them, an
+// environment variable, was removed (kernel choices are options, never getenv).
+constexpr int WalkBlockRows() { return kTile; }
+
+}  // namespace
+
+absl::Status RenderWalkCuda(const Device& device, const CudaMesh& mesh, int64_t mesh_bytes,
+                            const RenderJob& job, RenderResult* result) {
+  cudaStream_t stream = cuda::StreamOf(device);
+  RenderStats& stats = result->stats;
+  stats.cuda_method = CudaMethod::kRayWalk;
+  const math::CameraFrame& cam = job.camera;
+  const int w = cam.width, h = cam.height;
+  const int64_t np = mesh.num_points, nt = mesh.num_tets;
+  if (4 * nt > INT32_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "options.cuda_method kRayWalk takes at most 2^29 tetrahedra, the mesh has ", nt));
+  }
+  StageTimer timer(stream);
+  const int tiles_x = (w + kTile - 1) / kTile, tiles_y = (h + kTile - 1) / kTile;
+  const int64_t ntiles = int64_t{tiles_x} * tiles_y;
+
+  cuda::DeviceBuffer<float2> screen;
+  cuda::DeviceBuffer<unsigned long long> counts, tile_start, counters;
+  cuda::DeviceBuffer<float4> image;
+  cuda::DeviceBuffer<uchar4> image8;
+  FRESNEL_RETURN_IF_ERROR(screen.Allocate(device, np));
+  FRESNEL_RETURN_IF_ERROR(counts.Allocate(device, ntiles + 1));
+  FRESNEL_RETURN_IF_ERROR(tile_start.Allocate(device, ntiles + 1));
+  FRESNEL_RETURN_IF_ERROR(counters.Allocate(device, 2));
+  if (job.rgba8) {
+    FRESNEL_RETURN_IF_ERROR(image8.Allocate(device, int64_t{w} * h));
+  } else {
+    FRESNEL_RETURN_IF_ERROR(image.Allocate(device, int64_t{w} * h));
+  }
+  size_t scan_bytes = 0;
+  FRESNEL_CUDA_RETURN_IF_ERROR(cub::DeviceScan::ExclusiveSum(
+      nullptr, scan_bytes, counts.get(), tile_start.get(), ntiles + 1, stream));
+  cuda::DeviceBuffer<unsigned char> scan_temp;
+  FRESNEL_RETURN_IF_ERROR(scan_temp.Allocate(device, static_cast<int64_t>(scan_bytes)));
+  int64_t frame_bytes = screen.bytes() + counts.bytes() + tile_start.bytes() + counters.bytes() +
+                        image.bytes() + image8.bytes() + scan_temp.bytes();
+
+  // 1-2: projection and the boundary faces of every tile.
+  FRESNEL_RETURN_IF_ERROR(timer.Start(&stats.project_s));
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(counts.get(), 0, counts.bytes(), stream));
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(counters.get(), 0, counters.bytes(), stream));
+  ProjectPointsKernel<<<cuda::BlocksFor(np, 256), 256, 0, stream>>>(mesh.points, np, cam,
+                                                                    screen.get());
+  FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(ProjectPointsKernel);
+  BinFacesKernel<false><<<cuda::BlocksFor(nt, 256), 256, 0, stream>>>(
+      mesh.tets, mesh.neighbors, mesh.points, nt, screen.get(), cam, tiles_x, tiles_y,
+      counts.get(), nullptr, nullptr);
+  FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(BinFacesKernel<false>);
+  FRESNEL_CUDA_RETURN_IF_ERROR(cub::DeviceScan::ExclusiveSum(
+      scan_temp.get(), scan_bytes, counts.get(), tile_start.get(), ntiles + 1, stream));
+  FRESNEL_RETURN_IF_ERROR(timer.Stop());
+  unsigned long long total = 0;
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&total, tile_start.get() + ntiles, sizeof(total),
+                                               cudaMemcpyDeviceToHost, stream));
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  cuda::DeviceBuffer<int32_t> faces;
+  cuda::DeviceBuffer<float4> boxes;
+  FRESNEL_RETURN_IF_ERROR(faces.Allocate(device, static_cast<int64_t>(total)));
+  FRESNEL_RETURN_IF_ERROR(boxes.Allocate(device, static_cast<int64_t>(total)));
+  frame_bytes += faces.bytes() + boxes.bytes();
+  FRESNEL_RETURN_IF_ERROR(timer.Start(&stats.project_s));
+  // counts becomes the fill cursor of each tile: its start.
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(counts.get(), tile_start.get(), counts.bytes(),
+                                               cudaMemcpyDeviceToDevice, stream));
+  BinFacesKernel<true><<<cuda::BlocksFor(nt, 256), 256, 0, stream>>>(
+      mesh.tets, mesh.neighbors, mesh.points, nt, screen.get(), cam, tiles_x, tiles_y,
+      counts.get(), faces.get(), boxes.get());
+  FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(BinFacesKernel<true>);
+  FRESNEL_RETURN_IF_ERROR(timer.Stop());
+
+  // 3: the walk, the whole image at once or (with a callback) one hash block at a time.
+  const int bits = job.on_block == nullptr ? 0 : job.hash_block_bits == 0 ? 2 : job.hash_block_bits;
+  const int stride = 1 << bits, num_blocks = stride * stride;
+  cuda::DeviceBuffer<float4> partial_dev;
+  std::vector<float> partial_host;
+  if (job.on_block != nullptr) {
+    const int64_t most = int64_t{(w + stride - 1) / stride} * ((h + stride - 1) / stride);
+    FRESNEL_RETURN_IF_ERROR(partial_dev.Allocate(device, most));
+    frame_bytes += partial_dev.bytes();
+  }
+  const GpuView view{mesh.points, mesh.tets, mesh.neighbors, faces.get(), boxes.get()};
+  for (int block = 0; block < num_blocks; ++block) {
+    WalkParams wp;
+    wp.cam = cam;
+    wp.x0 = block % stride, wp.y0 = block / stride, wp.stride = stride;
+    wp.gw = (w - wp.x0 + stride - 1) / stride, wp.gh = (h - wp.y0 + stride - 1) / stride;
+    wp.tiles_x = tiles_x;
+    wp.max_steps = nt + 16;
+    if (wp.gw > 0 && wp.gh > 0) {
+      FRESNEL_RETURN_IF_ERROR(timer.Start(&stats.records_s));
+      const int rows = WalkBlockRows();
+      const dim3 threads(kTile, rows);
+      const dim3 grid((wp.gw + kTile - 1) / kTile, (wp.gh + rows - 1) / rows);
+      WalkKernel<<<grid, threads, 0, stream>>>(view, tile_start.get(), job.tf, wp, image.get(),
+                                               image8.get(), partial_dev.get(), counters.get());
+      FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(WalkKernel);
+      FRESNEL_RETURN_IF_ERROR(timer.Stop());
+    }
+    if (job.on_block != nullptr) {
+      PartialFrame frame;
+      frame.block = block;
+      frame.num_blocks = num_blocks;
+      frame.x0 = wp.x0, frame.y0 = wp.y0, frame.stride = stride;
+      frame.width = wp.gw, frame.height = wp.gh;
+      FRESNEL_RETURN_IF_ERROR(cuda_volume::DeliverPartialFrame(
+          stream, &timer, &stats.d2h_s, partial_dev.get(), int64_t{wp.gw} * wp.gh,
+          &partial_host, frame, *job.on_block));
+    }
+  }
+
+  FRESNEL_RETURN_IF_ERROR(timer.Start(&stats.d2h_s));
+  if (job.rgba8) {
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(result->image.raw(), image8.get(),
+                                                 image8.bytes(), cudaMemcpyDeviceToHost, stream));
+  } else {
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(result->image.raw(), image.get(), image.bytes(),
+                                                 cudaMemcpyDeviceToHost, stream));
+  }
+  FRESNEL_RETURN_IF_ERROR(timer.Stop());
+  unsigned long long host_counters[2] = {0, 0};
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_counters, counters.get(), sizeof(host_counters),
+                                               cudaMemcpyDeviceToHost, stream));
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  FRESNEL_RETURN_IF_ERROR(timer.Collect(true));
+  stats.records = static_cast<int64_t>(host_counters[0]);
+  stats.walk_fallbacks = static_cast<int64_t>(host_counters[1]);
+  stats.num_blocks = num_blocks;
+  stats.passes = 0;
+  stats.peak_device_bytes = frame_bytes + mesh_bytes;
+  return absl::OkStatus();
+}
+
+}  // namespace fresnel::volume
