@@ -32,6 +32,9 @@ targets=()
 for name in "${names[@]}"; do targets+=("fuzz_$name"); done
 cmake --build "$build" -j "$jobs" --target "${targets[@]}"
 
+# The file-reader harnesses write each input to a scratch file under TMPDIR: on a disk-backed /tmp
+# that alone made them 7x slower (pose 3.7 k/s against 25 k/s on tmpfs), so use /dev/shm.
+if [[ -z ${TMPDIR:-} && -d /dev/shm && -w /dev/shm ]]; then export TMPDIR=/dev/shm; fi
 limit=(-runs="$runs")
 [[ -n ${FRESNEL_FUZZ_SECONDS:-} ]] && limit=(-max_total_time="$FRESNEL_FUZZ_SECONDS")
 failed=()

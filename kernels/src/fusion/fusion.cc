@@ -178,7 +178,8 @@ int64_t DeviceBytes(const FusionConfig& config) {
   // Lists (new-brick slots, visible bricks), raw depth + rgb staging, three depth levels, vertex and
   // normal maps per level (float4), model vertex/normal (float4), filtered depth, counters and
   // tracking state.
-  int64_t lists = s.capacity * 8;
+  // Plus the neighbour lists of visible bricks (8 int32 a brick).
+  int64_t lists = s.capacity * (8 + 32);
   int64_t px = s.pixels;
   int64_t levels = px + px / 4 + px / 16 + 3;
   // Per-frame depth tiles of 8 x 8 pixels (largest depth, float) and the update count.

@@ -437,9 +437,14 @@ __device__ bool OccludedBrick(I3 b, const PoseF& T_cw, const FrameView& f, float
 
 // Lists the frustum-visible bricks (`visible`, for the apron refresh) and among them those that
 // are not wholly occluded (`update`, for IntegrateKernel; `cull` = 0 lists every visible brick).
+// With `nb_out` (kOffNeighbourList clear) it also writes each visible brick's neighbour list,
+// nb_out[8 bi + code] = pool index of neighbour `code` (-1 = none; 0 = bi itself), which
+// IntegrateKernel (cuda_enable kOnSkipOwnedApron) and ApronKernel read instead of looking the 7
+// neighbours up again (the hash table does not change from here to the
+// end of the frame: AssignKernel has finished).
 __global__ void SelectKernel(VolumeView v, Counters* c, TrackState* s, FrameView f,
                              int32_t* visible, int32_t* update, int* update_count,
-                             const float* tile_max, int cull, int commit_cap) {
+                             const float* tile_max, int cull, int commit_cap, int32_t* nb_out) {
   // commit_cap > 0 (kOffFuseLaunches): CommitKernel's advance of `used` runs here (FinishKernel
   // zeroed the lists' counts). AssignKernel has finished; no thread of this kernel reads `used`
   // or `new_count`.
@@ -453,6 +458,16 @@ __global__ void SelectKernel(VolumeView v, Counters* c, TrackState* s, FrameView
     const I3 b = UnpackKey(key);
     if (!BrickVisible(b, T, f, v.voxel_size, v.mu)) continue;
     visible[atomicAdd(&c->visible, 1)] = bi;
+    if (nb_out != nullptr) {
+      int32_t nb[8];
+      nb[0] = bi;
+#pragma unroll
+      for (int code = 1; code < 8; ++code)
+        nb[code] = FindBrick(v, PackKey(NeighbourBrick(b, code)));
+      int4* const dst = reinterpret_cast<int4*>(nb_out + 8 * static_cast<int64_t>(bi));
+      dst[0] = make_int4(nb[0], nb[1], nb[2], nb[3]);
+      dst[1] = make_int4(nb[4], nb[5], nb[6], nb[7]);
+    }
     if (!cull || !OccludedBrick(b, T, f, v.voxel_size, v.mu, tile_max))
       update[atomicAdd(update_count, 1)] = bi;
   }
@@ -460,17 +475,29 @@ __global__ void SelectKernel(VolumeView v, Counters* c, TrackState* s, FrameView
 
 constexpr int kVoxelsPerThread = (kBrickVoxels + kThreads - 1) / kThreads;  // 3
 
+// True when stored voxel li of a brick with neighbour list nb is not overwritten by ApronKernel:
+// a core voxel, or an apron voxel whose owning neighbour is not allocated.
+__device__ __forceinline__ bool OwnApronVoxel(const int32_t* nb, int li) {
+  const int code = ApronCode(li);
+  return code == 0 || nb[code] < 0;
+}
+
 // IntegrateKernel's kIlp update of the brick at `base` (key b): this thread's voxels
 // threadIdx.x + j kThreads are projected, then all of their depth and voxel loads issued, then
 // updated (ProjectVoxel, UpdateVoxel: IntegrateVoxel's arithmetic in the same order).
+// With `nb` (the brick's neighbour list, kSkipOwned), apron voxels whose owning neighbour
+// exists are left alone: ApronKernel overwrites them with the owner's core voxel later in the
+// frame (every listed brick is also visible), so their update would be dead work.
 __device__ __forceinline__ void IntegrateBrickIlp(const VolumeView& v, I3 b, int64_t base,
-                                                  const PoseF& T, const FrameView& f) {
+                                                  const PoseF& T, const FrameView& f,
+                                                  const int32_t* nb) {
   VoxelProjection pr[kVoxelsPerThread];
   bool ok[kVoxelsPerThread];
 #pragma unroll
   for (int j = 0; j < kVoxelsPerThread; ++j) {
     const int li = threadIdx.x + j * kThreads;
-    ok[j] = li < kBrickVoxels && ProjectVoxel(VoxelWorld(b, li, v.voxel_size), T, f, &pr[j]);
+    ok[j] = li < kBrickVoxels && (nb == nullptr || OwnApronVoxel(nb, li)) &&
+            ProjectVoxel(VoxelWorld(b, li, v.voxel_size), T, f, &pr[j]);
   }
   float d[kVoxelsPerThread][4];
   LoadedVoxel old[kVoxelsPerThread];
@@ -499,21 +526,29 @@ __device__ __forceinline__ void IntegrateBrickIlp(const VolumeView& v, I3 b, int
 // IntegrateVoxel voxel after voxel, whose loads wait for the previous voxel's stores (the
 // compiler must assume they alias): 40 registers, against 78 for kIlp (64 and 20 bytes of spills
 // with kMinBlocks = 4, the __launch_bounds__ occupancy bound; 0 = none). The voxels are equal to
-// the CPU's either way.
-template <bool kIlp, int kMinBlocks>
+// the CPU's either way. kSkipOwned (with kIlp; `nb_list` from SelectKernel): the apron voxels
+// that ApronKernel overwrites are not integrated (OwnApronVoxel).
+template <bool kIlp, int kMinBlocks, bool kSkipOwned = false>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) IntegrateKernel(VolumeView v,
                                                                         const int* count,
                                                                         TrackState* s, FrameView f,
-                                                                        const int32_t* bricks) {
+                                                                        const int32_t* bricks,
+                                                                        const int32_t* nb_list) {
   if (!s->integrate) return;
   const PoseF T = s->T_cw;
   const int n = *count;
+  __shared__ int32_t nb[8];
   for (int i = blockIdx.x; i < n; i += gridDim.x) {
     const int bi = bricks[i];
     const I3 b = UnpackKey(v.brick_keys[bi]);
     const int64_t base = static_cast<int64_t>(bi) * kBrickVoxels;
+    if constexpr (kSkipOwned) {
+      __syncthreads();  // the previous brick's reads of nb are done
+      if (threadIdx.x < 8) nb[threadIdx.x] = nb_list[8 * static_cast<int64_t>(bi) + threadIdx.x];
+      __syncthreads();
+    }
     if constexpr (kIlp) {
-      IntegrateBrickIlp(v, b, base, T, f);
+      IntegrateBrickIlp(v, b, base, T, f, kSkipOwned ? nb : nullptr);
     } else {
       for (int li = threadIdx.x; li < kBrickVoxels; li += blockDim.x)
         IntegrateVoxel(&v.voxels[base + li], v.colors != nullptr ? &v.colors[base + li] : nullptr,
@@ -552,8 +587,9 @@ constexpr int kApronPerLane = (kApronVoxels + 31) / 32;  // 7
 // 96 registers (128 before the packed copies and the shared neighbour list). Bounding it to 3
 // or 4 blocks of 256 an SM (80 / 64 registers, 64 / 136 bytes of spills) was slower on the H200
 // (2026-12-01: +0.014 / +0.029 ms a 848x480 frame; docs/fusion.md).
+// `nb_list` (kOffNeighbourList clear): SelectKernel's neighbour lists, read instead of the lookups.
 __global__ void ApronKernel(VolumeView v, const Counters* c, const TrackState* s,
-                            const int32_t* visible, int ilp) {
+                            const int32_t* visible, int ilp, const int32_t* nb_list) {
   if (!s->integrate) return;
   const int n = c->visible;
   const int lane = threadIdx.x & 31;
@@ -564,7 +600,9 @@ __global__ void ApronKernel(VolumeView v, const Counters* c, const TrackState* s
     // The neighbours go to shared memory, not 8 registers a lane (register pressure).
     int32_t* const nb = nb_warp[threadIdx.x >> 5];
     __syncwarp();  // the previous brick's reads of nb are done
-    if (lane < 8) nb[lane] = NeighbourIndex(v, bi, lane);
+    if (lane < 8)
+      nb[lane] = nb_list != nullptr ? nb_list[8 * static_cast<int64_t>(bi) + lane]
+                                    : NeighbourIndex(v, bi, lane);
     __syncwarp();
     if (!ilp) {
       for (int j = lane; j < kApronVoxels; j += 32) RefreshApronVoxel(v, bi, nb, ApronVoxel(j));
@@ -636,6 +674,16 @@ constexpr unsigned kOffFuseLaunches = 256;  // Begin, the counter memset and Com
 constexpr unsigned kOffIcpBatchedTail = 512;  // IcpKernel's batched partial sums (batched_tail)
 constexpr unsigned kOffIntegrateIlp = 1024;   // IntegrateKernel's kIlp (the plain voxel loop)
 constexpr unsigned kOffIntegrateBound = 2048;  // the kIlp kernel without its occupancy bound
+// Fifth speed pass (2026-12-01, session 6 round 2): SelectKernel writes each visible brick's 7
+// neighbours once and ApronKernel reads them instead of 7 hash lookups a brick (turning it off
+// cost 0.001-0.003 ms a frame and 0.7-0.9 % of the frames/s with 32 sessions on the H200).
+constexpr unsigned kOffNeighbourList = 4096;
+// cuda_enable bit: IntegrateKernel skips the apron voxels that ApronKernel overwrites (needs the
+// neighbour list and the default ILP kernel). Same voxels, but slower on the H200 (2026-12-01:
+// integrate +0.025 / +0.034 ms a 848x480 / 640x480 frame, 5 % fewer frames/s with 32 sessions:
+// the block's barriers around the shared list and the skipped lanes' divergence cost more than
+// the dead apron updates), so off by default.
+constexpr unsigned kOnSkipOwnedApron = 2;
 
 // Pixel of thread `threadIdx.x` in block `blockIdx.x` of a raycast. Row order: pixel i of the
 // image. Tiles: a block of 256 covers a 32 x 8 pixel tile (tiles in row order over the image)
@@ -912,6 +960,7 @@ class CudaBackend : public VolumeBackend {
     FRESNEL_RETURN_IF_ERROR(Alloc(&top_mids_, sizes_.top_slots * 64));
     FRESNEL_RETURN_IF_ERROR(Alloc(&new_slots_, cap));
     FRESNEL_RETURN_IF_ERROR(Alloc(&visible_, cap));
+    FRESNEL_RETURN_IF_ERROR(Alloc(&nb_list_, cap * 8));
     FRESNEL_RETURN_IF_ERROR(Alloc(&update_count_, 1));
     FRESNEL_RETURN_IF_ERROR(Alloc(&tile_max_, TilesX(cam_.width) * TilesY(cam_.height)));
     FRESNEL_RETURN_IF_ERROR(Alloc(&raw_, px * 4));
@@ -1169,18 +1218,26 @@ class CudaBackend : public VolumeBackend {
                 static_cast<float>(config_.max_depth_m)};
     // The update list reuses new_slots_, which is dead from CommitKernel to the next frame.
     int32_t* update = new_slots_;
+    int32_t* const nb_list = (off_ & kOffNeighbourList) == 0 ? nb_list_ : nullptr;
     SelectKernel<<<sms_ * 8, kThreads, 0, st>>>(v, counters_, state_, f, visible_, update,
                                                 update_count_, tile_max_,
-                                                (off_ & kOffCull) == 0 ? 1 : 0, fuse ? cap : 0);
+                                                (off_ & kOffCull) == 0 ? 1 : 0, fuse ? cap : 0,
+                                                nb_list);
     if ((off_ & kOffIntegrateIlp) != 0) {
-      IntegrateKernel<false, 0><<<sms_ * 16, kThreads, 0, st>>>(v, update_count_, state_, f, update);
+      IntegrateKernel<false, 0><<<sms_ * 16, kThreads, 0, st>>>(v, update_count_, state_, f, update,
+                                                                nullptr);
     } else if ((off_ & kOffIntegrateBound) != 0) {
-      IntegrateKernel<true, 0><<<sms_ * 16, kThreads, 0, st>>>(v, update_count_, state_, f, update);
+      IntegrateKernel<true, 0><<<sms_ * 16, kThreads, 0, st>>>(v, update_count_, state_, f, update,
+                                                               nullptr);
+    } else if (nb_list != nullptr && (config_.cuda_enable & kOnSkipOwnedApron) != 0) {
+      IntegrateKernel<true, 4, true><<<sms_ * 16, kThreads, 0, st>>>(v, update_count_, state_, f,
+                                                                     update, nb_list);
     } else {
-      IntegrateKernel<true, 4><<<sms_ * 16, kThreads, 0, st>>>(v, update_count_, state_, f, update);
+      IntegrateKernel<true, 4><<<sms_ * 16, kThreads, 0, st>>>(v, update_count_, state_, f, update,
+                                                               nullptr);
     }
     ApronKernel<<<sms_ * 8, kThreads, 0, st>>>(v, counters_, state_, visible_,
-                                                (off_ & kOffApronIlp) == 0 ? 1 : 0);
+                                                (off_ & kOffApronIlp) == 0 ? 1 : 0, nb_list);
     FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR("fusion integrate");
     FRESNEL_RETURN_IF_ERROR(clock.Mark());
     if (config_.tracking) {
@@ -1483,6 +1540,7 @@ class CudaBackend : public VolumeBackend {
   uint64_t *top_keys_ = nullptr, *top_masks_ = nullptr, *top_mids_ = nullptr;
   int32_t* new_slots_ = nullptr;
   int32_t* visible_ = nullptr;
+  int32_t* nb_list_ = nullptr;   // 8 a pool brick: SelectKernel's neighbour lists (visible bricks)
   int* update_count_ = nullptr;  // bricks listed for IntegrateKernel
   float* tile_max_ = nullptr;    // largest depth per kTile x kTile pixel tile
   uint8_t* raw_ = nullptr;

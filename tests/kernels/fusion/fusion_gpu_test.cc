@@ -140,11 +140,12 @@ TEST_CASE("fusion gpu: ICP tracking ATE <= 1 cm over 120 frames at 640x480", "[g
 // same volume as its switch (FusionConfig::cuda_disable / cuda_enable) bit for bit: the folded
 // Begin / memset / Commit launches and the one-launch vertex maps (off: 256); the ICP's batched
 // partial sums (512); the integration's loads of 3 voxels before their updates (1024) and its
-// occupancy bound (2048); the ICP graph of WHILE nodes (cuda_enable 1: a level's loop stops
-// launching once it has converged) against the default graph of every iteration, whose
-// converged kernels return at once. Same poses bit for bit, same iteration, inlier and brick
-// counts, same mesh and render at the end. With a stop threshold no step meets, every level runs
-// to its cap (and a level of 0 iterations is skipped).
+// occupancy bound (2048); SelectKernel's neighbour lists (4096) and the integration's skip of the
+// apron voxels that the apron refresh overwrites (cuda_enable 2); the ICP graph of WHILE nodes
+// (cuda_enable 1: a level's loop stops launching once it has converged) against the default graph
+// of every iteration, whose converged kernels return at once. Same poses bit for bit, same
+// iteration, inlier and brick counts, same mesh and render at the end. With a stop threshold no
+// step meets, every level runs to its cap (and a level of 0 iterations is skipped).
 TEST_CASE("fusion gpu: launch savings and integrate ILP track like their switches", "[gpu][fusion]") {
   if (fresnel::testing::SkipWithoutGpu()) return;
   const Device gpu = *fresnel::testing::TestGpu();
@@ -159,7 +160,8 @@ TEST_CASE("fusion gpu: launch savings and integrate ILP track like their switche
   struct Switch {
     unsigned off, on;
   };
-  const Switch kSwitches[] = {{0, 0}, {0, 1}, {256, 0}, {512, 0}, {1024, 0}, {2048, 0},
+  const Switch kSwitches[] = {{0, 0},    {0, 1},    {256, 0},  {512, 0},
+                              {1024, 0}, {2048, 0}, {4096, 0}, {0, 2},
                               {256 | 512 | 1024, 0}};
   for (const Case& k : {Case{{10, 5, 4}, 0, -1}, Case{{3, 0, 2}, 1e-30, 5}}) {
     FusionConfig c = SyntheticConfig(320, 240, 0.01, true);
@@ -202,7 +204,8 @@ TEST_CASE("fusion gpu: launch savings and integrate ILP track like their switche
       if (r[0].icp_iterations < 19) ++early;
     }
     WARN("ICP " << k.iterations[0] << "/" << k.iterations[1] << "/" << k.iterations[2]
-                << ": poses of the 7 switch settings equal in " << equal << " of " << frames
+                << ": poses of the " << vols.size() << " switch settings equal in " << equal
+                << " of " << frames
                 << " frames, " << total_iterations << " iterations in " << frames - 1
                 << " tracked frames");
     CHECK(equal == frames);
