@@ -14,14 +14,6 @@ namespace {
 
 constexpr char kService[] = "fresnel.v1.SharedMemoryService";
 
-grpc::ServerUnaryReactor* Finish(RpcRecord& record, grpc::CallbackServerContext* context,
-                                 const absl::Status& status) {
-  record.Done(status);
-  auto* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status));
-  return reactor;
-}
-
 absl::Status Unavailable() {
   return absl::UnimplementedError("this server has no shared-memory registry");
 }
@@ -37,14 +29,14 @@ v1::ShmRef RefTo(const std::string& region, int64_t offset) {
 // received slices to its offset, as it arrives (the region is the preallocated buffer; nothing
 // else is held), so parallel calls fill one region in place. The region is resolved again only
 // when a chunk names another one.
-class WriteRegionCall : public grpc::ServerReadReactor<grpc::ByteBuffer> {
+class WriteRegionCall : public RpcCall<grpc::ServerReadReactor<grpc::ByteBuffer>> {
  public:
   WriteRegionCall(ServiceContext* ctx, grpc::CallbackServerContext* context,
                   grpc::ByteBuffer* response)
-      : ctx_(ctx),
+      : RpcCall(ctx->metrics, kService, "WriteRegion"),
+        ctx_(ctx),
         client_(ClientOf(context)),
-        response_(response),
-        record_(ctx->metrics, kService, "WriteRegion") {
+        response_(response) {
     absl::Status st = ctx->shm == nullptr ? Unavailable()
                                           : ReserveStream(ctx, context, "a WriteRegion", &slot_);
     if (!st.ok()) {
@@ -94,23 +86,20 @@ class WriteRegionCall : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     }
     if (n > 0) chunk_.CopyData(region_.data + offset);
     written_ += n;
-    record_.Payload("in", static_cast<double>(n));
+    record().Payload("in", static_cast<double>(n));
     StartRead(&buffer_);
   }
 
-  void OnDone() override { delete this; }
 
  private:
   void FinishWith(const absl::Status& status) {
-    region_ = ShmSpan();
-    record_.Done(status);
-    Finish(ToGrpcStatus(status));
+    region_ = ShmSpan();  // the mapping may go once the call is over
+    RpcCall::FinishWith(status);
   }
 
   ServiceContext* ctx_;
   const std::string client_;
   grpc::ByteBuffer* response_;
-  RpcRecord record_;
   StreamSlot slot_;
   grpc::ByteBuffer buffer_;
   v1::RegionChunkView chunk_;
@@ -123,11 +112,11 @@ class WriteRegionCall : public grpc::ServerReadReactor<grpc::ByteBuffer> {
 // One ReadRegion call: the range is resolved once (its mapping held for the call) and sent in
 // chunk_bytes messages whose data slice is the region itself (no copy; each slice holds the
 // mapping until gRPC has sent it).
-class ReadRegionCall : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+class ReadRegionCall : public RpcCall<grpc::ServerWriteReactor<grpc::ByteBuffer>> {
  public:
   ReadRegionCall(ServiceContext* ctx, grpc::CallbackServerContext* context,
                  const v1::ReadRegionRequest& request, const absl::Status& parsed)
-      : record_(ctx->metrics, kService, "ReadRegion"),
+      : RpcCall(ctx->metrics, kService, "ReadRegion"),
         region_(request.region()),
         offset_(request.offset_bytes()) {
     absl::Status st = parsed.ok() ? Start(ctx, context, request) : parsed;
@@ -146,14 +135,14 @@ class ReadRegionCall : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     WriteNext();
   }
 
-  void OnDone() override { delete this; }
 
  private:
   absl::Status Start(ServiceContext* ctx, grpc::CallbackServerContext* context,
                      const v1::ReadRegionRequest& request) {
     if (ctx->shm == nullptr) return Unavailable();
-    const int64_t max_chunk = ctx->max_message_bytes - v1::kEnvelopeBytes;
-    chunk_ = request.chunk_bytes() == 0 ? std::min<int64_t>(4 << 20, max_chunk)
+    // Any size up to the cap's payload may be asked for (shm.proto); 0 takes the default.
+    const int64_t max_chunk = v1::ChunkPayloadBytes(ctx->max_message_bytes);
+    chunk_ = request.chunk_bytes() == 0 ? std::min(v1::kDefaultRegionChunkBytes, max_chunk)
                                         : request.chunk_bytes();
     if (chunk_ <= 0 || chunk_ > max_chunk) {
       return absl::InvalidArgumentError(absl::StrCat("chunk_bytes: must lie in 1..", max_chunk,
@@ -179,17 +168,15 @@ class ReadRegionCall : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     out_ = v1::RegionChunkBuffer(region_, offset_ + pos_, span_.data + pos_,
                                  static_cast<size_t>(n), span_.keepalive);
     pos_ += n;
-    record_.Payload("out", static_cast<double>(n));
+    record().Payload("out", static_cast<double>(n));
     StartWrite(&out_);
   }
 
   void FinishWith(const absl::Status& status) {
     span_ = ShmSpan();  // the mapping may go once the call is over
-    record_.Done(status);
-    Finish(ToGrpcStatus(status));
+    RpcCall::FinishWith(status);
   }
 
-  RpcRecord record_;
   const std::string region_;
   const int64_t offset_;
   StreamSlot slot_;
@@ -227,33 +214,33 @@ grpc::ServerUnaryReactor* SharedMemoryService::RegisterRegion(
     grpc::CallbackServerContext* context, const v1::RegisterRegionRequest* request,
     v1::RegisterRegionResponse* response) {
   RpcRecord record(ctx_->metrics, kService, "RegisterRegion");
-  if (ctx_->shm == nullptr) return Finish(record, context, Unavailable());
+  if (ctx_->shm == nullptr) return FinishUnary(record, context, Unavailable());
   absl::StatusOr<v1::SharedRegionInfo> info = ctx_->shm->Register(ClientOf(context), *request);
   if (info.ok()) {
     *response->mutable_region() = *std::move(info);
     response->set_ttl_seconds(ctx_->shm->ttl_s());
   }
-  return Finish(record, context, info.status());
+  return FinishUnary(record, context, info.status());
 }
 
 grpc::ServerUnaryReactor* SharedMemoryService::UnregisterRegion(
     grpc::CallbackServerContext* context, const v1::UnregisterRegionRequest* request,
     v1::UnregisterRegionResponse* /*response*/) {
   RpcRecord record(ctx_->metrics, kService, "UnregisterRegion");
-  if (ctx_->shm == nullptr) return Finish(record, context, Unavailable());
-  return Finish(record, context, ctx_->shm->Unregister(ClientOf(context), request->name()));
+  if (ctx_->shm == nullptr) return FinishUnary(record, context, Unavailable());
+  return FinishUnary(record, context, ctx_->shm->Unregister(ClientOf(context), request->name()));
 }
 
 grpc::ServerUnaryReactor* SharedMemoryService::ListRegions(
     grpc::CallbackServerContext* context, const v1::ListRegionsRequest* /*request*/,
     v1::ListRegionsResponse* response) {
   RpcRecord record(ctx_->metrics, kService, "ListRegions");
-  if (ctx_->shm == nullptr) return Finish(record, context, Unavailable());
+  if (ctx_->shm == nullptr) return FinishUnary(record, context, Unavailable());
   for (v1::SharedRegionInfo& info : ctx_->shm->List(ClientOf(context))) {
     *response->add_regions() = std::move(info);
   }
   response->set_ttl_seconds(ctx_->shm->ttl_s());
-  return Finish(record, context, absl::OkStatus());
+  return FinishUnary(record, context, absl::OkStatus());
 }
 
 }  // namespace fresnel::server

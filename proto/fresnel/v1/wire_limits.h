@@ -14,6 +14,8 @@ inline constexpr int64_t kEnvelopeBytes = 16 << 10;
 // Smallest chunk either side makes or accepts a request for: below it the per-message overhead
 // dominates.
 inline constexpr int64_t kMinChunkBytes = 4096;
+// SharedMemoryService.ReadRegion's chunk when the request leaves chunk_bytes 0 (shm.proto).
+inline constexpr int64_t kDefaultRegionChunkBytes = 4 << 20;
 
 // Array bytes per chunk under a message cap of `max_message_bytes`: the cap less the envelope (at
 // least kMinChunkBytes), or `requested` clamped into [kMinChunkBytes, that] when it is positive.
