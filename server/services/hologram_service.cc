@@ -575,8 +575,7 @@ class ReconstructCall : public UploadReader<v1::ReconstructRequest> {
     if (field_complete_) {
       return absl::InvalidArgumentError("field_chunk: a chunk after the one marked last");
     }
-    // complex128 is the widest dtype the kernel takes.
-    const int64_t max_bytes = limits_.max_pixels * 16;
+    const int64_t max_bytes = hologram::ReconstructMaxFieldBytes(limits_);
     FRESNEL_ASSIGN_OR_RETURN(field_complete_,
                              assembler_.Add(std::move(*request.mutable_field_chunk()), "field",
                                             max_bytes));

@@ -101,10 +101,7 @@ void FillMeshReport(const volume::MeshReport& report, v1::UploadMeshResponse* ou
   out->set_scalar_max(report.scalar_max);
 }
 
-int64_t VolumeRenderInput::ImageBytes() const {
-  const int64_t pixels = int64_t{camera.width} * camera.height;
-  return pixels * 4 * (format == v1::VOLUME_IMAGE_RGBA_F32 ? 4 : 1);
-}
+int64_t VolumeRenderInput::ImageBytes() const { return volume::ImageBytes(camera, options); }
 
 absl::StatusOr<VolumeRenderInput> ParseVolumeRender(const v1::VolumeRenderRequest& request,
                                                     const volume::MeshReport& report) {

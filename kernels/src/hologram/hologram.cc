@@ -304,6 +304,10 @@ int64_t DeviceBytes(const HologramOptions& o, int64_t points) {
   return bytes;
 }
 
+int64_t ReconstructMaxFieldBytes(const Limits& limits) {
+  return limits.max_pixels * static_cast<int64_t>(DTypeSize(DType::kComplex128));
+}
+
 absl::StatusOr<Reconstruction> ReconstructAsm(const Device& device, const HostArray& field,
                                               const AsmOptions& options, StageTimes* times,
                                               const Limits& limits) {

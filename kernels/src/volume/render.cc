@@ -193,6 +193,10 @@ int64_t CudaMeshBytes(int64_t num_points, int64_t num_tets) {
   return 16 * num_points + 32 * num_tets;
 }
 
+int64_t ImageBytes(const Camera& camera, const RenderOptions& options) {
+  return int64_t{camera.width} * camera.height * 4 * (options.rgba8 ? 1 : 4);
+}
+
 int64_t DeviceBytes(const TetMesh& mesh) {
   return CudaMeshBytes(mesh.num_points(), mesh.num_tets());
 }

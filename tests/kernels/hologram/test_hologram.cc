@@ -672,6 +672,10 @@ TEST_CASE("DeviceBytes counts the field, the outputs, the reconstruction and the
   const int64_t most = DeviceBytes(big, limits.max_points);
   CHECK(most > 0);
   CHECK(most < (int64_t{1} << 40));
+  // The upload cap of a chunked field: max_pixels samples of complex128.
+  Limits small;
+  small.max_pixels = 1000;
+  CHECK(ReconstructMaxFieldBytes(small) == 16000);
 }
 
 }  // namespace

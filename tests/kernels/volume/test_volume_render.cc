@@ -83,6 +83,18 @@ int CheckAbsorption(const HostArray& image, const Camera& cam, double tau, Chord
   return covered;
 }
 
+TEST_CASE("ImageBytes: RGBA in float32 or uint8", "[volume]") {
+  Camera cam;
+  cam.width = 3;
+  cam.height = 2;
+  RenderOptions o;
+  CHECK(ImageBytes(cam, o) == 3 * 2 * 4 * 4);
+  o.rgba8 = true;
+  CHECK(ImageBytes(cam, o) == 3 * 2 * 4);
+  cam.width = cam.height = kMaxImageSide;  // no int overflow at the largest image
+  CHECK(ImageBytes(cam, o) == int64_t{kMaxImageSide} * kMaxImageSide * 4);
+}
+
 TEST_CASE("absorption: one tetrahedron, every pixel", "[volume]") {
   std::mt19937_64 rng(FreshSeed());
   std::uniform_real_distribution<float> u(-1, 1);

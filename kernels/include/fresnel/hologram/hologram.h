@@ -280,6 +280,10 @@ absl::StatusOr<Reconstruction> ReconstructAsm(const Device& device, const HostAr
                                               StageTimes* times = nullptr,
                                               const Limits& limits = {});
 
+// Bytes of the largest field ReconstructAsm accepts under `limits`: max_pixels samples of
+// complex128, the widest dtype it takes (an upload cap for a field sent in chunks).
+int64_t ReconstructMaxFieldBytes(const Limits& limits);
+
 // PSNR of two uint8 images of equal shape in dB (peak 255; +inf when identical). -1 when the
 // shapes or dtypes differ.
 double Psnr8(const HostArray& image, const HostArray& reference);

@@ -224,6 +224,10 @@ class DeviceMesh {
   std::unique_ptr<Impl> impl_;
 };
 
+// Bytes of the image Render returns for `camera` and `options`: RGBA, float32 or (options.rgba8)
+// uint8 per channel.
+int64_t ImageBytes(const Camera& camera, const RenderOptions& options);
+
 // Persistent device bytes a CUDA DeviceMesh of `mesh` takes (for a cache cap), without uploading.
 int64_t DeviceBytes(const TetMesh& mesh);
 
