@@ -24,6 +24,7 @@
 // OnHalfClose, OnAbort and OnStreamDone; their constructor calls StartReading() last.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -130,7 +131,7 @@ class OrderedStream : public RpcCall<grpc::ServerBidiReactor<Request, Response>>
 
   void OnDone() override {
     OnStreamDone();
-    delete this;
+    Release();  // gRPC's hold; an answer still leaving Put() keeps the object a moment longer
   }
 
  protected:
@@ -195,16 +196,32 @@ class OrderedStream : public RpcCall<grpc::ServerBidiReactor<Request, Response>>
     bool absorbed = false;  // no longer counted in in_flight_
   };
 
+  // Put runs on any thread (a device worker's job completion). Once it has counted its answer,
+  // a gRPC reaction on another thread may find nothing outstanding and finish the stream, and
+  // gRPC then calls OnDone — while this thread is still on its way into Progress(). The hold
+  // (taken while the answer is still outstanding, so the stream cannot have finished yet) keeps
+  // the object alive until Put returns; whichever of OnDone and Put lets go last deletes it.
+  // (ASan caught the use after free in test_hologram_service.)
   void Put(int64_t seq, Reply reply, bool skip, bool absorbed = false) {
+    Acquire();
+    bool counted = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
       // A second answer (after an exception in OnRequest was answered by Skip) is dropped.
-      if (seq < next_write_ || ready_.count(seq) > 0) return;
-      --outstanding_;
-      if (absorbed) --in_flight_;
-      if (!aborted_) ready_.emplace(seq, Slot{std::move(reply), skip, absorbed});
+      if (seq >= next_write_ && ready_.count(seq) == 0) {
+        --outstanding_;
+        if (absorbed) --in_flight_;
+        if (!aborted_) ready_.emplace(seq, Slot{std::move(reply), skip, absorbed});
+        counted = true;
+      }
     }
-    Progress();
+    if (counted) Progress();
+    Release();
+  }
+
+  void Acquire() { refs_.fetch_add(1, std::memory_order_relaxed); }
+  void Release() {
+    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
   }
 
   void Stop(const absl::Status& status, bool abort) {
@@ -269,6 +286,7 @@ class OrderedStream : public RpcCall<grpc::ServerBidiReactor<Request, Response>>
   }
 
   const int max_in_flight_;
+  std::atomic<int> refs_{1};  // gRPC's until OnDone, plus one per Put in progress
   Request request_;  // the read buffer (one read in flight)
   Response write_;   // the write buffer (one write in flight)
   std::function<bool(Response*)> more_;  // the rest of the answer being written
