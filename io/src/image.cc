@@ -2,6 +2,7 @@
 #include "fresnel/io/image.h"
 
 #include <cstdarg>
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -104,9 +105,17 @@ absl::StatusOr<HostArray> ReadTiff(const std::string& path, const ImageReadOptio
     TIFFGetField(tif, TIFFTAG_TILEWIDTH, &tw);
     TIFFGetField(tif, TIFFTAG_TILELENGTH, &th);
     const tmsize_t tile_bytes = TIFFTileSize(tif);
-    if (tw == 0 || th == 0 || tile_bytes <= 0 ||
-        static_cast<uint64_t>(tile_bytes) < uint64_t{tw} * th * item) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": bad TIFF tile size ", tw, " x ", th));
+    // A tile is at most the image rounded up to 16 (the spec's tile multiple) or 1024 on a side:
+    // a header of a few bytes may claim 65536 x 65536 tiles (4 GB allocated for one tile of a
+    // small image; found by fuzz_tiff).
+    const auto side_ok = [](uint32_t t, uint32_t image) {
+      return uint64_t{t} <= std::max<uint64_t>((uint64_t{image} + 15) / 16 * 16, 1024);
+    };
+    if (tw == 0 || th == 0 || tile_bytes <= 0 || !side_ok(tw, width) || !side_ok(th, height) ||
+        static_cast<uint64_t>(tile_bytes) < uint64_t{tw} * th * item ||
+        static_cast<uint64_t>(tile_bytes) > uint64_t{tw} * th * item * 2) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": bad TIFF tile size ", tw, " x ", th,
+                                                     " for a ", width, " x ", height, " image"));
     }
     std::vector<char> tile(static_cast<size_t>(tile_bytes));
     for (uint32_t y = 0; y < height; y += th) {
