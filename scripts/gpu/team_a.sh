@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The team's GPU run, call A (scripts/gpu/team_bundle.sh makes the bundle; run from .gpu-team/ with
+# .gpu/env.sh sourced). Starts, each in its own process session so that it outlives this call:
+#   - issue 13's 10-minute soak on the GPU pool: fresneld --gpus all --small-job-bytes 0 (so the
+#     mix's small requests really run on the GPU) and `fresnel bench --op mix -c 64 -d 600
+#     --server-pid` beside it; nvidia-smi memory and the server's RSS every 30 s;
+#   - fuzz_resample_stream (6 processes) and fuzz_tiff (2) at nice 19, one corpus dir each;
+# then runs every [gpu] test case, each binary in its own process, and compute-sanitizer racecheck
+# of the volume case that needs > 90 s, stopping by 540 s. Collect with team_b.sh within 30 s of
+# the end (the machine is released after 30 s idle, and the soak with it).
+# The tests were built with FRESNEL_SOURCE_DIR=/work/main and data under /work/shared/data: both
+# are linked to this tree and the bundle's data.
+set -u
+T0=$(date +%s)
+here=$PWD                     # .gpu-team
+root=$(cd .. && pwd)
+mkdir -p /work /work/shared
+[[ -e /work/main ]] || ln -s "$root" /work/main
+[[ -e /work/shared/data ]] || ln -s "$here/.gpu/data" /work/shared/data
+log=$OUT/a.log
+exec > >(tee -a "$log") 2>&1
+echo "== $(date -u) host $(hostname) cores $(nproc)"; nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total,clocks.max.sm --format=csv
+# --- soak ---
+mkdir -p /tmp/soak
+cat > /tmp/soak/soak.sh <<'SOAK'
+set -u
+cd /tmp/soak
+fresneld --listen 127.0.0.1:50998 --metrics off --gpus all --streams-per-gpu 16 --job-ttl 5 --small-job-bytes 0 > server.log 2>&1 &
+spid=$!
+for i in $(seq 1 50); do fresnel --server 127.0.0.1:50998 info > info.txt 2>&1 && break; sleep 0.2; done
+( while kill -0 $spid 2>/dev/null && [[ ! -e bench.done ]]; do echo "$(date +%s) $(nvidia-smi --query-gpu=memory.used --format=csv,noheader) rss_kb=$(awk '/VmRSS/{print $2}' /proc/$spid/status)"; sleep 30; done ) > smi.log 2>&1 &
+echo "start $(date -u)" > bench.log
+fresnel --server 127.0.0.1:50998 bench --op mix -c 64 -d 600 --server-pid $spid >> bench.log 2>&1
+echo "bench rc=$? $(date -u)" >> bench.log
+touch bench.done
+kill -TERM $spid; wait $spid; echo "fresneld rc=$? $(date -u)" >> bench.log
+touch done
+SOAK
+setsid bash /tmp/soak/soak.sh > /tmp/soak/soak.out 2>&1 < /dev/null &
+echo "soak started $(date -u)"
+# --- fuzzers (nice 19; several processes per harness share one corpus dir; executions summed) ---
+mkdir -p /tmp/fuzz
+if [[ -x $here/.gpu/bin/fuzz_tiff ]]; then
+cat > /tmp/fuzz/fuzz.sh <<FUZZ
+cd /tmp/fuzz; export TMPDIR=/dev/shm
+run() { name=\$1; procs=\$2; runs=\$3; mkdir -p corpus-\$name art-\$name
+  for i in \$(seq 1 \$procs); do
+    nice -n 19 $here/.gpu/bin/fuzz_\$name -runs=\$runs -rss_limit_mb=2048 -malloc_limit_mb=1024 -timeout=10 \
+      -print_final_stats=1 -artifact_prefix=art-\$name/ corpus-\$name $root/tests/fuzz/corpus/\$name > \$name-\$i.log 2>&1 &
+  done; }
+run resample_stream 6 1700000
+run tiff 2 5000000
+wait; touch done
+FUZZ
+setsid bash /tmp/fuzz/fuzz.sh > /tmp/fuzz/out 2>&1 < /dev/null &
+echo "fuzzers started $(date -u)"
+fi
+# --- [gpu] tests, each in its own process ---
+left() { echo $(( 540 - ($(date +%s) - T0) )); }
+t() { local lim=$1; shift; local l; l=$(left); ((l < 20)) && { echo "SKIP (time) $*"; return; }
+  ((lim > l)) && lim=$l
+  local s=$(date +%s); timeout -k 5 $lim "$@" > /tmp/t.log 2>&1; local rc=$?
+  echo "-- rc=$rc $(( $(date +%s) - s ))s: $*"; tail -n 3 /tmp/t.log; grep -E "FAILED|REQUIRE|CHECK\(" /tmp/t.log | head -20; }
+cd "$root"
+for b in test_interp test_unwrap test_hologram test_volume test_fusion; do t 120 $b "[gpu]"; done
+t 90 test_server "[gpu]~[.]"; t 60 test_server "[sticky]"
+for b in test_sessions test_hologram_service test_unwrap_service test_fusion_service test_volume_service test_shm test_inline_staging; do t 90 $b "[gpu]"; done
+t 300 compute-sanitizer --tool racecheck --print-limit 20 test_volume "three scan conversions"
+echo "== call A end $(date -u), $(( $(date +%s) - T0 )) s"
+cat /tmp/soak/bench.log | tail -5; tail -3 /tmp/soak/smi.log

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Builds (in ${FRESNEL_BUILD_DIR:-build}, and the two fuzzers in build-fuzz) and bundles what
+# team_a.sh / team_b.sh run into .gpu-team/: fresneld, fresnel, every test binary with [gpu]
+# cases, the benches, fuzz_tiff and fuzz_resample_stream, and ../shared/data's fusion, volume and
+# cgh folders. Then, with the device tool:
+#   run  carry [".gpu-team"]  cd .gpu-team && tar -xJf b.tar.xz && source .gpu/env.sh && bash ../scripts/gpu/team_a.sh
+#   run  (within 30 s)        cd .gpu-team && source .gpu/env.sh && bash ../scripts/gpu/team_b.sh
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+b=${FRESNEL_BUILD_DIR:-build}
+tests=(kernels/interp/test_interp kernels/unwrap/test_unwrap kernels/hologram/test_hologram
+       kernels/volume/test_volume kernels/fusion/test_fusion server/test_server server/test_sessions
+       server/test_hologram_service server/test_unwrap_service server/test_fusion_service
+       server/test_volume_service server/test_shm server/test_inline_staging)
+benches=(interp/fresnel_bench_interp fusion/fresnel_bench_fusion volume/fresnel_bench_volume
+         hologram/fresnel_bench_hologram unwrap/fresnel_bench_unwrap
+         transport/fresnel_bench_transport)
+targets=(fresneld fresnel)
+for t in "${tests[@]}" "${benches[@]}"; do targets+=("$(basename "$t")"); done
+cmake --build "$b" -j "${FRESNEL_JOBS:-$(nproc)}" --target "${targets[@]}"
+FRESNEL_FUZZ_RUNS=1 bash scripts/fuzz.sh tiff resample_stream >/dev/null
+bins=("$b/server/fresneld" "$b/client/fresnel")
+for t in "${tests[@]}"; do bins+=("$b/tests/$t"); done
+for t in "${benches[@]}"; do bins+=("$b/tests/bench/$t"); done
+bins+=(build-fuzz/tests/fuzz/fuzz_tiff build-fuzz/tests/fuzz/fuzz_resample_stream)
+data=()
+for d in fusion volume cgh; do [[ -d ../shared/data/$d ]] && data+=(--data "../shared/data/$d"); done
+bash scripts/gpu/bundle.sh team "${data[@]}" "${bins[@]}"
