@@ -255,6 +255,11 @@ FRESNEL_VHD Rgba IntegrateSegment(const TfTable& tf, float s0, float s1, float l
     // Points with x < s0 in descending order; skip one equal to s0.
     while (k >= 0 && tf.x[k] >= s0) --k;
   }
+  // One piece (the usual case: most segments cross no control point) needs one expm1: the
+  // first piece's transmittance exp(−0) is 1 and the total opacity is that piece's. Skipping
+  // the other two calls there gives the same bits.
+  int pieces = 0;
+  float first_alpha = 0.0f;
   for (int guard = 0; guard <= kTfMax; ++guard) {
     float u1;
     bool last = false;
@@ -270,20 +275,21 @@ FRESNEL_VHD Rgba IntegrateSegment(const TfTable& tf, float s0, float s1, float l
     const float piece = ds != 0.0f ? length * ((u1 - u0) / ds) : length;
     const float piece_od = piece * 0.5f * (c0.a + c1.a);
     if (piece_od > 0.0f) {
-      const float trans = std::exp(-od);
+      const float trans = pieces == 0 ? 1.0f : std::exp(-od);
       const float alpha = -std::expm1(-piece_od);
       const float w = trans * alpha * 0.5f;
       out.r += w * (c0.r + c1.r);
       out.g += w * (c0.g + c1.g);
       out.b += w * (c0.b + c1.b);
       od += piece_od;
+      if (pieces++ == 0) first_alpha = alpha;
     }
     if (last) break;
     u0 = u1;
     c0 = c1;
     k += rising ? 1 : -1;
   }
-  out.a = -std::expm1(-od);
+  out.a = pieces == 1 ? first_alpha : -std::expm1(-od);
   return out;
 }
 
