@@ -255,9 +255,9 @@ FRESNEL_VHD Rgba IntegrateSegment(const TfTable& tf, float s0, float s1, float l
     // Points with x < s0 in descending order; skip one equal to s0.
     while (k >= 0 && tf.x[k] >= s0) --k;
   }
-  // One piece (the usual case: most segments cross no control point) needs one expm1: the
-  // first piece's transmittance exp(−0) is 1 and the total opacity is that piece's. Skipping
-  // the other two calls there gives the same bits.
+  // One piece (the usual case: most segments cross no control point) needs one expm1 and no
+  // division: the first piece's transmittance exp(−0) is 1, the total opacity is that piece's
+  // and its length the segment's. Skipping the other calls there gives the same bits.
   int pieces = 0;
   float first_alpha = 0.0f;
   for (int guard = 0; guard <= kTfMax; ++guard) {
@@ -272,7 +272,9 @@ FRESNEL_VHD Rgba IntegrateSegment(const TfTable& tf, float s0, float s1, float l
       last = true;
     }
     const Rgba c1 = TfEval(tf, u1, TfUpper(tf, u1));
-    const float piece = ds != 0.0f ? length * ((u1 - u0) / ds) : length;
+    // The only piece (guard 0 and last: u0 = s0, u1 = s1) is the whole length: ds / ds is 1.
+    const float piece =
+        ds != 0.0f && !(guard == 0 && last) ? length * ((u1 - u0) / ds) : length;
     const float piece_od = piece * 0.5f * (c0.a + c1.a);
     if (piece_od > 0.0f) {
       const float trans = pieces == 0 ? 1.0f : std::exp(-od);

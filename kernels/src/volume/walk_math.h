@@ -186,32 +186,37 @@ FRESNEL_VHD bool IntersectWalkTet(const WalkTet& w, V3 o, V3 d, TetHit* hit) {
 FRESNEL_VHD bool StepWalkTet(const WalkTet& w, V3 o, V3 d, int face_in, float t_in, float s_in,
                              TetHit* hit) {
   const WalkRayTet q = RayAgainst(w, o, d);
-  float t_out = INFINITY, t_enter = -INFINITY;
+  const float tol = 1e-5f * fmaxf(1.0f, fabsf(t_in));
+  // Face i is crossed at t_i = −a_i/b_i. One division, for the exit alone: leaving faces
+  // (b_i < 0) are ordered by a_i/|b_i| through cross products (both |b| positive), and an
+  // entering face (b_i > 0) is entered after t_in + tol where −a_i > (t_in + tol)·b_i.
+  float exit_a = 0.0f, exit_nb = 1.0f;  // the exit's a and −b
   int f_out = -1;
+  bool through = true;
   for (int i = 0; i < 4; ++i) {
     if (i == face_in) continue;
-    if (q.b[i] < 0.0f) {
-      const float t = -q.a[i] / q.b[i];
-      if (t < t_out) {
-        t_out = t;
+    const float a = q.a[i], b = q.b[i];
+    if (b < 0.0f) {
+      if (f_out < 0 || a * exit_nb < exit_a * -b) {
+        exit_a = a;
+        exit_nb = -b;
         f_out = i;
       }
-    } else if (q.b[i] > 0.0f) {
-      t_enter = fmaxf(t_enter, -q.a[i] / q.b[i]);
-    } else if (q.a[i] < 0.0f) {
-      return false;  // parallel to face i and outside it
+    } else if (b > 0.0f) {
+      through = through && !(-a > (t_in + tol) * b);
+    } else {
+      through = through && !(a < 0.0f);  // parallel to face i and outside it
     }
   }
-  t_out = fminf(t_out, q.base + w.reach);
-  const float tol = 1e-5f * fmaxf(1.0f, fabsf(t_in));
-  if (f_out < 0 || t_out < t_in - tol || t_enter > t_in + tol) return false;
-  t_out = fmaxf(t_out, t_in);
+  if (!through || f_out < 0) return false;
+  const float t_out = fminf(exit_a / exit_nb, q.base + w.reach);
+  if (t_out < t_in - tol) return false;
   hit->t_in = t_in;
-  hit->t_out = t_out;
+  hit->t_out = fmaxf(t_out, t_in);
   hit->face_in = face_in;
   hit->face_out = f_out;
   hit->s_in = s_in;
-  hit->s_out = q.s_at0 + t_out * q.s_rate;
+  hit->s_out = q.s_at0 + hit->t_out * q.s_rate;
   return true;
 }
 
