@@ -296,9 +296,13 @@ FRESNEL_VHD Rgba WalkRay(const MeshView& m, const TfTable& tf, int px, int py, V
       TetHit hit;
       bool ok = IntersectWalkTet(m.Geom(cur), o, d, &hit);
       m.Neighbors(cur, nb);
+      // The transfer function at the last segment's end: a joined step starts there.
+      TfAt at_end = {NAN, 0, {0, 0, 0, 0}};
       for (int64_t step = 0; step < max_steps; ++step) {
         if (ok) {
-          acc = Over(acc, IntegrateSegment(tf, hit.s_in, hit.s_out, hit.t_out - hit.t_in));
+          const TfAt from = hit.s_in == at_end.s ? at_end : TfAtScalar(tf, hit.s_in);
+          acc = Over(acc, IntegrateSegmentFrom(tf, from, hit.s_out, hit.t_out - hit.t_in,
+                                               &at_end));
           t_done = fmaxf(t_done, hit.t_out);
           ++*segments;
         }
