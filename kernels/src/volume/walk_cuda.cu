@@ -24,7 +24,8 @@
 //      A step loads its tetrahedron's 5 float4 of geometry and int4 of neighbours, all indexed
 //      by the tetrahedron (one level of dependent loads: the session-6 step loaded the
 //      tetrahedron's point ids, then its points, then the neighbour). ptxas: 80 registers,
-//      560-byte stack (the neighbourhood search's queue, the entry batch), 30 bytes of spills.
+//      592-byte stack (the neighbourhood search's queue, the entry batch), 70 / 108 bytes of
+//      spill stores / loads.
 //   4. The image to the caller's host memory (RenderInto: DMA at full speed when pinned).
 // H200, 1024² RGBA8, session 6 (before the cached geometry; docs/volume.md): Blunt Fin 3.3 ms a
 // frame (walk 2.2), grid 6 M 4.8 (3.6), 35 M 8.5 (6.9); the cell projection 6.6 / 11.3 / 24.3.
@@ -200,7 +201,7 @@ struct WalkParams {
 
 // Thread blocks of 256 per SM that ptxas fits WalkKernel's registers for (__launch_bounds__'s
 // second argument; a build-time knob for measuring, FRESNEL_VOLUME_WALK_MIN_BLOCKS): 3 gives
-// 80 registers and a few spills (ptxas' own choice without it), 2 gives 89 and none, 4 gives 64.
+// 80 registers and some spills (ptxas' own choice without it), 2 gives 95 and none, 4 gives 64.
 #ifndef FRESNEL_VOLUME_WALK_MIN_BLOCKS
 #define FRESNEL_VOLUME_WALK_MIN_BLOCKS 3
 #endif
