@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <utility>
@@ -188,9 +189,11 @@ DeviceMesh::DeviceMesh(const Device& device, MeshReport report)
     : device_(device), report_(std::move(report)), impl_(std::make_unique<Impl>()) {}
 DeviceMesh::~DeviceMesh() = default;
 
-// Points as float4 (x, y, z, scalar), tetrahedra and their face neighbours as int4.
+// Points as float4 (x, y, z, scalar), tetrahedra and their face neighbours as int4, the ray
+// walk's geometry as 5 float4 per tetrahedron (math::WalkTet). The walk's boundary-face list
+// (4 B per boundary face, a few % of 16 B per tetrahedron) is not counted.
 int64_t CudaMeshBytes(int64_t num_points, int64_t num_tets) {
-  return 16 * num_points + 32 * num_tets;
+  return 16 * num_points + (32 + 80) * num_tets;
 }
 
 int64_t ImageBytes(const Camera& camera, const RenderOptions& options) {
@@ -229,10 +232,13 @@ absl::StatusOr<std::unique_ptr<DeviceMesh>> DeviceMesh::Create(const Device& dev
 
 // ---- Render --------------------------------------------------------------------------------
 
-absl::StatusOr<RenderResult> Render(const Device& device, const DeviceMesh& mesh,
-                                    const TransferFunction& tf, const Camera& camera,
-                                    const RenderOptions& options,
-                                    const PartialFrameCallback& on_block) {
+namespace {
+
+// Render and RenderInto: validation, then the backend writes the image to `image` (ImageBytes
+// at least) or, where `image` is null, into a new result->image.
+absl::Status RenderTo(const Device& device, const DeviceMesh& mesh, const TransferFunction& tf,
+                      const Camera& camera, const RenderOptions& options,
+                      const PartialFrameCallback& on_block, void* image, RenderResult* result) {
   const auto start = std::chrono::steady_clock::now();
   FRESNEL_RETURN_IF_ERROR(ValidateTransferFunction(tf));
   FRESNEL_RETURN_IF_ERROR(ValidateCamera(camera));
@@ -267,22 +273,66 @@ absl::StatusOr<RenderResult> Render(const Device& device, const DeviceMesh& mesh
   job.max_pass_records = options.max_pass_records;
   job.rgba8 = options.rgba8 && device.kind == DeviceKind::kCuda;
   job.on_block = on_block ? &on_block : nullptr;
-  RenderResult result;
-  result.image = HostArray(job.rgba8 ? DType::kUint8 : DType::kFloat32,
-                           {camera.height, camera.width, 4});
+  const std::vector<int64_t> shape = {camera.height, camera.width, 4};
   if (device.kind == DeviceKind::kCpu) {
-    FRESNEL_RETURN_IF_ERROR(RenderCpu(*mesh.impl().cpu, job, &result));
+    // The CPU renders float RGBA; RGBA8 is converted afterwards.
+    const bool direct = image != nullptr && !options.rgba8;
+    HostArray f32;
+    if (!direct) f32 = HostArray(DType::kFloat32, shape);
+    job.image = direct ? image : f32.raw();
+    FRESNEL_RETURN_IF_ERROR(RenderCpu(*mesh.impl().cpu, job, result));
     if (options.rgba8) {
-      FRESNEL_ASSIGN_OR_RETURN(result.image, ToRgba8(result.image));
+      FRESNEL_ASSIGN_OR_RETURN(HostArray u8, ToRgba8(f32));
+      if (image != nullptr) {
+        std::memcpy(image, u8.raw(), u8.nbytes());
+      } else {
+        result->image = std::move(u8);
+      }
+    } else if (!direct) {
+      result->image = std::move(f32);
     }
   } else {
+    if (image == nullptr) {
+      result->image = HostArray(job.rgba8 ? DType::kUint8 : DType::kFloat32, shape);
+      image = result->image.raw();
+    }
+    job.image = image;
     FRESNEL_RETURN_IF_ERROR(
-        RenderCuda(device, *mesh.impl().cuda, mesh.resident_bytes(), job, &result));
+        RenderCuda(device, *mesh.impl().cuda, mesh.resident_bytes(), job, result));
   }
-  result.stats.tets_rendered = mesh.report().num_tets - mesh.report().degenerate_tets;
-  result.stats.total_s =
+  result->stats.tets_rendered = mesh.report().num_tets - mesh.report().degenerate_tets;
+  result->stats.total_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<RenderResult> Render(const Device& device, const DeviceMesh& mesh,
+                                    const TransferFunction& tf, const Camera& camera,
+                                    const RenderOptions& options,
+                                    const PartialFrameCallback& on_block) {
+  RenderResult result;
+  FRESNEL_RETURN_IF_ERROR(
+      RenderTo(device, mesh, tf, camera, options, on_block, nullptr, &result));
   return result;
+}
+
+absl::StatusOr<RenderStats> RenderInto(const Device& device, const DeviceMesh& mesh,
+                                       const TransferFunction& tf, const Camera& camera,
+                                       const RenderOptions& options, void* image,
+                                       int64_t image_bytes,
+                                       const PartialFrameCallback& on_block) {
+  FRESNEL_RETURN_IF_ERROR(ValidateCamera(camera));
+  if (image == nullptr || image_bytes < ImageBytes(camera, options)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "image must hold ImageBytes = ", ImageBytes(camera, options), " bytes, got ",
+        image == nullptr ? int64_t{0} : image_bytes, image == nullptr ? " (null)" : ""));
+  }
+  RenderResult result;
+  FRESNEL_RETURN_IF_ERROR(
+      RenderTo(device, mesh, tf, camera, options, on_block, image, &result));
+  return result.stats;
 }
 
 absl::StatusOr<HostArray> ToRgba8(const HostArray& rgba) {

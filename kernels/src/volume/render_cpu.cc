@@ -39,17 +39,15 @@ struct FaceRest {
 
 // The CPU's view of the mesh for math::WalkRay; `faces` are the ray's tile's.
 struct CpuView {
-  const RenderMesh* mesh;
+  const float* walk_tets;
   const int32_t* neighbors;
   const int64_t* faces;
   const math::FaceBox* boxes;
-  void Load(int32_t t, V3 p[4], float s[4]) const {
-    for (int i = 0; i < 4; ++i) {
-      const int32_t v = mesh->tets[4 * int64_t{t} + i];
-      const float* q = &mesh->points_xyz[3 * int64_t{v}];
-      p[i] = {q[0], q[1], q[2]};
-      s[i] = mesh->scalars[v];
-    }
+  math::WalkTet Geom(int32_t t) const {
+    return math::UnpackWalkTet(&walk_tets[math::kWalkTetFloats * int64_t{t}]);
+  }
+  void Neighbors(int32_t t, int32_t nb[4]) const {
+    for (int f = 0; f < 4; ++f) nb[f] = neighbors[4 * int64_t{t} + f];
   }
   int32_t Neighbor(int32_t t, int f) const { return neighbors[4 * int64_t{t} + f]; }
   int64_t TileFace(int64_t i) const { return faces[i]; }
@@ -120,9 +118,55 @@ std::vector<int32_t> FaceNeighbors(const std::vector<int32_t>& tets) {
   return neighbors;
 }
 
+std::vector<float> BuildWalkTets(const RenderMesh& mesh) {
+  const int64_t nt = mesh.num_tets();
+  std::vector<float> out(math::kWalkTetFloats * nt);
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, nt, 4096),
+                    [&](const tbb::blocked_range<int64_t>& r) {
+    for (int64_t t = r.begin(); t < r.end(); ++t) {
+      double p[4][3], s[4];
+      for (int i = 0; i < 4; ++i) {
+        const int32_t v = mesh.tets[4 * t + i];
+        for (int k = 0; k < 3; ++k) p[i][k] = mesh.points_xyz[3 * int64_t{v} + k];
+        s[i] = mesh.scalars[v];
+      }
+      // m_i = n_i / (n_i·(p_i − p_j)): the gradient of barycentric coordinate i.
+      double m[4][3], g[3] = {0, 0, 0}, reach2 = 0;
+      for (int i = 0; i < 4; ++i) {
+        const double* pj = p[(i + 1) & 3];
+        const double* pk = p[(i + 2) & 3];
+        const double* pl = p[(i + 3) & 3];
+        const double u[3] = {pk[0] - pj[0], pk[1] - pj[1], pk[2] - pj[2]};
+        const double w[3] = {pl[0] - pj[0], pl[1] - pj[1], pl[2] - pj[2]};
+        const double n[3] = {u[1] * w[2] - u[2] * w[1], u[2] * w[0] - u[0] * w[2],
+                             u[0] * w[1] - u[1] * w[0]};
+        const double den = n[0] * (p[i][0] - pj[0]) + n[1] * (p[i][1] - pj[1]) +
+                           n[2] * (p[i][2] - pj[2]);
+        for (int k = 0; k < 3; ++k) m[i][k] = den != 0 ? n[k] / den : 0.0;
+        if (i > 0) {
+          for (int k = 0; k < 3; ++k) g[k] += (s[i] - s[0]) * m[i][k];
+          const double e[3] = {p[i][0] - p[0][0], p[i][1] - p[0][1], p[i][2] - p[0][2]};
+          reach2 = std::max(reach2, e[0] * e[0] + e[1] * e[1] + e[2] * e[2]);
+        }
+      }
+      float* o = &out[math::kWalkTetFloats * t];
+      for (int i = 0; i < 4; ++i)
+        for (int k = 0; k < 3; ++k) o[4 * i + k] = static_cast<float>(m[i][k]);
+      o[3] = static_cast<float>(s[0]);
+      o[7] = static_cast<float>(p[0][0]), o[11] = static_cast<float>(p[0][1]);
+      o[15] = static_cast<float>(p[0][2]);
+      for (int k = 0; k < 3; ++k) o[16 + k] = static_cast<float>(g[k]);
+      // Rounded up: no point of the tetrahedron lies further from p0.
+      o[19] = static_cast<float>(std::sqrt(reach2) * (1 + 1e-6));
+    }
+  });
+  return out;
+}
+
 CpuMesh BuildCpuMesh(RenderMesh mesh) {
   CpuMesh out;
   out.neighbors = FaceNeighbors(mesh.tets);
+  out.walk_tets = BuildWalkTets(mesh);
   const int64_t nf = static_cast<int64_t>(out.neighbors.size());
   for (int64_t f = 0; f < nf; ++f)
     if (out.neighbors[f] < 0) out.boundary_faces.push_back(f);
@@ -133,7 +177,7 @@ CpuMesh BuildCpuMesh(RenderMesh mesh) {
 int64_t CpuMeshBytes(const CpuMesh& m) {
   return static_cast<int64_t>(m.mesh.points_xyz.size() * 4 + m.mesh.scalars.size() * 4 +
                               m.mesh.tets.size() * 4 + m.neighbors.size() * 4 +
-                              m.boundary_faces.size() * 8);
+                              m.boundary_faces.size() * 8 + m.walk_tets.size() * 4);
 }
 
 absl::Status RenderCpu(const CpuMesh& cm, const RenderJob& job, RenderResult* result) {
@@ -190,15 +234,15 @@ absl::Status RenderCpu(const CpuMesh& cm, const RenderJob& job, RenderResult* re
   }
   const auto t1 = std::chrono::steady_clock::now();
 
-  float* image = result->image.data<float>();
+  float* image = static_cast<float*>(job.image);
   const int64_t max_steps = mesh.num_tets() + 16;
   std::atomic<int64_t> records{0}, fallbacks{0};
   auto shade = [&](int x, int y, int64_t* segs, int64_t* fallbacks) {
     V3 o, d;
     math::PixelRay(cam, x, y, &o, &d);
     const int64_t tile = int64_t{y / kTile} * tiles_x + x / kTile;
-    const CpuView view{&mesh, cm.neighbors.data(), tile_faces.data() + tile_start[tile],
-                       tile_boxes.data() + tile_start[tile]};
+    const CpuView view{cm.walk_tets.data(), cm.neighbors.data(),
+                       tile_faces.data() + tile_start[tile], tile_boxes.data() + tile_start[tile]};
     const Rgba acc = math::WalkRay(view, job.tf, x, y, o, d,
                                    tile_start[tile + 1] - tile_start[tile], max_steps, segs,
                                    fallbacks);

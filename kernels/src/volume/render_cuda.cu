@@ -48,6 +48,7 @@
 #include "volume/volume_cuda.cuh"
 #include "volume/volume_internal.h"
 #include "volume/volume_math.h"
+#include "volume/walk_math.h"
 
 namespace fresnel::volume {
 
@@ -70,6 +71,8 @@ void CudaMeshDeleter::operator()(CudaMesh* mesh) const {
   cudaFree(mesh->points);
   cudaFree(mesh->tets);
   cudaFree(mesh->neighbors);
+  cudaFree(mesh->walk_tets);
+  cudaFree(mesh->boundary_faces);
   cudaSetDevice(previous);
   delete mesh;
 }
@@ -100,6 +103,15 @@ absl::StatusOr<std::unique_ptr<CudaMesh, CudaMeshDeleter>> UploadMeshCuda(
   out->radius = static_cast<float>(std::sqrt(r2) * 1.001 + 1e-6);
   for (int k = 0; k < 3; ++k) out->lo[k] = lo[k], out->hi[k] = hi[k];
   const std::vector<int32_t> neighbors = FaceNeighbors(mesh.tets);
+  const std::vector<float> walk_tets = BuildWalkTets(mesh);
+  // Face ids 4·tet + face are int32 (the walk takes at most 2^29 tetrahedra; bigger meshes
+  // render by cell projection and keep no list).
+  std::vector<int32_t> boundary;
+  if (4 * out->num_tets <= INT32_MAX) {
+    for (size_t f = 0; f < neighbors.size(); ++f)
+      if (neighbors[f] < 0) boundary.push_back(static_cast<int32_t>(f));
+  }
+  out->num_boundary_faces = static_cast<int64_t>(boundary.size());
   // Persistent buffers live outside the stream-ordered pool: they outlast every stream's work.
   FRESNEL_CUDA_RETURN_IF_ERROR(
       cudaMalloc(&out->points, std::max<size_t>(16, points.size() * sizeof(float4))));
@@ -115,6 +127,17 @@ absl::StatusOr<std::unique_ptr<CudaMesh, CudaMeshDeleter>> UploadMeshCuda(
                                                cudaMemcpyHostToDevice, stream));
   FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out->tets, mesh.tets.data(),
                                                out->num_tets * sizeof(int4),
+                                               cudaMemcpyHostToDevice, stream));
+  static_assert(math::kWalkTetFloats == 5 * 4, "WalkTet is five float4");
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaMalloc(
+      &out->walk_tets, std::max<size_t>(16, walk_tets.size() * sizeof(float))));
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaMalloc(
+      &out->boundary_faces, std::max<size_t>(16, boundary.size() * sizeof(int32_t))));
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out->walk_tets, walk_tets.data(),
+                                               walk_tets.size() * sizeof(float),
+                                               cudaMemcpyHostToDevice, stream));
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out->boundary_faces, boundary.data(),
+                                               boundary.size() * sizeof(int32_t),
                                                cudaMemcpyHostToDevice, stream));
   FRESNEL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
   *device_bytes = CudaMeshBytes(out->num_points, out->num_tets);
@@ -1522,10 +1545,10 @@ absl::Status RenderCuda(const Device& device, const CudaMesh& mesh, int64_t mesh
     ToRgba8Kernel<<<cuda::BlocksFor(int64_t{w} * h, 256), 256, 0, stream>>>(
         image.get(), int64_t{w} * h, image8.get());
     FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(ToRgba8Kernel);
-    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(result->image.raw(), image8.get(),
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(job.image, image8.get(),
                                                  image8.bytes(), cudaMemcpyDeviceToHost, stream));
   } else {
-    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(result->image.raw(), image.get(), image.bytes(),
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(job.image, image.get(), image.bytes(),
                                                  cudaMemcpyDeviceToHost, stream));
   }
   FRESNEL_RETURN_IF_ERROR(timer.Stop());

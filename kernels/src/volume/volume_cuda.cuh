@@ -21,8 +21,13 @@ struct CudaMesh {
   float4* points = nullptr;  // x, y, z, scalar
   int4* tets = nullptr;
   int4* neighbors = nullptr;  // per face (face i opposite vertex i) the tetrahedron across, -1
+  // The ray walk's: 5 float4 per tetrahedron (math::WalkTet, BuildWalkTets), and the boundary
+  // faces (4·tet + face, neighbour -1) in increasing order.
+  float4* walk_tets = nullptr;
+  int32_t* boundary_faces = nullptr;
   int64_t num_points = 0;
   int64_t num_tets = 0;
+  int64_t num_boundary_faces = 0;
   float centre[3] = {0, 0, 0};  // bounding sphere of the points (depth quantisation range)
   float radius = 0;
   float lo[3] = {0, 0, 0}, hi[3] = {0, 0, 0};  // bounding box of the points

@@ -28,6 +28,7 @@ struct CpuMesh {
   RenderMesh mesh;
   std::vector<int32_t> neighbors;
   std::vector<int64_t> boundary_faces;
+  std::vector<float> walk_tets;  // math::kWalkTetFloats per tetrahedron (BuildWalkTets)
 };
 CpuMesh BuildCpuMesh(RenderMesh mesh);
 // Per face (4·tet + face, face i opposite vertex i) the tetrahedron across it, -1 on the
@@ -35,6 +36,10 @@ CpuMesh BuildCpuMesh(RenderMesh mesh);
 // host: a counting sort of the 4n faces by their smallest point, 16 B per face.
 std::vector<int32_t> FaceNeighbors(const std::vector<int32_t>& tets);
 int64_t CpuMeshBytes(const CpuMesh& mesh);
+// The walk geometry of every tetrahedron (walk_math.h, math::WalkTet), packed as
+// math::kWalkTetFloats floats each: computed in double from the float points and scalars and
+// rounded, TBB, on the host; both backends walk with these same floats.
+std::vector<float> BuildWalkTets(const RenderMesh& mesh);
 
 // Persistent device buffers of a mesh (defined in render_cuda.cu).
 struct CudaMesh;
@@ -57,6 +62,8 @@ struct RenderJob {
   int64_t max_pass_records = 0;
   bool rgba8 = false;
   const PartialFrameCallback* on_block = nullptr;
+  // Where the image goes (host memory of ImageBytes: float RGBA, or RGBA8 on CUDA with rgba8).
+  void* image = nullptr;
 };
 
 absl::Status RenderCpu(const CpuMesh& mesh, const RenderJob& job, RenderResult* result);

@@ -236,25 +236,51 @@ FRESNEL_VHD Rgba TfEval(const TfTable& tf, float s, int upper) {
           w0 * tf.b[k] + w * tf.b[upper], w0 * tf.tau[k] + w * tf.tau[upper]};
 }
 
+// The colour (r, g, b) and extinction (a) of the transfer function at a scalar, with the index
+// TfUpper gave: what a segment needs at its ends, and what the next segment of a ray starts
+// from when it starts where this one ended (the walk carries it; TfAt of the same scalar gives
+// the same bits).
+struct TfAt {
+  float s;
+  int upper;
+  Rgba c;
+};
+FRESNEL_VHD TfAt TfAtScalar(const TfTable& tf, float s) {
+  const int upper = TfUpper(tf, s);
+  return {s, upper, TfEval(tf, s, upper)};
+}
+
 // The premultiplied colour and opacity of a segment of `length` whose scalar runs linearly from
 // s0 to s1 (render.h gives the model): split at the control points crossed; per piece optical
 // depth = length_piece · (τ_a + τ_b)/2 and colour (c_a + c_b)/2; pieces composited front to back;
 // the total opacity is 1 − exp(−Σ optical depth), computed once (exact for absorption).
-FRESNEL_VHD Rgba IntegrateSegment(const TfTable& tf, float s0, float s1, float length) {
+// `from` = TfAtScalar(tf, s0); *to receives TfAtScalar(tf, s1).
+FRESNEL_VHD Rgba IntegrateSegmentFrom(const TfTable& tf, const TfAt& from, float s1, float length,
+                                      TfAt* to) {
   Rgba out = {0, 0, 0, 0};
-  if (!(length > 0.0f)) return out;
-  int up = TfUpper(tf, s0);
-  Rgba c0 = TfEval(tf, s0, up);
+  const float s0 = from.s;
+  if (!(length > 0.0f)) {
+    *to = TfAtScalar(tf, s1);
+    return out;
+  }
+  const int up = from.upper;
+  Rgba c0 = from.c;
   const float ds = s1 - s0;
   float od = 0.0f;  // optical depth so far
   float u0 = s0;
   // Walk the control points strictly between s0 and s1 in the direction of travel, then s1.
   const bool rising = ds > 0.0f;
-  int k = rising ? up : TfUpper(tf, s0) - 1;
+  int k = rising ? up : up - 1;
   if (!rising) {
     // Points with x < s0 in descending order; skip one equal to s0.
     while (k >= 0 && tf.x[k] >= s0) --k;
   }
+  // One piece (the usual case: most segments cross no control point) needs one expm1 and no
+  // division: the first piece's transmittance exp(−0) is 1, the total opacity is that piece's
+  // and its length the segment's. Skipping the other calls there gives the same bits.
+  int pieces = 0;
+  float first_alpha = 0.0f;
+  bool reached = false;
   for (int guard = 0; guard <= kTfMax; ++guard) {
     float u1;
     bool last = false;
@@ -266,25 +292,39 @@ FRESNEL_VHD Rgba IntegrateSegment(const TfTable& tf, float s0, float s1, float l
       u1 = s1;
       last = true;
     }
-    const Rgba c1 = TfEval(tf, u1, TfUpper(tf, u1));
-    const float piece = ds != 0.0f ? length * ((u1 - u0) / ds) : length;
+    const int up1 = TfUpper(tf, u1);
+    const Rgba c1 = TfEval(tf, u1, up1);
+    // The only piece (guard 0 and last: u0 = s0, u1 = s1) is the whole length: ds / ds is 1.
+    const float piece =
+        ds != 0.0f && !(guard == 0 && last) ? length * ((u1 - u0) / ds) : length;
     const float piece_od = piece * 0.5f * (c0.a + c1.a);
     if (piece_od > 0.0f) {
-      const float trans = std::exp(-od);
+      const float trans = pieces == 0 ? 1.0f : std::exp(-od);
       const float alpha = -std::expm1(-piece_od);
       const float w = trans * alpha * 0.5f;
       out.r += w * (c0.r + c1.r);
       out.g += w * (c0.g + c1.g);
       out.b += w * (c0.b + c1.b);
       od += piece_od;
+      if (pieces++ == 0) first_alpha = alpha;
     }
-    if (last) break;
+    if (last) {
+      *to = {s1, up1, c1};
+      reached = true;
+      break;
+    }
     u0 = u1;
     c0 = c1;
     k += rising ? 1 : -1;
   }
-  out.a = -std::expm1(-od);
+  if (!reached) *to = TfAtScalar(tf, s1);
+  out.a = pieces == 1 ? first_alpha : -std::expm1(-od);
   return out;
+}
+
+FRESNEL_VHD Rgba IntegrateSegment(const TfTable& tf, float s0, float s1, float length) {
+  TfAt to;
+  return IntegrateSegmentFrom(tf, TfAtScalar(tf, s0), s1, length, &to);
 }
 
 // Final pixel: composited colour over the background (straight alpha in the table).

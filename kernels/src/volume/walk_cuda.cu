@@ -5,23 +5,30 @@
 // big cells give ~25 records per pixel at 1024², and scan conversion, sort and compositing of
 // those took 5.1 of its 6.4 ms (H200, docs/volume.md). A walk does the same intersections (one
 // per segment) but composites them in registers as it goes: no records, no sort, no second
-// pass over memory. What it needs is face adjacency (CudaMesh::neighbors, built at upload) and
-// the boundary faces of every screen tile, binned per frame.
+// pass over memory. What it needs is face adjacency and each tetrahedron's walk geometry
+// (CudaMesh::neighbors, walk_tets, built at upload) and the boundary faces of every screen tile,
+// binned per frame from the mesh's boundary-face list (CudaMesh::boundary_faces, also built at
+// upload).
 //
-// Per frame:
+// Per frame (one allocation from the device's pool holds every fixed-size buffer):
 //   1. ProjectPointsKernel: every point to continuous pixel coordinates (NaN behind the eye).
-//   2. BinFacesKernel<false>: a thread per tetrahedron counts, for each of its boundary faces
-//      (neighbour -1) that faces the rays (FaceFacesRays), the 16×16 tiles of the face's
-//      projected box (math::FaceTileBox, the CPU's binning); a scan gives each tile its range;
-//      BinFacesKernel<true> fills the ranges (face ids 4·tet + face and their projected boxes,
-//      in any order: the walk takes entries in (t, grazed, tetrahedron) order; a ray runs the
-//      exact test only on faces whose box holds it).
+//   2. BinFacesKernel<false>: a thread per boundary face that faces the rays (FaceFacesRays)
+//      counts the 16×16 tiles of its projected box (math::FaceTileBox, the CPU's binning); a
+//      scan gives each tile its range; after one read-back of the total, BinFacesKernel<true>
+//      fills the ranges (face ids 4·tet + face and their projected boxes, in any order: the walk
+//      takes entries in (t, grazed, tetrahedron) order; a ray runs the exact test only on faces
+//      whose box holds it).
 //   3. WalkKernel: 16×16 threads per tile (the threads of a tile share its face list, so their
-//      loads of it coincide), each thread
-//      math::WalkRay for its pixel, the colour over the background into the image (float or
-//      RGBA8) and, with a callback, the partial frame. ptxas: 80 registers, 544-byte stack.
-// H200, 1024² RGBA8 (docs/volume.md): Blunt Fin 3.3 ms a frame (walk 2.2), grid 6 M 4.8 (3.6),
-// 35 M 8.5 (6.9); the cell projection 6.6 / 11.3 / 24.3.
+//      loads of it coincide), each thread math::WalkRay for its pixel, the colour over the
+//      background into the image (float or RGBA8) and, with a callback, the partial frame.
+//      A step loads its tetrahedron's 5 float4 of geometry and int4 of neighbours, all indexed
+//      by the tetrahedron (one level of dependent loads: the session-6 step loaded the
+//      tetrahedron's point ids, then its points, then the neighbour). ptxas: 80 registers,
+//      592-byte stack (the neighbourhood search's queue, the entry batch), 70 / 108 bytes of
+//      spill stores / loads.
+//   4. The image to the caller's host memory (RenderInto: DMA at full speed when pinned).
+// H200, 1024² RGBA8, session 6 (before the cached geometry; docs/volume.md): Blunt Fin 3.3 ms a
+// frame (walk 2.2), grid 6 M 4.8 (3.6), 35 M 8.5 (6.9); the cell projection 6.6 / 11.3 / 24.3.
 // With a callback the pixels go one hash block at a time (x ≡ bx, y ≡ by mod 2^bits), each
 // reported when done, as the cell projection does.
 #include <cuda_runtime.h>
@@ -63,20 +70,31 @@ constexpr int kTile = math::kWalkTile;
 // The GPU's view of the mesh for math::WalkRay; `faces` are the thread's tile's. Device code
 // only (the #if keeps nvcc's host pass of the __host__ __device__ walk compiling).
 struct GpuView {
-  const float4* points;
-  const int4* tets;
+  const float4* walk_tets;  // 5 per tetrahedron (math::WalkTet)
   const int4* neighbors;
   const int32_t* faces;
   const float4* boxes;  // math::FaceBox of each face: x0, x1, y0, y1
-  FRESNEL_VHD void Load(int32_t t, V3 p[4], float s[4]) const {
+  FRESNEL_VHD math::WalkTet Geom(int32_t t) const {
+    math::WalkTet w{};
 #if defined(__CUDA_ARCH__)
-    const int4 q = __ldg(&tets[t]);
-    const int v[4] = {q.x, q.y, q.z, q.w};
-    for (int i = 0; i < 4; ++i) {
-      const float4 a = __ldg(&points[v[i]]);
-      p[i] = {a.x, a.y, a.z};
-      s[i] = a.w;
-    }
+    const float4* g = walk_tets + 5 * int64_t{t};
+    const float4 a = __ldg(g), b = __ldg(g + 1), c = __ldg(g + 2), e = __ldg(g + 3);
+    const float4 f = __ldg(g + 4);
+    w.m[0] = {a.x, a.y, a.z};
+    w.m[1] = {b.x, b.y, b.z};
+    w.m[2] = {c.x, c.y, c.z};
+    w.m[3] = {e.x, e.y, e.z};
+    w.s0 = a.w;
+    w.p0 = {b.w, c.w, e.w};
+    w.g = {f.x, f.y, f.z};
+    w.reach = f.w;
+#endif
+    return w;
+  }
+  FRESNEL_VHD void Neighbors(int32_t t, int32_t nb[4]) const {
+#if defined(__CUDA_ARCH__)
+    const int4 q = __ldg(&neighbors[t]);
+    nb[0] = q.x, nb[1] = q.y, nb[2] = q.z, nb[3] = q.w;
 #endif
   }
   FRESNEL_VHD int32_t Neighbor(int32_t t, int f) const {
@@ -124,55 +142,53 @@ __device__ __forceinline__ bool FaceFacesRays(const math::CameraFrame& cam, V3 p
   return math::Dot(n_in, to_face) >= -1e-3f * nn * (sqrtf(math::Dot(to_face, to_face)) + size);
 }
 
-// kFill false: counts[tile] += the boundary faces binned into it; true: each face id and its
-// box into faces[cursor[tile]++], boxes[...]. Faces turned away from every ray (FaceFacesRays)
-// are left out.
+// A thread per boundary face (CudaMesh::boundary_faces, listed once at upload). kFill false:
+// counts[tile] += 1 for each tile the face is binned into; true: the face id and its box into
+// faces[cursor[tile]++], boxes[...]. Faces turned away from every ray (FaceFacesRays) are left
+// out.
 template <bool kFill>
-__global__ void BinFacesKernel(const int4* __restrict__ tets, const int4* __restrict__ neighbors,
-                               const float4* __restrict__ points, int64_t nt,
+__global__ void BinFacesKernel(const int4* __restrict__ tets, const float4* __restrict__ points,
+                               const int32_t* __restrict__ boundary, int64_t nb,
                                const float2* __restrict__ screen, math::CameraFrame cam,
                                int tiles_x, int tiles_y,
                                unsigned long long* __restrict__ counts,
                                int32_t* __restrict__ faces, float4* __restrict__ boxes) {
   const int width = cam.width, height = cam.height;
-  const int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (t >= nt) return;
-  const int4 nb4 = neighbors[t];
-  const int nb[4] = {nb4.x, nb4.y, nb4.z, nb4.w};
-  if (nb[0] >= 0 && nb[1] >= 0 && nb[2] >= 0 && nb[3] >= 0) return;
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i >= nb) return;
+  const int32_t id = boundary[i];
+  const int32_t t = id / 4;
+  const int f = id % 4;
   const int4 q = tets[t];
   const int v[4] = {q.x, q.y, q.z, q.w};
-  for (int f = 0; f < 4; ++f) {
-    if (nb[f] >= 0) continue;
-    const float4 a = points[v[(f + 1) & 3]], b = points[v[(f + 2) & 3]];
-    const float4 c = points[v[(f + 3) & 3]], o = points[v[f]];
-    if (!FaceFacesRays(cam, V3{a.x, a.y, a.z}, V3{b.x, b.y, b.z}, V3{c.x, c.y, c.z},
-                       V3{o.x, o.y, o.z})) {
-      continue;
-    }
-    float fx[3], fy[3];
-    bool all = true;
-    for (int i = 1; i < 4; ++i) {
-      const float2 sc = screen[v[(f + i) & 3]];
-      all = all && !isnan(sc.x);
-      fx[i - 1] = sc.x;
-      fy[i - 1] = sc.y;
-    }
-    const math::FaceBox fb = math::ScreenFaceBox(fx, fy, all);
-    int box[4];
-    if (!math::FaceTileBox(fb, width, height, tiles_x, tiles_y, box)) continue;
-    for (int ty = box[2]; ty <= box[3]; ++ty)
-      for (int tx = box[0]; tx <= box[1]; ++tx) {
-        unsigned long long* c = &counts[int64_t{ty} * tiles_x + tx];
-        if (kFill) {
-          const unsigned long long at = atomicAdd(c, 1ull);
-          faces[at] = static_cast<int32_t>(4 * t + f);
-          boxes[at] = make_float4(fb.x0, fb.x1, fb.y0, fb.y1);
-        } else {
-          atomicAdd(c, 1ull);
-        }
-      }
+  const float4 a = points[v[(f + 1) & 3]], b = points[v[(f + 2) & 3]];
+  const float4 c = points[v[(f + 3) & 3]], o = points[v[f]];
+  if (!FaceFacesRays(cam, V3{a.x, a.y, a.z}, V3{b.x, b.y, b.z}, V3{c.x, c.y, c.z},
+                     V3{o.x, o.y, o.z})) {
+    return;
   }
+  float fx[3], fy[3];
+  bool all = true;
+  for (int k = 1; k < 4; ++k) {
+    const float2 sc = screen[v[(f + k) & 3]];
+    all = all && !isnan(sc.x);
+    fx[k - 1] = sc.x;
+    fy[k - 1] = sc.y;
+  }
+  const math::FaceBox fb = math::ScreenFaceBox(fx, fy, all);
+  int box[4];
+  if (!math::FaceTileBox(fb, width, height, tiles_x, tiles_y, box)) return;
+  for (int ty = box[2]; ty <= box[3]; ++ty)
+    for (int tx = box[0]; tx <= box[1]; ++tx) {
+      unsigned long long* cnt = &counts[int64_t{ty} * tiles_x + tx];
+      if (kFill) {
+        const unsigned long long at = atomicAdd(cnt, 1ull);
+        faces[at] = id;
+        boxes[at] = make_float4(fb.x0, fb.x1, fb.y0, fb.y1);
+      } else {
+        atomicAdd(cnt, 1ull);
+      }
+    }
 }
 
 struct WalkParams {
@@ -183,8 +199,15 @@ struct WalkParams {
   int64_t max_steps;
 };
 
+// Thread blocks of 256 per SM that ptxas fits WalkKernel's registers for (__launch_bounds__'s
+// second argument; a build-time knob for measuring, FRESNEL_VOLUME_WALK_MIN_BLOCKS): 3 gives
+// 80 registers and some spills (ptxas' own choice without it), 2 gives 95 and none, 4 gives 64.
+#ifndef FRESNEL_VOLUME_WALK_MIN_BLOCKS
+#define FRESNEL_VOLUME_WALK_MIN_BLOCKS 3
+#endif
+
 // counters[0] += segments composited, counters[1] += neighbourhood searches.
-__global__ void __launch_bounds__(kTile * kTile)
+__global__ void __launch_bounds__(kTile * kTile, FRESNEL_VOLUME_WALK_MIN_BLOCKS)
 WalkKernel(GpuView mesh, const unsigned long long* __restrict__ tile_start, math::TfTable tf_param,
            WalkParams wp, float4* __restrict__ image, uchar4* __restrict__ image8,
            float4* __restrict__ partial, unsigned long long* __restrict__ counters) {
@@ -232,6 +255,26 @@ constexpr int WalkBlockRows() { return kTile; }
 
 }  // namespace
 
+namespace {
+
+// Carves one frame allocation into aligned pieces (one cudaMallocFromPoolAsync per frame
+// instead of one per buffer).
+class FrameArena {
+ public:
+  template <class T>
+  size_t Reserve(int64_t count) {
+    const size_t at = (size_ + 255) / 256 * 256;
+    size_ = at + static_cast<size_t>(std::max<int64_t>(count, 1)) * sizeof(T);
+    return at;
+  }
+  size_t size() const { return size_; }
+
+ private:
+  size_t size_ = 0;
+};
+
+}  // namespace
+
 absl::Status RenderWalkCuda(const Device& device, const CudaMesh& mesh, int64_t mesh_bytes,
                             const RenderJob& job, RenderResult* result) {
   cudaStream_t stream = cuda::StreamOf(device);
@@ -239,7 +282,7 @@ absl::Status RenderWalkCuda(const Device& device, const CudaMesh& mesh, int64_t 
   stats.cuda_method = CudaMethod::kRayWalk;
   const math::CameraFrame& cam = job.camera;
   const int w = cam.width, h = cam.height;
-  const int64_t np = mesh.num_points, nt = mesh.num_tets;
+  const int64_t np = mesh.num_points, nt = mesh.num_tets, nb = mesh.num_boundary_faces;
   if (4 * nt > INT32_MAX) {
     return absl::InvalidArgumentError(absl::StrCat(
         "options.cuda_method kRayWalk takes at most 2^29 tetrahedra, the mesh has ", nt));
@@ -248,43 +291,50 @@ absl::Status RenderWalkCuda(const Device& device, const CudaMesh& mesh, int64_t 
   const int tiles_x = (w + kTile - 1) / kTile, tiles_y = (h + kTile - 1) / kTile;
   const int64_t ntiles = int64_t{tiles_x} * tiles_y;
 
-  cuda::DeviceBuffer<float2> screen;
-  cuda::DeviceBuffer<unsigned long long> counts, tile_start, counters;
-  cuda::DeviceBuffer<float4> image;
-  cuda::DeviceBuffer<uchar4> image8;
-  FRESNEL_RETURN_IF_ERROR(screen.Allocate(device, np));
-  FRESNEL_RETURN_IF_ERROR(counts.Allocate(device, ntiles + 1));
-  FRESNEL_RETURN_IF_ERROR(tile_start.Allocate(device, ntiles + 1));
-  FRESNEL_RETURN_IF_ERROR(counters.Allocate(device, 2));
-  if (job.rgba8) {
-    FRESNEL_RETURN_IF_ERROR(image8.Allocate(device, int64_t{w} * h));
-  } else {
-    FRESNEL_RETURN_IF_ERROR(image.Allocate(device, int64_t{w} * h));
-  }
+  // The frame's fixed buffers in one allocation.
   size_t scan_bytes = 0;
   FRESNEL_CUDA_RETURN_IF_ERROR(cub::DeviceScan::ExclusiveSum(
-      nullptr, scan_bytes, counts.get(), tile_start.get(), ntiles + 1, stream));
-  cuda::DeviceBuffer<unsigned char> scan_temp;
-  FRESNEL_RETURN_IF_ERROR(scan_temp.Allocate(device, static_cast<int64_t>(scan_bytes)));
-  int64_t frame_bytes = screen.bytes() + counts.bytes() + tile_start.bytes() + counters.bytes() +
-                        image.bytes() + image8.bytes() + scan_temp.bytes();
+      nullptr, scan_bytes, static_cast<unsigned long long*>(nullptr),
+      static_cast<unsigned long long*>(nullptr), ntiles + 1, stream));
+  FrameArena arena;
+  const size_t at_screen = arena.Reserve<float2>(np);
+  const size_t at_counts = arena.Reserve<unsigned long long>(ntiles + 1);
+  const size_t at_start = arena.Reserve<unsigned long long>(ntiles + 1);
+  const size_t at_counters = arena.Reserve<unsigned long long>(2);
+  const size_t at_image = job.rgba8 ? arena.Reserve<uchar4>(int64_t{w} * h)
+                                    : arena.Reserve<float4>(int64_t{w} * h);
+  const size_t at_scan = arena.Reserve<unsigned char>(static_cast<int64_t>(scan_bytes));
+  cuda::DeviceBuffer<unsigned char> frame;
+  FRESNEL_RETURN_IF_ERROR(frame.Allocate(device, static_cast<int64_t>(arena.size())));
+  unsigned char* base = frame.get();
+  float2* screen = reinterpret_cast<float2*>(base + at_screen);
+  unsigned long long* counts = reinterpret_cast<unsigned long long*>(base + at_counts);
+  unsigned long long* tile_start = reinterpret_cast<unsigned long long*>(base + at_start);
+  unsigned long long* counters = reinterpret_cast<unsigned long long*>(base + at_counters);
+  float4* image = job.rgba8 ? nullptr : reinterpret_cast<float4*>(base + at_image);
+  uchar4* image8 = job.rgba8 ? reinterpret_cast<uchar4*>(base + at_image) : nullptr;
+  const size_t image_bytes = int64_t{w} * h * (job.rgba8 ? sizeof(uchar4) : sizeof(float4));
+  int64_t frame_bytes = static_cast<int64_t>(arena.size());
 
   // 1-2: projection and the boundary faces of every tile.
   FRESNEL_RETURN_IF_ERROR(timer.Start(&stats.project_s));
-  FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(counts.get(), 0, counts.bytes(), stream));
-  FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(counters.get(), 0, counters.bytes(), stream));
-  ProjectPointsKernel<<<cuda::BlocksFor(np, 256), 256, 0, stream>>>(mesh.points, np, cam,
-                                                                    screen.get());
+  FRESNEL_CUDA_RETURN_IF_ERROR(
+      cudaMemsetAsync(counts, 0, (ntiles + 1) * sizeof(unsigned long long), stream));
+  FRESNEL_CUDA_RETURN_IF_ERROR(
+      cudaMemsetAsync(counters, 0, 2 * sizeof(unsigned long long), stream));
+  ProjectPointsKernel<<<cuda::BlocksFor(np, 256), 256, 0, stream>>>(mesh.points, np, cam, screen);
   FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(ProjectPointsKernel);
-  BinFacesKernel<false><<<cuda::BlocksFor(nt, 256), 256, 0, stream>>>(
-      mesh.tets, mesh.neighbors, mesh.points, nt, screen.get(), cam, tiles_x, tiles_y,
-      counts.get(), nullptr, nullptr);
-  FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(BinFacesKernel<false>);
+  if (nb > 0) {
+    BinFacesKernel<false><<<cuda::BlocksFor(nb, 256), 256, 0, stream>>>(
+        mesh.tets, mesh.points, mesh.boundary_faces, nb, screen, cam, tiles_x, tiles_y, counts,
+        nullptr, nullptr);
+    FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(BinFacesKernel<false>);
+  }
   FRESNEL_CUDA_RETURN_IF_ERROR(cub::DeviceScan::ExclusiveSum(
-      scan_temp.get(), scan_bytes, counts.get(), tile_start.get(), ntiles + 1, stream));
+      base + at_scan, scan_bytes, counts, tile_start, ntiles + 1, stream));
   FRESNEL_RETURN_IF_ERROR(timer.Stop());
   unsigned long long total = 0;
-  FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&total, tile_start.get() + ntiles, sizeof(total),
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&total, tile_start + ntiles, sizeof(total),
                                                cudaMemcpyDeviceToHost, stream));
   FRESNEL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
   cuda::DeviceBuffer<int32_t> faces;
@@ -293,13 +343,16 @@ absl::Status RenderWalkCuda(const Device& device, const CudaMesh& mesh, int64_t 
   FRESNEL_RETURN_IF_ERROR(boxes.Allocate(device, static_cast<int64_t>(total)));
   frame_bytes += faces.bytes() + boxes.bytes();
   FRESNEL_RETURN_IF_ERROR(timer.Start(&stats.project_s));
-  // counts becomes the fill cursor of each tile: its start.
-  FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(counts.get(), tile_start.get(), counts.bytes(),
-                                               cudaMemcpyDeviceToDevice, stream));
-  BinFacesKernel<true><<<cuda::BlocksFor(nt, 256), 256, 0, stream>>>(
-      mesh.tets, mesh.neighbors, mesh.points, nt, screen.get(), cam, tiles_x, tiles_y,
-      counts.get(), faces.get(), boxes.get());
-  FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(BinFacesKernel<true>);
+  if (nb > 0) {
+    // counts becomes the fill cursor of each tile: its start.
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(counts, tile_start,
+                                                 (ntiles + 1) * sizeof(unsigned long long),
+                                                 cudaMemcpyDeviceToDevice, stream));
+    BinFacesKernel<true><<<cuda::BlocksFor(nb, 256), 256, 0, stream>>>(
+        mesh.tets, mesh.points, mesh.boundary_faces, nb, screen, cam, tiles_x, tiles_y, counts,
+        faces.get(), boxes.get());
+    FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(BinFacesKernel<true>);
+  }
   FRESNEL_RETURN_IF_ERROR(timer.Stop());
 
   // 3: the walk, the whole image at once or (with a callback) one hash block at a time.
@@ -312,7 +365,7 @@ absl::Status RenderWalkCuda(const Device& device, const CudaMesh& mesh, int64_t 
     FRESNEL_RETURN_IF_ERROR(partial_dev.Allocate(device, most));
     frame_bytes += partial_dev.bytes();
   }
-  const GpuView view{mesh.points, mesh.tets, mesh.neighbors, faces.get(), boxes.get()};
+  const GpuView view{mesh.walk_tets, mesh.neighbors, faces.get(), boxes.get()};
   for (int block = 0; block < num_blocks; ++block) {
     WalkParams wp;
     wp.cam = cam;
@@ -325,34 +378,31 @@ absl::Status RenderWalkCuda(const Device& device, const CudaMesh& mesh, int64_t 
       const int rows = WalkBlockRows();
       const dim3 threads(kTile, rows);
       const dim3 grid((wp.gw + kTile - 1) / kTile, (wp.gh + rows - 1) / rows);
-      WalkKernel<<<grid, threads, 0, stream>>>(view, tile_start.get(), job.tf, wp, image.get(),
-                                               image8.get(), partial_dev.get(), counters.get());
+      WalkKernel<<<grid, threads, 0, stream>>>(view, tile_start, job.tf, wp, image, image8,
+                                               partial_dev.get(), counters);
       FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(WalkKernel);
       FRESNEL_RETURN_IF_ERROR(timer.Stop());
     }
     if (job.on_block != nullptr) {
-      PartialFrame frame;
-      frame.block = block;
-      frame.num_blocks = num_blocks;
-      frame.x0 = wp.x0, frame.y0 = wp.y0, frame.stride = stride;
-      frame.width = wp.gw, frame.height = wp.gh;
+      PartialFrame pf;
+      pf.block = block;
+      pf.num_blocks = num_blocks;
+      pf.x0 = wp.x0, pf.y0 = wp.y0, pf.stride = stride;
+      pf.width = wp.gw, pf.height = wp.gh;
       FRESNEL_RETURN_IF_ERROR(cuda_volume::DeliverPartialFrame(
           stream, &timer, &stats.d2h_s, partial_dev.get(), int64_t{wp.gw} * wp.gh,
-          &partial_host, frame, *job.on_block));
+          &partial_host, pf, *job.on_block));
     }
   }
 
+  // The image into the caller's host memory (DMA at full speed where it is page-locked).
   FRESNEL_RETURN_IF_ERROR(timer.Start(&stats.d2h_s));
-  if (job.rgba8) {
-    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(result->image.raw(), image8.get(),
-                                                 image8.bytes(), cudaMemcpyDeviceToHost, stream));
-  } else {
-    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(result->image.raw(), image.get(), image.bytes(),
-                                                 cudaMemcpyDeviceToHost, stream));
-  }
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(job.image, job.rgba8 ? static_cast<void*>(image8)
+                                                                    : static_cast<void*>(image),
+                                               image_bytes, cudaMemcpyDeviceToHost, stream));
   FRESNEL_RETURN_IF_ERROR(timer.Stop());
   unsigned long long host_counters[2] = {0, 0};
-  FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_counters, counters.get(), sizeof(host_counters),
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_counters, counters, sizeof(host_counters),
                                                cudaMemcpyDeviceToHost, stream));
   FRESNEL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
   FRESNEL_RETURN_IF_ERROR(timer.Collect(true));

@@ -241,6 +241,20 @@ absl::StatusOr<RenderResult> Render(const Device& device, const DeviceMesh& mesh
                                     const RenderOptions& options = {},
                                     const PartialFrameCallback& on_block = nullptr);
 
+// Render into caller-owned host memory: `image` (room for `image_bytes`, at least
+// ImageBytes(camera, options)) receives the image Render would return, in the same layout and
+// with the same bits; nothing is allocated or zero-filled for it, and on CUDA the image's copy
+// to the host is DMA at full bus speed when `image` is page-locked (fresnel::PinHostMemory,
+// fresnel/core/gpu.h; pageable memory works too, at the driver's pageable speed), so a turntable
+// or a server can reuse one pinned buffer for every frame. Same validation, errors, callback and
+// synchronisation as Render (the image is complete when it returns); InvalidArgument naming
+// `image` when it is null or too small. Returns the stats (total_s: the call's wall time).
+absl::StatusOr<RenderStats> RenderInto(const Device& device, const DeviceMesh& mesh,
+                                       const TransferFunction& tf, const Camera& camera,
+                                       const RenderOptions& options, void* image,
+                                       int64_t image_bytes,
+                                       const PartialFrameCallback& on_block = nullptr);
+
 // float32 RGBA [h, w, 4] → uint8 RGBA [h, w, 4] (clamped to [0, 1], ×255, rounded).
 absl::StatusOr<HostArray> ToRgba8(const HostArray& rgba);
 
