@@ -780,6 +780,13 @@ constexpr unsigned kOnSkipOwnedApron = 2;
 // with SelectKernel's lists unless kOffNeighbourList) after it, which must change nothing; so
 // does kOnSkipOwnedApron, which needs that refresh.
 constexpr unsigned kOffFreshApron = 8192;
+// ProcessFrame waits for its frame on an event made with cudaEventBlockingSync (the thread sleeps
+// until the GPU is done) instead of cudaStreamSynchronize, which spins a core for the whole frame
+// under the runtime's default schedule (one context, many cores): fresneld's K workers a GPU
+// then spin while the gRPC threads and the clients need the cores. fresnel_bench_fusion
+// --sessions, whose 32 sessions meet 90 fps with p99 1.8 ms, blocks the same way (its
+// cudaDeviceScheduleBlockingSync); this bit spins as before (2026-12-01; not measured apart).
+constexpr unsigned kOffBlockingWait = 16384;
 // cuda_enable bit: the ICP model maps at half resolution (the level-1 camera: a quarter of the
 // model rays; each frame's ray window from its level-1 depth), which the ICP of every level
 // projects into instead of the full-resolution maps. Changes tracking (not bit for bit).
@@ -1022,6 +1029,7 @@ class CudaBackend : public VolumeBackend {
     cudaSetDevice(ordinal_);
     cudaDeviceSynchronize();
     if (icp_graph_ != nullptr) cudaGraphExecDestroy(icp_graph_);
+    if (done_event_ != nullptr) cudaEventDestroy(done_event_);
     for (void* p : allocations_) cudaFree(p);
     if (h_state_ != nullptr) cudaFreeHost(h_state_);
     if (h_counters_ != nullptr) cudaFreeHost(h_counters_);
@@ -1085,6 +1093,9 @@ class CudaBackend : public VolumeBackend {
     FRESNEL_CUDA_RETURN_IF_ERROR(cudaMallocHost(reinterpret_cast<void**>(&h_state_), sizeof(TrackState)));
     FRESNEL_CUDA_RETURN_IF_ERROR(cudaMallocHost(reinterpret_cast<void**>(&h_counters_), sizeof(Counters)));
     FRESNEL_CUDA_RETURN_IF_ERROR(cudaMallocHost(&h_staging_, px * 7));
+    if ((off_ & kOffBlockingWait) == 0)
+      FRESNEL_CUDA_RETURN_IF_ERROR(
+          cudaEventCreateWithFlags(&done_event_, cudaEventBlockingSync | cudaEventDisableTiming));
 
     cudaStream_t st = StreamOf(device);
     FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(keys_, 0xFF, sizes_.slots * 8, st));
@@ -1364,7 +1375,12 @@ class CudaBackend : public VolumeBackend {
     FRESNEL_RETURN_IF_ERROR(clock.Mark());
     FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h_state_, state_, sizeof(TrackState), cudaMemcpyDeviceToHost, st));
     FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h_counters_, counters_, sizeof(Counters), cudaMemcpyDeviceToHost, st));
-    FRESNEL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(st));
+    if (done_event_ != nullptr) {
+      FRESNEL_CUDA_RETURN_IF_ERROR(cudaEventRecord(done_event_, st));
+      FRESNEL_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(done_event_));
+    } else {
+      FRESNEL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(st));
+    }
 
     FrameResult r;
     r.T_world_camera = FromPoseD(h_state_->pose);
@@ -1685,6 +1701,7 @@ class CudaBackend : public VolumeBackend {
   unsigned model_ray_opts_ = kRayDefault;
   cudaGraphExec_t icp_graph_ = nullptr;  // the ICP loop, captured at the first tracked frame
   bool icp_graph_failed_ = false;
+  cudaEvent_t done_event_ = nullptr;  // ProcessFrame's blocking wait (null: kOffBlockingWait)
   TrackState* h_state_ = nullptr;
   Counters* h_counters_ = nullptr;
   void* h_staging_ = nullptr;
