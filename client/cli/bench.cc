@@ -274,6 +274,7 @@ int RunBench(const GlobalOptions& global, const BenchOptions& o, std::ostream& o
     f.warmup_frames = o.warmup >= 0 ? o.warmup : 30;
     f.frame_size = o.frame_size;
     f.budget_mib = o.budget_mib;
+    f.connections = o.connections;
     f.device = o.device;
     f.json = o.json;
     return RunFuseBench(global, f, out, err);

@@ -232,6 +232,9 @@ int Main(int argc, const char* const* argv, std::ostream& out, std::ostream& err
   bench_cmd->add_option("--budget-mib", bench.budget_mib,
                         "--op fuse: brick budget per session in MiB (default 512)")
       ->check(AtLeast(1));
+  bench_cmd->add_option("--connections", bench.connections,
+                        "--op fuse: TCP connections the sessions share (default: one each)")
+      ->check(AtLeast(1));
   bench_cmd->footer(kExitCodeHelp);
 
   // fresnel fuse (fuse_cmd.cc)

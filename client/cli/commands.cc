@@ -63,9 +63,11 @@ v1::DeviceKind DeviceKindFromFlag(const std::string& name) {
   return v1::DEVICE_KIND_ANY;
 }
 
-absl::StatusOr<std::unique_ptr<Client>> ConnectClient(const GlobalOptions& global) {
+absl::StatusOr<std::unique_ptr<Client>> ConnectClient(const GlobalOptions& global,
+                                                      bool own_connection) {
   ClientOptions options;
   options.address = global.server;
+  options.own_connection = own_connection;
   // The server enforces its own cap (ServerInfo.limits); the CLI accepts anything gRPC can carry.
   options.max_message_bytes = INT_MAX;
   options.default_timeout =

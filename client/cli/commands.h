@@ -46,7 +46,9 @@ struct GlobalOptions {
   std::string token_file;
 };
 
-absl::StatusOr<std::unique_ptr<Client>> ConnectClient(const GlobalOptions& global);
+// own_connection: ClientOptions::own_connection (a TCP connection not shared with other clients).
+absl::StatusOr<std::unique_ptr<Client>> ConnectClient(const GlobalOptions& global,
+                                                      bool own_connection = false);
 
 // Appends where and how long a call ran, in this order: device, queue_wait_seconds, h2d_seconds,
 // compute_seconds, d2h_seconds, server_seconds (the server's total) and round_trip_seconds.
@@ -126,6 +128,7 @@ struct BenchOptions {
   double fps = 90;
   std::string frame_size = "848x480";
   int64_t budget_mib = 0;
+  int connections = 0;  // fuse op: TCP connections the sessions share round robin; 0 = one each
   // mix op (bench_mix.cc): the server's pid on this host, for its resident memory (0 = not read).
   int server_pid = 0;
 };

@@ -405,14 +405,23 @@ int RunFuseBench(const GlobalOptions& global, const FuseBenchOptions& o, std::os
   if (o.budget_mib > 0) config.set_brick_budget_bytes(o.budget_mib << 20);
   config.mutable_device()->set_kind(DeviceKindFromFlag(o.device));
 
-  absl::StatusOr<std::unique_ptr<Client>> client = ConnectClient(global);
-  if (!client.ok()) return ReportError(err, kExitRpc, client.status(), global.server);
+  // One client (TCP connection) per session unless --connections says fewer: 32 sessions of
+  // 848x480 at 90 fps are 2.3 GB/s, more than one connection carries.
+  const int connections =
+      o.connections > 0 ? std::min(o.connections, std::max(1, o.sessions)) : std::max(1, o.sessions);
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int k = 0; k < connections; ++k) {
+    absl::StatusOr<std::unique_ptr<Client>> client = ConnectClient(global, connections > 1);
+    if (!client.ok()) return ReportError(err, kExitRpc, client.status(), global.server);
+    clients.push_back(std::move(*client));
+  }
   const int64_t measured = std::max<int64_t>(1, std::llround(o.duration_s * o.fps));
   const int64_t total = o.warmup_frames + measured;
   if (!o.json) {
     out << "fresnel bench: fuse " << camera.width << "x" << camera.height << " uint16, "
         << o.sessions << " session(s) at " << o.fps << " fps for " << o.duration_s << " s after "
-        << o.warmup_frames << " warm-up frame(s), device " << o.device << "\n"
+        << o.warmup_frames << " warm-up frame(s), device " << o.device << ", " << connections
+        << " connection(s)\n"
         << std::flush;
   }
 
@@ -432,7 +441,7 @@ int RunFuseBench(const GlobalOptions& global, const FuseBenchOptions& o, std::os
     threads.emplace_back([&, s] {
       Tally& t = tallies[s];
       absl::StatusOr<std::unique_ptr<FusionSession>> session =
-          FusionSession::Open(**client, config, no_deadline);
+          FusionSession::Open(*clients[s % connections], config, no_deadline);
       if (!session.ok()) {
         t.fatal = session.status();
         return;
@@ -531,6 +540,7 @@ int RunFuseBench(const GlobalOptions& global, const FuseBenchOptions& o, std::os
     json.Add("op", std::string("fuse"))
         .Add("frame_size", std::vector<int64_t>{camera.width, camera.height})
         .Add("sessions", o.sessions)
+        .Add("connections", connections)
         .Add("sessions_failed", sessions_failed)
         .Add("target_fps", o.fps)
         .Add("frames_ok", ok)

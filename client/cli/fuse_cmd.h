@@ -53,6 +53,10 @@ struct FuseBenchOptions {
   int64_t warmup_frames = 30;
   std::string frame_size = "848x480";
   int64_t budget_mib = 0;
+  // TCP connections (clients) that the sessions share, session s on connection s % connections;
+  // 0 = one per session, as separate clients would have. One connection for all (1) carries
+  // ~1.9 GB/s, i.e. ~2,300 frames/s of 848x480 uint16 (docs/fusion_service.md).
+  int connections = 0;
   std::string device = "any";
   bool json = false;
 };

@@ -8,6 +8,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <future>
 #include <map>
@@ -161,6 +162,12 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
                            ChannelCredentialsFor(options));
   grpc::ChannelArguments args;
   AddSecurityChannelArgs(options, &args);
+  if (options.own_connection) {
+    // As the transfer channels (ShmStub): a pool of its own and a distinct argument.
+    static std::atomic<int> next_connection{1};
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    args.SetInt("fresnel.own_connection", next_connection.fetch_add(1));
+  }
   args.SetMaxSendMessageSize(ChannelMessageCap(options.max_message_bytes));
   args.SetMaxReceiveMessageSize(ChannelMessageCap(options.max_message_bytes));
   auto impl = std::make_unique<Impl>();

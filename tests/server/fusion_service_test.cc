@@ -556,6 +556,14 @@ TEST_CASE("fresnel fuse: a generated sequence to trajectory, mesh and views", "[
   INFO(r.out);
   REQUIRE(r.code == 0);
   CHECK_THAT(r.out, Catch::Contains("\"sessions\": 2"));
+  CHECK_THAT(r.out, Catch::Contains("\"connections\": 2"));  // one client each by default
+  CHECK_THAT(r.out, Catch::Contains("\"sessions_failed\": 0"));
+  r = RunCli({"--server", ts.address, "bench", "--op", "fuse", "--concurrency", "2", "--fps",
+              "30", "--duration", "0.3", "--warmup", "2", "--frame-size", "96x72",
+              "--budget-mib", "32", "--connections", "1", "--json"});
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("\"connections\": 1"));
   CHECK_THAT(r.out, Catch::Contains("\"sessions_failed\": 0"));
   // (4 mm voxels in 32 MiB do not hold the room: frames may be refused with RESOURCE_EXHAUSTED
   // and tracking lost; the numbers are the GPU benchmark's business, not this test's.)

@@ -182,9 +182,10 @@ int64_t DeviceBytes(const FusionConfig& config) {
   int64_t lists = s.capacity * (8 + 32);
   int64_t px = s.pixels;
   int64_t levels = px + px / 4 + px / 16 + 3;
-  // Per-frame depth tiles of 8 x 8 pixels (largest depth, float) and the update count.
+  // Per-frame depth tiles of 8 x 8 pixels (largest depth, float), the update count and the
+  // range of new bricks.
   int64_t tiles = ((config.camera.width + 7) / 8) * ((config.camera.height + 7) / 8);
-  int64_t frame = px * 4 + px * 3 + levels * 4 + levels * 32 + px * 32 + px * 4 + tiles * 4 + 4;
+  int64_t frame = px * 4 + px * 3 + levels * 4 + levels * 32 + px * 32 + px * 4 + tiles * 4 + 12;
   // ICP block partials (1024 x 29 doubles).
   return vox + table + lists + frame + 1024 * 29 * 8 + 4096;
 }

@@ -258,6 +258,9 @@ class CpuBackend : public VolumeBackend {
     st_.model_T_wc = s.model_T_wc;
     st_.has_model = s.has_model;
     RebuildOctree();
+    // A snapshot of this version changes nothing here; one of an earlier version may hold aprons
+    // that its refresh of visible bricks would have caught up later.
+    RefreshAllAprons();
     if (st_.has_model) RaycastInto(st_.model_T_wc);
     return absl::OkStatus();
   }
@@ -427,6 +430,7 @@ class CpuBackend : public VolumeBackend {
   }
 
   void Allocate() {
+    fresh_.clear();
     tbb::enumerable_thread_specific<std::vector<uint64_t>> local;
     const PoseF T_wc = st_.T_wc;
     const float mu = static_cast<float>(config_.truncation_m), vs = static_cast<float>(config_.voxel_size_m);
@@ -450,6 +454,7 @@ class CpuBackend : public VolumeBackend {
         continue;
       }
       int32_t bi = free_list_[counters_.used++];
+      fresh_.push_back(bi);
       counters_.hwm = std::max(counters_.hwm, bi + 1);
       InsertKey(key, bi);
       brick_keys_[bi] = key;
@@ -483,8 +488,17 @@ class CpuBackend : public VolumeBackend {
     int count = 0;
     for (uint8_t x : visible) count += x;
     counters_.visible = count;
+    // Aprons: only around this frame's new bricks (RefreshFreshBrick; the CUDA backend's
+    // ApronFreshKernel says why the others still equal their owners). A few hundred bricks a
+    // frame, in order: two new neighbours write the same values into each other's aprons.
+    for (int32_t bi : fresh_) RefreshFreshBrick(v, bi, UnpackKey(brick_keys_[bi]));
+  }
+
+  // Every used brick's apron from its owners (after a restore).
+  void RefreshAllAprons() {
+    VolumeView v = View();
     tbb::parallel_for(int32_t{0}, counters_.hwm, [&](int32_t bi) {
-      if (!visible[bi]) return;
+      if (brick_keys_[bi] == kEmptyKey) return;
       I3 b = UnpackKey(brick_keys_[bi]);
       int32_t nb[8];
       nb[0] = bi;
@@ -529,6 +543,7 @@ class CpuBackend : public VolumeBackend {
   std::vector<float> filtered_;
   std::vector<F4> model_v_, model_n_;
   const uint8_t* rgb_ = nullptr;
+  std::vector<int32_t> fresh_;  // pool indices of the bricks allocated in this frame
   Counters counters_;
   TrackState st_;
 };

@@ -380,15 +380,21 @@ __global__ void AssignKernel(VolumeView v, Counters* c, const int32_t* new_slots
   }
 }
 
-__device__ void CommitNew(Counters* c, int cap) {
+// Advances `used` past this frame's new bricks and records them for ApronFreshKernel as the
+// free-list range fresh[0] .. fresh[0] + fresh[1] - 1 (AssignKernel gave new key i the entry at
+// used + i; keys beyond the capacity became tombstones).
+__device__ void CommitNew(Counters* c, int cap, int* fresh) {
   int n = min(c->new_count, cap);
   int take = min(n, cap - c->used);
+  fresh[0] = c->used;
+  fresh[1] = take;
   c->used += take;
   c->new_count = 0;
 }
 
+// update_count[0]: bricks listed for IntegrateKernel; [1], [2]: the fresh range (CommitNew).
 __global__ void CommitKernel(Counters* c, int cap, int* update_count) {
-  CommitNew(c, cap);
+  CommitNew(c, cap, update_count + 1);
   c->visible = 0;
   *update_count = 0;
 }
@@ -435,8 +441,10 @@ __device__ bool OccludedBrick(I3 b, const PoseF& T_cw, const FrameView& f, float
   return zn > dmax + mu + vs;
 }
 
-// Lists the frustum-visible bricks (`visible`, for the apron refresh) and among them those that
-// are not wholly occluded (`update`, for IntegrateKernel; `cull` = 0 lists every visible brick).
+// Lists the frustum-visible bricks (`visible`, for ApronKernel's refresh of every visible brick,
+// which only the cuda_disable bit kOffFreshApron runs; null: neither listed nor counted) and among
+// them those that are not wholly occluded (`update`, for IntegrateKernel; `cull` = 0 lists every
+// visible brick).
 // With `nb_out` (kOffNeighbourList clear) it also writes each visible brick's neighbour list,
 // nb_out[8 bi + code] = pool index of neighbour `code` (-1 = none; 0 = bi itself), which
 // IntegrateKernel (cuda_enable kOnSkipOwnedApron) and ApronKernel read instead of looking the 7
@@ -448,7 +456,8 @@ __global__ void SelectKernel(VolumeView v, Counters* c, TrackState* s, FrameView
   // commit_cap > 0 (kOffFuseLaunches): CommitKernel's advance of `used` runs here (FinishKernel
   // zeroed the lists' counts). AssignKernel has finished; no thread of this kernel reads `used`
   // or `new_count`.
-  if (commit_cap > 0 && blockIdx.x == 0 && threadIdx.x == 0) CommitNew(c, commit_cap);
+  if (commit_cap > 0 && blockIdx.x == 0 && threadIdx.x == 0)
+    CommitNew(c, commit_cap, update_count + 1);
   if (!s->integrate) return;
   const PoseF T = s->T_cw;
   const int hwm = c->hwm;
@@ -457,7 +466,7 @@ __global__ void SelectKernel(VolumeView v, Counters* c, TrackState* s, FrameView
     if (key == kEmptyKey) continue;
     const I3 b = UnpackKey(key);
     if (!BrickVisible(b, T, f, v.voxel_size, v.mu)) continue;
-    visible[atomicAdd(&c->visible, 1)] = bi;
+    if (visible != nullptr) visible[atomicAdd(&c->visible, 1)] = bi;
     if (nb_out != nullptr) {
       int32_t nb[8];
       nb[0] = bi;
@@ -588,10 +597,12 @@ constexpr int kApronPerLane = (kApronVoxels + 31) / 32;  // 7
 // or 4 blocks of 256 an SM (80 / 64 registers, 64 / 136 bytes of spills) was slower on the H200
 // (2026-12-01: +0.014 / +0.029 ms a 848x480 frame; docs/fusion.md).
 // `nb_list` (kOffNeighbourList clear): SelectKernel's neighbour lists, read instead of the lookups.
-__global__ void ApronKernel(VolumeView v, const Counters* c, const TrackState* s,
+// The bricks are list[0 .. n), n = *count, or n_fixed without `count`; with `s` (a frame) nothing
+// runs unless the frame integrates.
+__global__ void ApronKernel(VolumeView v, const int* count, int n_fixed, const TrackState* s,
                             const int32_t* visible, int ilp, const int32_t* nb_list) {
-  if (!s->integrate) return;
-  const int n = c->visible;
+  if (s != nullptr && !s->integrate) return;
+  const int n = count != nullptr ? *count : n_fixed;
   const int lane = threadIdx.x & 31;
   const int warps = gridDim.x * (blockDim.x >> 5);
   __shared__ int32_t nb_warp[kThreads / 32][8];
@@ -642,6 +653,85 @@ __global__ void ApronKernel(VolumeView v, const Counters* c, const TrackState* s
   }
 }
 
+// The apron refresh of the sixth speed pass: only around this frame's new bricks. An apron voxel
+// and the core voxel it copies are the same world point, so IntegrateVoxel gives them the same
+// value from the same old value, and a brick that SelectKernel does not list for the update (not
+// visible, or wholly occluded) has no voxel, apron included, that the frame could change
+// (BrickVisible and OccludedBrick are conservative for every stored voxel). So once an apron voxel
+// equals its owner's core voxel it stays equal, frame after frame, without copies; the pair comes
+// apart only when the owner is new: it starts from zero while the apron voxel kept its history,
+// and the new brick's own apron voxels start from zero while their owners have theirs. A warp per
+// new brick N (pool index free_list[fresh[0] + i], i < fresh[1]; CommitNew) therefore copies,
+// after the integration, (1) N's 217 apron voxels from its + neighbours, and (2) into each -
+// neighbour M = N - offset(code) the part of M's apron that N owns (ApronCode = code: a face of
+// 64, an edge of 8 or the corner), 217 voxels in all. Sources are core voxels, targets apron
+// voxels, so the copies are independent; when M is new too, its own pass writes the same values.
+// Lanes 0-7 look up the + neighbours, lanes 8-15 the - neighbours (14 hash lookups a new brick
+// instead of 7 a visible one), and each lane issues its 14 loads before its stores. This replaces
+// ApronKernel over every visible brick (cuda_disable kOffFreshApron runs that one as well, after
+// this one: it must then change nothing, which the [gpu] switch test checks bit for bit).
+__global__ void ApronFreshKernel(VolumeView v, const int* fresh, const int32_t* free_list,
+                                 const TrackState* s) {
+  if (!s->integrate) return;
+  const int first = fresh[0], n = fresh[1];
+  const int lane = threadIdx.x & 31;
+  const int warps = gridDim.x * (blockDim.x >> 5);
+  __shared__ int32_t nb_warp[kThreads / 32][16];
+  for (int i = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); i < n; i += warps) {
+    const int32_t bi = free_list[first + i];
+    int32_t* const nb = nb_warp[threadIdx.x >> 5];  // [code]: + neighbour, [8 + code]: - neighbour
+    __syncwarp();  // the previous brick's reads of nb are done
+    if (lane < 16) {
+      const int code = lane & 7;
+      int32_t idx = bi;
+      if (code != 0) {
+        const I3 b = UnpackKey(v.brick_keys[bi]);
+        const int sx = code & 1, sy = (code >> 1) & 1, sz = (code >> 2) & 1;
+        const I3 o = lane < 8 ? I3{b.x + sx, b.y + sy, b.z + sz} : I3{b.x - sx, b.y - sy, b.z - sz};
+        idx = KeyInRange(o) ? FindBrick(v, PackKey(o)) : -1;
+      }
+      nb[lane] = idx;
+    }
+    __syncwarp();
+    // Copy k of this lane: apron voxel li = ApronVoxel(lane + 32 k) of code c, packed as in
+    // ApronKernel (li | sl << 10 | c << 20, 0 = none); (1) N[li] <- nb[c][sl], (2) nb[8 + c][li]
+    // <- N[sl], sl = ApronSourceLocal(li, c).
+    const int64_t base = static_cast<int64_t>(bi) * kBrickVoxels;
+    uint32_t pk[kApronPerLane];
+    Voxel own[kApronPerLane], owned[kApronPerLane];
+#pragma unroll
+    for (int k = 0; k < kApronPerLane; ++k) {
+      const int j = lane + 32 * k;
+      pk[k] = 0;
+      if (j >= kApronVoxels) continue;
+      const int li = ApronVoxel(j), code = ApronCode(li);
+      const int sl = ApronSourceLocal(li, code);
+      pk[k] = static_cast<uint32_t>(li) | static_cast<uint32_t>(sl) << 10 |
+              static_cast<uint32_t>(code) << 20;
+      if (nb[code] >= 0) own[k] = v.voxels[static_cast<int64_t>(nb[code]) * kBrickVoxels + sl];
+      if (nb[8 + code] >= 0) owned[k] = v.voxels[base + sl];
+    }
+#pragma unroll
+    for (int k = 0; k < kApronPerLane; ++k) {
+      if (pk[k] == 0) continue;
+      const int li = pk[k] & 1023u, code = pk[k] >> 20;
+      if (nb[code] >= 0) v.voxels[base + li] = own[k];
+      if (nb[8 + code] >= 0) v.voxels[static_cast<int64_t>(nb[8 + code]) * kBrickVoxels + li] = owned[k];
+    }
+    if (v.colors != nullptr) {
+#pragma unroll
+      for (int k = 0; k < kApronPerLane; ++k) {
+        if (pk[k] == 0) continue;
+        const int li = pk[k] & 1023u, sl = (pk[k] >> 10) & 1023u, code = pk[k] >> 20;
+        if (nb[code] >= 0)
+          v.colors[base + li] = v.colors[static_cast<int64_t>(nb[code]) * kBrickVoxels + sl];
+        if (nb[8 + code] >= 0)
+          v.colors[static_cast<int64_t>(nb[8 + code]) * kBrickVoxels + li] = v.colors[base + sl];
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Raycasting
 
@@ -684,6 +774,23 @@ constexpr unsigned kOffNeighbourList = 4096;
 // the block's barriers around the shared list and the skipped lanes' divergence cost more than
 // the dead apron updates), so off by default.
 constexpr unsigned kOnSkipOwnedApron = 2;
+// Sixth speed pass (2026-12-01, session 7): the apron refresh covers only the new bricks and
+// their - neighbours (ApronFreshKernel), and SelectKernel lists no visible bricks and writes no
+// neighbour lists. This bit also runs the fifth pass's refresh of every visible brick (ApronKernel,
+// with SelectKernel's lists unless kOffNeighbourList) after it, which must change nothing; so
+// does kOnSkipOwnedApron, which needs that refresh.
+constexpr unsigned kOffFreshApron = 8192;
+// ProcessFrame waits for its frame on an event made with cudaEventBlockingSync (the thread sleeps
+// until the GPU is done) instead of cudaStreamSynchronize, which spins a core for the whole frame
+// under the runtime's default schedule (one context, many cores): fresneld's K workers a GPU
+// then spin while the gRPC threads and the clients need the cores. fresnel_bench_fusion
+// --sessions, whose 32 sessions meet 90 fps with p99 1.8 ms, blocks the same way (its
+// cudaDeviceScheduleBlockingSync); this bit spins as before (2026-12-01; not measured apart).
+constexpr unsigned kOffBlockingWait = 16384;
+// cuda_enable bit: the ICP model maps at half resolution (the level-1 camera: a quarter of the
+// model rays; each frame's ray window from its level-1 depth), which the ICP of every level
+// projects into instead of the full-resolution maps. Changes tracking (not bit for bit).
+constexpr unsigned kOnHalfModel = 4;
 
 // Pixel of thread `threadIdx.x` in block `blockIdx.x` of a raycast. Row order: pixel i of the
 // image. Tiles: a block of 256 covers a 32 x 8 pixel tile (tiles in row order over the image)
@@ -922,6 +1029,7 @@ class CudaBackend : public VolumeBackend {
     cudaSetDevice(ordinal_);
     cudaDeviceSynchronize();
     if (icp_graph_ != nullptr) cudaGraphExecDestroy(icp_graph_);
+    if (done_event_ != nullptr) cudaEventDestroy(done_event_);
     for (void* p : allocations_) cudaFree(p);
     if (h_state_ != nullptr) cudaFreeHost(h_state_);
     if (h_counters_ != nullptr) cudaFreeHost(h_counters_);
@@ -945,6 +1053,10 @@ class CudaBackend : public VolumeBackend {
         cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, ordinal_));
     off_ = config_.cuda_disable;
     model_ray_opts_ = kRayDefault & ~off_;
+    // The half-resolution model needs the level-1 depth of a tracked frame as its ray hint.
+    model_cam_ = (config_.cuda_enable & kOnHalfModel) != 0 && config_.tracking && kLevels > 1
+                     ? ScaleCamera(cam_, 1)
+                     : cam_;
     for (int l = 0; l < kLevels; ++l) {
       if (config_.cuda_icp_stop_xi2[l] > 0) icp_stop_.xi2[l] = config_.cuda_icp_stop_xi2[l];
     }
@@ -961,7 +1073,7 @@ class CudaBackend : public VolumeBackend {
     FRESNEL_RETURN_IF_ERROR(Alloc(&new_slots_, cap));
     FRESNEL_RETURN_IF_ERROR(Alloc(&visible_, cap));
     FRESNEL_RETURN_IF_ERROR(Alloc(&nb_list_, cap * 8));
-    FRESNEL_RETURN_IF_ERROR(Alloc(&update_count_, 1));
+    FRESNEL_RETURN_IF_ERROR(Alloc(&update_count_, 3));
     FRESNEL_RETURN_IF_ERROR(Alloc(&tile_max_, TilesX(cam_.width) * TilesY(cam_.height)));
     FRESNEL_RETURN_IF_ERROR(Alloc(&raw_, px * 4));
     FRESNEL_RETURN_IF_ERROR(Alloc(&rgb_, px * 3));
@@ -981,6 +1093,9 @@ class CudaBackend : public VolumeBackend {
     FRESNEL_CUDA_RETURN_IF_ERROR(cudaMallocHost(reinterpret_cast<void**>(&h_state_), sizeof(TrackState)));
     FRESNEL_CUDA_RETURN_IF_ERROR(cudaMallocHost(reinterpret_cast<void**>(&h_counters_), sizeof(Counters)));
     FRESNEL_CUDA_RETURN_IF_ERROR(cudaMallocHost(&h_staging_, px * 7));
+    if ((off_ & kOffBlockingWait) == 0)
+      FRESNEL_CUDA_RETURN_IF_ERROR(
+          cudaEventCreateWithFlags(&done_event_, cudaEventBlockingSync | cudaEventDisableTiming));
 
     cudaStream_t st = StreamOf(device);
     FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(keys_, 0xFF, sizes_.slots * 8, st));
@@ -994,6 +1109,7 @@ class CudaBackend : public VolumeBackend {
       FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(colors_, 0, cap * kBrickVoxels * sizeof(Color4), st));
     FRESNEL_RETURN_IF_ERROR(ClearOctree(st));
     FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(depth_[0], 0, px * 4, st));
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(update_count_, 0, 3 * sizeof(int), st));
     std::memset(h_counters_, 0, sizeof(Counters));
     std::memset(h_state_, 0, sizeof(TrackState));
     PoseD id = ToPoseD(RigidTransform::Identity());
@@ -1011,7 +1127,7 @@ class CudaBackend : public VolumeBackend {
     CameraF c = ScaleCamera(cam_, l);
     const int n = c.width * c.height;
     const int blocks = std::max(1, std::min<int>({static_cast<int>(cuda::BlocksFor(n, kThreads)), sms_ * 2, kMaxIcpBlocks}));
-    IcpKernel<<<blocks, kThreads, 0, st>>>(vtx_[l], nrm_[l], n, cam_, model_v_, model_n_, ip,
+    IcpKernel<<<blocks, kThreads, 0, st>>>(vtx_[l], nrm_[l], n, model_cam_, model_v_, model_n_, ip,
                                            state_, l, partials_, max_runs, more,
                                            (off_ & kOffIcpBatchedTail) == 0 ? 1 : 0);
   }
@@ -1106,13 +1222,16 @@ class CudaBackend : public VolumeBackend {
     return absl::OkStatus();
   }
 
-  // The ICP model raycast (pose from TrackState or `pose`; hint: see RaycastModelKernel).
+  // The ICP model raycast (pose from TrackState or `pose`; hint: see RaycastModelKernel; a frame's
+  // level-0 depth, replaced by its level-1 depth for the half-resolution model of kOnHalfModel).
   void LaunchModelRaycast(cudaStream_t st, bool use_state, const PoseF& pose, const float* hint) {
+    const CameraF& mc = model_cam_;
+    if (hint != nullptr && mc.width != cam_.width) hint = depth_[1];
     const int blocks = (model_ray_opts_ & kRayTiles) != 0
-                           ? TileBlocks(cam_)
-                           : static_cast<int>(cuda::BlocksFor(sizes_.pixels, kThreads));
+                           ? TileBlocks(mc)
+                           : static_cast<int>(cuda::BlocksFor(mc.width * mc.height, kThreads));
     RaycastModelKernel<<<blocks, kThreads, 0, st>>>(
-        View(), counters_, state_, cam_, static_cast<float>(config_.min_depth_m),
+        View(), counters_, state_, mc, static_cast<float>(config_.min_depth_m),
         static_cast<float>(config_.max_depth_m), model_v_, model_n_, use_state ? 1 : 0, pose, hint,
         model_ray_opts_);
   }
@@ -1218,8 +1337,13 @@ class CudaBackend : public VolumeBackend {
                 static_cast<float>(config_.max_depth_m)};
     // The update list reuses new_slots_, which is dead from CommitKernel to the next frame.
     int32_t* update = new_slots_;
-    int32_t* const nb_list = (off_ & kOffNeighbourList) == 0 ? nb_list_ : nullptr;
-    SelectKernel<<<sms_ * 8, kThreads, 0, st>>>(v, counters_, state_, f, visible_, update,
+    // The refresh of every visible brick (and so its lists) runs only for A/B runs.
+    const bool full_refresh =
+        (off_ & kOffFreshApron) != 0 || (config_.cuda_enable & kOnSkipOwnedApron) != 0;
+    int32_t* const nb_list =
+        full_refresh && (off_ & kOffNeighbourList) == 0 ? nb_list_ : nullptr;
+    SelectKernel<<<sms_ * 8, kThreads, 0, st>>>(v, counters_, state_, f,
+                                                full_refresh ? visible_ : nullptr, update,
                                                 update_count_, tile_max_,
                                                 (off_ & kOffCull) == 0 ? 1 : 0, fuse ? cap : 0,
                                                 nb_list);
@@ -1236,8 +1360,12 @@ class CudaBackend : public VolumeBackend {
       IntegrateKernel<true, 4><<<sms_ * 16, kThreads, 0, st>>>(v, update_count_, state_, f, update,
                                                                nullptr);
     }
-    ApronKernel<<<sms_ * 8, kThreads, 0, st>>>(v, counters_, state_, visible_,
-                                                (off_ & kOffApronIlp) == 0 ? 1 : 0, nb_list);
+    // A few hundred new bricks a frame in the benches' room (and thousands at the start), against
+    // ~10^4 visible ones: 2 blocks an SM are plenty.
+    ApronFreshKernel<<<sms_ * 2, kThreads, 0, st>>>(v, update_count_ + 1, free_list_, state_);
+    if (full_refresh)
+      ApronKernel<<<sms_ * 8, kThreads, 0, st>>>(v, &counters_->visible, 0, state_, visible_,
+                                                  (off_ & kOffApronIlp) == 0 ? 1 : 0, nb_list);
     FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR("fusion integrate");
     FRESNEL_RETURN_IF_ERROR(clock.Mark());
     if (config_.tracking) {
@@ -1247,7 +1375,12 @@ class CudaBackend : public VolumeBackend {
     FRESNEL_RETURN_IF_ERROR(clock.Mark());
     FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h_state_, state_, sizeof(TrackState), cudaMemcpyDeviceToHost, st));
     FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h_counters_, counters_, sizeof(Counters), cudaMemcpyDeviceToHost, st));
-    FRESNEL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(st));
+    if (done_event_ != nullptr) {
+      FRESNEL_CUDA_RETURN_IF_ERROR(cudaEventRecord(done_event_, st));
+      FRESNEL_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(done_event_));
+    } else {
+      FRESNEL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(st));
+    }
 
     FrameResult r;
     r.T_world_camera = FromPoseD(h_state_->pose);
@@ -1443,6 +1576,13 @@ class CudaBackend : public VolumeBackend {
     h_state_->has_model = s.has_model;
     FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(state_, h_state_, sizeof(TrackState), cudaMemcpyHostToDevice, st));
     FRESNEL_RETURN_IF_ERROR(Rebuild(st, /*rehash=*/false));
+    // Every apron from its owner, once: a snapshot of this version changes nothing (aprons equal
+    // their owners: ApronFreshKernel), one of an earlier version may hold aprons that the refresh
+    // of visible bricks would have caught up later.
+    if (n > 0) {
+      ApronKernel<<<sms_ * 8, kThreads, 0, st>>>(View(), nullptr, n, nullptr, idx.get(), 1, nullptr);
+      FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR("fusion restore aprons");
+    }
     if (s.has_model) {
       LaunchModelRaycast(st, /*use_state=*/false, s.model_T_wc, nullptr);
       FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR("fusion raycast");
@@ -1528,6 +1668,7 @@ class CudaBackend : public VolumeBackend {
   FusionConfig config_;
   Sizes sizes_;
   CameraF cam_;
+  CameraF model_cam_;  // camera of the ICP model maps: cam_, or its level 1 (kOnHalfModel)
   int sms_ = 1;
   std::vector<void*> allocations_;
   int64_t allocated_ = 0;
@@ -1541,7 +1682,8 @@ class CudaBackend : public VolumeBackend {
   int32_t* new_slots_ = nullptr;
   int32_t* visible_ = nullptr;
   int32_t* nb_list_ = nullptr;   // 8 a pool brick: SelectKernel's neighbour lists (visible bricks)
-  int* update_count_ = nullptr;  // bricks listed for IntegrateKernel
+  int* update_count_ = nullptr;  // [0]: bricks listed for IntegrateKernel; [1], [2]: the fresh
+                                 // free-list range of this frame's new bricks (CommitNew)
   float* tile_max_ = nullptr;    // largest depth per kTile x kTile pixel tile
   uint8_t* raw_ = nullptr;
   uint8_t* rgb_ = nullptr;
@@ -1559,6 +1701,7 @@ class CudaBackend : public VolumeBackend {
   unsigned model_ray_opts_ = kRayDefault;
   cudaGraphExec_t icp_graph_ = nullptr;  // the ICP loop, captured at the first tracked frame
   bool icp_graph_failed_ = false;
+  cudaEvent_t done_event_ = nullptr;  // ProcessFrame's blocking wait (null: kOffBlockingWait)
   TrackState* h_state_ = nullptr;
   Counters* h_counters_ = nullptr;
   void* h_staging_ = nullptr;

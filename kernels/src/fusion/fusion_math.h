@@ -466,13 +466,17 @@ FHD void IntegrateVoxel(Voxel* vox, Color4* col, V3 world, const PoseF& T_cw, co
   UpdateVoxel(vox, col, VoxelAt{vox}, p, r0[0], r0[1], r1[0], r1[1], f, mu, max_weight);
 }
 
-// Conservative frustum test of brick b (bounding sphere of its 9^3 stored voxels).
+// Conservative frustum test of brick b (bounding sphere of its 9^3 stored voxels): false only
+// when IntegrateVoxel can change none of its stored voxels, apron included (the apron refresh
+// relies on it: fusion_cuda.cu, ApronFreshKernel). Voxels nearer than min_depth are not spared:
+// a depth behind them carves them (sdf > 0), so only a sphere wholly behind the camera is out
+// (until 2026-12-01 a sphere wholly nearer than min_depth was too).
 FHD bool BrickVisible(I3 b, const PoseF& T_cw, const FrameView& f, float voxel_size, float mu) {
   V3 c = V3{(8.0f * b.x + 4.0f) * voxel_size, (8.0f * b.y + 4.0f) * voxel_size,
             (8.0f * b.z + 4.0f) * voxel_size};
   float r = 7.8f * voxel_size;  // sqrt(3) * 4.5 voxels
   V3 pc = Apply(T_cw, c);
-  if (pc.z + r < f.min_depth || pc.z - r > f.max_depth + mu) return false;
+  if (pc.z + r <= 0.0f || pc.z - r > f.max_depth + mu) return false;
   if (pc.z - r <= 0.5f * f.min_depth) return true;
   float zn = pc.z - r;
   float uc = f.cam.fx * pc.x / pc.z + f.cam.cx, vc = f.cam.fy * pc.y / pc.z + f.cam.cy;
@@ -1063,6 +1067,32 @@ FHD void RefreshApronVoxel(const VolumeView& v, int32_t bi, const int32_t nb[8],
   int64_t dst = static_cast<int64_t>(bi) * kBrickVoxels + li;
   v.voxels[dst] = v.voxels[s];
   if (v.colors != nullptr) v.colors[dst] = v.colors[s];
+}
+
+// The apron copies that a brick new in this frame (pool index bi, key b) calls for, after the
+// integration (fusion_cuda.cu, ApronFreshKernel, explains why no others are needed): its own apron
+// voxels from its + neighbours, and in each - neighbour M = b - offset(code) the apron voxels of
+// that code, which this brick owns. Sources are core voxels only, so the order is free.
+FHD void RefreshFreshBrick(const VolumeView& v, int32_t bi, I3 b) {
+  int32_t pos[8], neg[8];
+  pos[0] = neg[0] = bi;
+  for (int code = 1; code < 8; ++code) {
+    const int sx = code & 1, sy = (code >> 1) & 1, sz = (code >> 2) & 1;
+    const I3 p = I3{b.x + sx, b.y + sy, b.z + sz}, m = I3{b.x - sx, b.y - sy, b.z - sz};
+    pos[code] = KeyInRange(p) ? FindBrick(v, PackKey(p)) : -1;
+    neg[code] = KeyInRange(m) ? FindBrick(v, PackKey(m)) : -1;
+  }
+  const int64_t base = static_cast<int64_t>(bi) * kBrickVoxels;
+  for (int li = 0; li < kBrickVoxels; ++li) {
+    const int code = ApronCode(li);
+    if (code == 0) continue;
+    RefreshApronVoxel(v, bi, pos, li);
+    if (neg[code] < 0) continue;
+    const int64_t dst = static_cast<int64_t>(neg[code]) * kBrickVoxels + li;
+    const int64_t src = base + ApronSourceLocal(li, code);
+    v.voxels[dst] = v.voxels[src];
+    if (v.colors != nullptr) v.colors[dst] = v.colors[src];
+  }
 }
 
 struct PixelHit {

@@ -141,7 +141,9 @@ TEST_CASE("fusion gpu: ICP tracking ATE <= 1 cm over 120 frames at 640x480", "[g
 // Begin / memset / Commit launches and the one-launch vertex maps (off: 256); the ICP's batched
 // partial sums (512); the integration's loads of 3 voxels before their updates (1024) and its
 // occupancy bound (2048); SelectKernel's neighbour lists (4096) and the integration's skip of the
-// apron voxels that the apron refresh overwrites (cuda_enable 2); the ICP graph of WHILE nodes
+// apron voxels that the apron refresh overwrites (cuda_enable 2), both of which now run only with
+// the refresh of every visible brick; that refresh (8192), which after the default refresh around
+// new bricks must change nothing (aprons stay equal to their owners); the ICP graph of WHILE nodes
 // (cuda_enable 1: a level's loop stops launching once it has converged) against the default graph
 // of every iteration, whose converged kernels return at once. Same poses bit for bit, same
 // iteration, inlier and brick counts, same mesh and render at the end. With a stop threshold no
@@ -162,7 +164,7 @@ TEST_CASE("fusion gpu: launch savings and integrate ILP track like their switche
   };
   const Switch kSwitches[] = {{0, 0},    {0, 1},    {256, 0},  {512, 0},
                               {1024, 0}, {2048, 0}, {4096, 0}, {0, 2},
-                              {256 | 512 | 1024, 0}};
+                              {256 | 512 | 1024, 0}, {8192, 0}, {8192 | 4096, 0}};
   for (const Case& k : {Case{{10, 5, 4}, 0, -1}, Case{{3, 0, 2}, 1e-30, 5}}) {
     FusionConfig c = SyntheticConfig(320, 240, 0.01, true);
     c.depth_format = DepthFormat::kUint16;

@@ -60,6 +60,11 @@ struct ClientOptions {
   // only sent to loopback servers (Connect refuses other addresses; gRPC's local credentials
   // check the peer), never in the clear across a network.
   std::string token;
+  // True: this client's channels never share a TCP connection with another Client of the
+  // process (a subchannel pool of their own). gRPC otherwise gives channels to the same address
+  // with the same arguments one connection, whose HTTP/2 stream and I/O thread carry ~1-2 GB/s
+  // (docs/transport.md): what `fresnel bench --op fuse` does to stand for one client per session.
+  bool own_connection = false;
 };
 
 struct CallOptions {

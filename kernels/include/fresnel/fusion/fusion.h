@@ -90,7 +90,8 @@ struct FusionConfig {
   // CUDA tuning for A/B measurements (`fresnel_bench_fusion --variants`); the defaults are what
   // the service runs. `cuda_disable`: bits of CUDA optimisations to turn off (kOff* / kRay* in
   // fusion_cuda.cu; results stay within the tests' tolerances). `cuda_enable`: bits of CUDA
-  // variants that measured slower and are off by default (kOn* in fusion_cuda.cu; same results).
+  // variants that are off by default (kOn* in fusion_cuda.cu; same results, except kOnHalfModel,
+  // bit 4, which changes tracking).
   // `cuda_icp_stop_xi2`: per-level |xi|^2 below which a CUDA ICP level counts as converged (0 =
   // the default 1e-7). Not saved in snapshots; the CPU backend ignores all three.
   unsigned cuda_disable = 0;
