@@ -62,8 +62,14 @@ struct PgArgs {
   int xin_off;      // float offsets in shared memory
   int st_off;
   int wrap;  // (d-1)*ld - 1: offset change when c mod d wraps from 0 to d-1
+  // The task cursor's step: task += kPgWarps is (chunk, group) += (task_step_chunk,
+  // task_step_group) with a carry, so that no warp divides by `groups` per task.
+  int task_step_chunk, task_step_group;
   int64_t n_first;  // first period of the requested range
   int64_t tiles;    // per channel
+  // The tile cursor's step: b += gridDim.x is (channel, tile) += (grid_step_c, grid_step_t)
+  // with a carry (no 64-bit division per tile).
+  int64_t grid_step_c, grid_step_t;
 };
 
 __device__ __forceinline__ void CpAsync4(float* dst, const float* src) {
@@ -104,12 +110,13 @@ __device__ __forceinline__ void LoadTaps(const float* p, float (&h)[V]) {
     h[0] = *p;
   }
 }
+// p is V-float aligned (sr and the group offset are multiples of V).
 template <int V>
 __device__ __forceinline__ void StoreGroup(float* p, const float (&a)[V]) {
   if constexpr (V == 4) {
-    *reinterpret_cast<float4*>(p) = make_float4(a[0], a[1], a[2], a[3]);
+    *static_cast<float4*>(__builtin_assume_aligned(p, 16)) = make_float4(a[0], a[1], a[2], a[3]);
   } else if constexpr (V == 2) {
-    *reinterpret_cast<float2*>(p) = make_float2(a[0], a[1]);
+    *static_cast<float2*>(__builtin_assume_aligned(p, 8)) = make_float2(a[0], a[1]);
   } else {
     *p = a[0];
   }
@@ -146,14 +153,21 @@ __global__ void __launch_bounds__(kPgThreads)
   // Plain tile: z sits at xin[shift + z], shift = the 16-byte misalignment (in floats) of
   // z = 0's global address, so that every 4-float chunk e (xin[4e, 4e+4)) is one aligned copy.
   int shift = 0;
-  auto issue = [&](int64_t b) {
-    const int64_t c = b / a.tiles;
-    const int64_t n_tile = a.n_first + (b % a.tiles) * a.periods;
+  // Tile (channel c, tile t of the channel).
+  auto issue = [&](int64_t c, int64_t t) {
+    const int64_t n_tile = a.n_first + t * a.periods;
     const int64_t rel0 = n_tile * a.d - (a.p - 1) - x_first;  // x index of z = 0
     const float* xc = x + c * x_stride;
     if constexpr (kPlain) {
       shift = static_cast<int>((reinterpret_cast<uintptr_t>(xc) / 4 + rel0) & 3);
       const int chunks = (span + shift + 3) / 4;
+      const int64_t rel_base = rel0 - shift;  // x index of xin[0], 16-byte aligned
+      if (rel_base >= 0 && rel_base + 4 * chunks <= x_len) {
+        // Interior tile (all but the first and last of a channel): no bounds checks.
+        const float* src = xc + rel_base;
+        for (int e = tid; e < chunks; e += kPgThreads) CpAsync16(xin + 4 * e, src + 4 * e);
+        return;
+      }
       for (int e = tid; e < chunks; e += kPgThreads) {
         const int64_t rel = rel0 + 4 * e - shift;  // x index of xin[4e]
         float* dst = xin + 4 * e;
@@ -185,18 +199,29 @@ __global__ void __launch_bounds__(kPgThreads)
       }
     }
   };
-  if (blockIdx.x < total) issue(blockIdx.x);
+  // The tile cursor: block b's tile is (channel b / tiles, tile b % tiles); one division here,
+  // then b += gridDim.x steps it with a carry.
+  int64_t tc = blockIdx.x / a.tiles, tt = blockIdx.x % a.tiles;
+  if (blockIdx.x < total) issue(tc, tt);
 
   const int tasks = a.chunks * a.groups;
   const int tile_outputs = a.periods * a.u;
   const int out_step_n = kPgThreads / a.u, out_step_j = kPgThreads % a.u;
+  const int gr0 = warp % a.groups, chunk0 = warp / a.groups;
   for (int64_t b = blockIdx.x; b < total; b += gridDim.x) {
     CpAsyncWaitAll();
     __syncthreads();  // xin (and the table, the first time) complete; st free
+    int gr = gr0, chunk = chunk0;
     for (int task = warp; task < tasks; task += kPgWarps) {
-      const int gr = task % a.groups;
-      const int nl0 = (task / a.groups) * 32 * R + lane;
+      const int nl0 = chunk * 32 * R + lane;
       const float* tg = taps + gr * a.k * V;
+      const int gr_task = gr;
+      gr += a.task_step_group;
+      chunk += a.task_step_chunk;
+      if (gr >= a.groups) {
+        gr -= a.groups;
+        ++chunk;
+      }
       float acc[R][V];
 #pragma unroll
       for (int r = 0; r < R; ++r) {
@@ -204,26 +229,36 @@ __global__ void __launch_bounds__(kPgThreads)
         for (int v = 0; v < V; ++v) acc[r][v] = 0.f;
       }
       if constexpr (kPlain) {
-        // Lane period nl reads z = nl*d + c, c = qbase + i: xb[i] and xb[i + 32*r*d]; the 32
-        // lanes' words are d apart, distinct banks for odd d.
-        const float* xb = xin + shift + nl0 * a.d + qbase[gr];
-        const int rstep = 32 * a.d;
+        // Lane period nl reads z = nl*d + c, c = qbase + i: xr[r][i] with xr[r] = xin + shift +
+        // (nl + 32r)*d + qbase; the 32 lanes' words are d apart, distinct banks for odd d. The
+        // loop walks pointers down (tp: V taps a step, xr[r]: one word a step), so that after
+        // unrolling every load has an immediate offset and a step costs one tap load, R input
+        // loads and R*V FMAs, with one pointer update per pointer every 4 steps.
+        const float* xr[R];
+        xr[0] = xin + shift + nl0 * a.d + qbase[gr_task] + a.k - 1;
+#pragma unroll
+        for (int r = 1; r < R; ++r) xr[r] = xr[r - 1] + 32 * a.d;
+        const float* tp = tg + (a.k - 1) * V;
 #pragma unroll 4
-        for (int i = a.k - 1; i >= 0; --i) {
+        for (int n = a.k; n > 0; --n) {
           float h[V];
-          LoadTaps<V>(tg + i * V, h);
+          LoadTaps<V>(tp, h);
+          tp -= V;
 #pragma unroll
           for (int r = 0; r < R; ++r) {
-            const float sv = xb[i + r * rstep];
+            const float sv = *xr[r];
+            --xr[r];
 #pragma unroll
             for (int v = 0; v < V; ++v) acc[r][v] = fmaf(h[v], sv, acc[r][v]);
           }
         }
 #pragma unroll
-        for (int r = 0; r < R; ++r) StoreGroup<V>(st + (nl0 + 32 * r) * a.sr + gr * V, acc[r]);
+        for (int r = 0; r < R; ++r) {
+          StoreGroup<V>(st + (nl0 + 32 * r) * a.sr + gr_task * V, acc[r]);
+        }
         continue;
       }
-      const int c0 = qbase[gr] + a.k - 1;  // c of i = K-1
+      const int c0 = qbase[gr_task] + a.k - 1;  // c of i = K-1
       int row = c0 % a.d;
       int off = row * a.ld + c0 / a.d + nl0;
 #pragma unroll 4
@@ -245,14 +280,22 @@ __global__ void __launch_bounds__(kPgThreads)
         }
       }
 #pragma unroll
-      for (int r = 0; r < R; ++r) StoreGroup<V>(st + (nl0 + 32 * r) * a.sr + gr * V, acc[r]);
+      for (int r = 0; r < R; ++r) {
+        StoreGroup<V>(st + (nl0 + 32 * r) * a.sr + gr_task * V, acc[r]);
+      }
     }
     __syncthreads();  // st complete; every warp is done reading xin
-    if (b + gridDim.x < total) issue(b + gridDim.x);
+    const int64_t c = tc;
+    const int64_t k_tile = (a.n_first + tt * a.periods) * a.u;
+    tc += a.grid_step_c;
+    tt += a.grid_step_t;
+    if (tt >= a.tiles) {
+      tt -= a.tiles;
+      ++tc;
+    }
+    if (b + gridDim.x < total) issue(tc, tt);
 
     // Staged output (nl, j) is tile output nl*u + j, i.e. y[c][k_tile + nl*u + j - out_first].
-    const int64_t c = b / a.tiles;
-    const int64_t k_tile = (a.n_first + (b % a.tiles) * a.periods) * a.u;
     const int lo = out_first > k_tile ? static_cast<int>(out_first - k_tile) : 0;
     const int hi = out_first + out_count < k_tile + tile_outputs
                        ? static_cast<int>(out_first + out_count - k_tile)
@@ -466,6 +509,10 @@ absl::Status LaunchPhaseGroups(const PhaseGroupsPlan& pl, const float* table, in
   a.tiles = (n_last - a.n_first + pl.periods) / pl.periods;
   const int64_t blocks = std::max<int64_t>(
       1, std::min<int64_t>(s.channels * a.tiles, static_cast<int64_t>(sm_count) * blocks_per_sm));
+  a.task_step_chunk = kPgWarps / pl.groups;
+  a.task_step_group = kPgWarps % pl.groups;
+  a.grid_step_c = blocks / a.tiles;
+  a.grid_step_t = blocks % a.tiles;
   PgKernelFn fn = KernelFor(pl);
   fn<<<static_cast<unsigned>(blocks), kPgThreads, static_cast<size_t>(pl.smem_bytes), stream>>>(
       static_cast<const float*>(s.x), s.x_stride, s.x_first, s.x_len,
