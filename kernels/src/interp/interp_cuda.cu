@@ -16,6 +16,7 @@
 #include "interp/interp_internal.h"
 #include "interp/interp_kernels.cuh"
 #include "interp/phase_groups.h"
+#include "interp/tensor_tf32.h"
 #include "interp/transfer_cuda.cuh"
 
 namespace fresnel::interp::internal {
@@ -206,6 +207,7 @@ const char* CudaKernelName(CudaKernel kernel) {
     case CudaKernel::kSmemTile: return "smem_tile";
     case CudaKernel::kWarpPerOutput: return "warp_per_output";
     case CudaKernel::kPhaseGroups: return "phase_groups";
+    case CudaKernel::kTensorTf32: return "tensor_tf32";
   }
   return "unknown";
 }
@@ -223,6 +225,8 @@ bool CudaPolyphase::Supports(CudaKernel kernel, int up, int down, int64_t p, DTy
              kMaxSmemBytes;
     case CudaKernel::kPhaseGroups:
       return dtype == DType::kFloat32 && PlanPhaseGroups(up, down, p, {}).ok();
+    case CudaKernel::kTensorTf32:
+      return dtype == DType::kFloat32 && PlanTensorTf32(up, down, p, {}).ok();
   }
   return false;
 }
@@ -254,6 +258,9 @@ struct CudaPolyphase::Impl {
   PhaseGroupsPlan pg;        // kPhaseGroups: geometry and band table (uploaded to pg_table)
   cuda::DeviceBuffer<float> pg_table;
   int pg_blocks_per_sm = 1;
+  TensorTf32Plan tc;  // kTensorTf32: geometry and B fragments (uploaded to tc_table)
+  cuda::DeviceBuffer<float> tc_table;
+  int tc_blocks_per_sm = 1;
 
   template <class T>
   absl::Status LaunchTyped(cudaStream_t stream, const DeviceSignal& s) const;
@@ -350,6 +357,15 @@ absl::StatusOr<CudaPolyphase> CudaPolyphase::Create(const Device& device, const 
           impl->pg_table.Allocate(device, static_cast<int64_t>(impl->pg.table.size())));
       FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(impl->pg_table.get(), impl->pg.table.data(),
                                                    impl->pg.table.size() * sizeof(float),
+                                                   cudaMemcpyHostToDevice, stream));
+    } else if (kernel == CudaKernel::kTensorTf32) {
+      FRESNEL_ASSIGN_OR_RETURN(impl->tc,
+                               PlanTensorTf32(filter.up, filter.down, impl->p, impl->htf_f));
+      FRESNEL_ASSIGN_OR_RETURN(impl->tc_blocks_per_sm, TensorTf32Occupancy(impl->tc));
+      FRESNEL_RETURN_IF_ERROR(
+          impl->tc_table.Allocate(device, static_cast<int64_t>(impl->tc.table.size())));
+      FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(impl->tc_table.get(), impl->tc.table.data(),
+                                                   impl->tc.table.size() * sizeof(float),
                                                    cudaMemcpyHostToDevice, stream));
     } else if (kernel != CudaKernel::kRegisterBlocked) {
       FRESNEL_RETURN_IF_ERROR(
@@ -471,6 +487,10 @@ absl::Status CudaPolyphase::LaunchAsync(const Device& device, const DeviceSignal
   if (im.kernel == CudaKernel::kPhaseGroups) {
     return LaunchPhaseGroups(im.pg, im.pg_table.get(), im.sm_count, im.pg_blocks_per_sm, stream,
                              s);
+  }
+  if (im.kernel == CudaKernel::kTensorTf32) {
+    return LaunchTensorTf32(im.tc, im.tc_table.get(), im.sm_count, im.tc_blocks_per_sm, stream,
+                            s);
   }
   if (im.kernel == CudaKernel::kRegisterBlocked) {
     return WithRb(im.up, im.p, [&](auto u, auto kp) {

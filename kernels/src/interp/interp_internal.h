@@ -159,6 +159,7 @@ enum class CudaKernel {
   kSmemTile,         // taps + input span in shared memory, 4 outputs per thread
   kWarpPerOutput,    // one warp per output, lanes split the taps (long filters)
   kPhaseGroups,      // float32, any up/down: groups of phases share one band (phase_groups.h)
+  kTensorTf32,       // float32, long filters: the filter bank as a 3xTF32 GEMM (tensor_tf32.h)
 };
 const char* CudaKernelName(CudaKernel kernel);
 

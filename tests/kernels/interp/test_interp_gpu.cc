@@ -223,6 +223,8 @@ TEST_CASE("every CUDA kernel agrees with the CPU oracle on windows", "[gpu][inte
     REQUIRE(want.ok());
     // kPhaseGroups runs its default plan, then each variant (widened period or not): every
     // variant sums the same products in the same order, so they must agree bit for bit.
+    // kTensorTf32 (3xTF32 tensor-core GEMM, long filters) sums in its own order: it is held to
+    // the float32 tolerance against the oracle like the other kernels.
     struct Variant {
       CudaKernel kernel;
       int pg_widen;
@@ -236,6 +238,7 @@ TEST_CASE("every CUDA kernel agrees with the CPU oracle on windows", "[gpu][inte
         {CudaKernel::kPhaseGroups, 1, 1},  {CudaKernel::kPhaseGroups, 2, 1},
         {CudaKernel::kPhaseGroups, 0, 0, 2}, {CudaKernel::kPhaseGroups, 0, 1, 2},
         {CudaKernel::kPhaseGroups, 0, 0, 1}, {CudaKernel::kPhaseGroups, 0, 0, 8},
+        {CudaKernel::kTensorTf32, 0},
     };
     std::optional<HostArray> pg_default;
     for (const Variant& v : variants) {
@@ -317,6 +320,19 @@ TEST_CASE("kPhaseGroups variants agree with the CPU oracle on short windows", "[
       } else {
         CHECK(SameValues(*y, *first));
       }
+    }
+    // The tensor-core path on the same windows (its own summation order: the tolerance).
+    if (internal::CudaPolyphase::Supports(internal::CudaKernel::kTensorTf32, c.up, c.down,
+                                          f.TapsPerPhase(), c.dtype)) {
+      INFO(Describe(c) << " tensor_tf32");
+      internal::CudaWindowOptions opt;
+      opt.plan.kernel = internal::CudaKernel::kTensorTf32;
+      opt.poison_output = true;
+      auto y = internal::UpfirdnWindowCuda(gpu, f, internal::ViewOf(x), -3, c.cval, 5,
+                                           out_count, nullptr, opt);
+      REQUIRE(y.ok());
+      CHECK(AllFinite(*y));
+      CHECK(RelativeError(*y, *want) <= Tolerance(c.dtype));
     }
   }
 }
