@@ -346,6 +346,10 @@ absl::StatusOr<CudaPolyphase> CudaPolyphase::Create(const Device& device, const 
         return absl::InvalidArgumentError("pg_layout: 0, 1 or 2");
       }
       choice.periods_per_lane = options.pg_periods_per_lane;
+      choice.rotate = options.pg_rotate;
+      if (choice.rotate < 0 || choice.rotate > 2) {
+        return absl::InvalidArgumentError("pg_rotate: 0, 1 or 2");
+      }
       if (choice.periods_per_lane != 0 && choice.periods_per_lane != 1 &&
           choice.periods_per_lane != 2 && choice.periods_per_lane != 8) {
         return absl::InvalidArgumentError("pg_periods_per_lane: 0, 1, 2 or 8");

@@ -181,6 +181,10 @@ struct CudaPlanOptions {
   // kPhaseGroups periods per lane R: 1, 2 or 8; 0: the default (8 for >= 48 taps per phase,
   // else 2). Same bits. A forced R is FailedPrecondition where its tile does not fit.
   int pg_periods_per_lane = 0;
+  // kPhaseGroups period rotation (plain tile, u % 4 == 0; PhaseGroupsChoice::rotate): 1: off;
+  // 2: the launch rotates the period so that tiles start 16-byte aligned in y (16-byte stores
+  // out); 0: the default (2). Same bits.
+  int pg_rotate = 0;
 };
 
 // Test hooks of the host-level CUDA call.

@@ -19,7 +19,13 @@
 //   3. the outputs go to a staging tile st[nl*sr + j] (sr/V odd: the lanes' V-wide stores fall
 //      in distinct banks), then, after a barrier, to y with coalesced 4-byte stores (16-byte
 //      ones for the plain tile where u % 4 == 0 and the tile's y row is 16-byte aligned) while
-//      the next tile's copies (issued right after that barrier) are in flight.
+//      the next tile's copies (issued right after that barrier) are in flight. For the plain
+//      tile with u % 4 == 0 the period is rotated (PhaseGroupsPlan::rotations): rotation s
+//      makes a tile's outputs start at n_tile*u - s, and the launch picks the s that puts that
+//      output on a 16-byte boundary of y, so resample_poly (whose first kept output, 11 for
+//      160/147, is rarely a multiple of 4) takes the 16-byte path instead of 4-byte stores with
+//      per-output index math. Every output still sums its own P products in m order: the
+//      rotation changes which outputs share a band, not any bit of the result.
 // The table (taps, then the groups' first inputs) is copied to shared memory once per block.
 #include <cuda_runtime.h>
 
@@ -65,6 +71,9 @@ struct PgArgs {
   // The task cursor's step: task += kPgWarps is (chunk, group) += (task_step_chunk,
   // task_step_group) with a carry, so that no warp divides by `groups` per task.
   int task_step_chunk, task_step_group;
+  int span;  // floats of the input tile (z in [0, span))
+  int zoff;  // the rotation's input origin offset (PhaseGroupsPlan::zoff), <= 0
+  int rot;   // the period rotation s: tile outputs start at n_tile*u - s
   int64_t n_first;  // first period of the requested range
   int64_t tiles;    // per channel
   // The tile cursor's step: b += gridDim.x is (channel, tile) += (grid_step_c, grid_step_t)
@@ -145,7 +154,7 @@ __global__ void __launch_bounds__(kPgThreads)
     for (int i = tid; i < a.table_words; i += kPgThreads) dst[i] = __ldg(src + i);
   }
   const int64_t total = channels * a.tiles;
-  const int span = a.periods * a.d + a.k - 1;
+  const int span = a.span;
   // z = tid + 256 e, de-interleaved incrementally: 256 = step_q*d + step_r.
   const int step_q = kPgThreads / a.d, step_r = kPgThreads % a.d;
   const int z_q0 = tid / a.d, z_r0 = tid % a.d;
@@ -156,7 +165,7 @@ __global__ void __launch_bounds__(kPgThreads)
   // Tile (channel c, tile t of the channel).
   auto issue = [&](int64_t c, int64_t t) {
     const int64_t n_tile = a.n_first + t * a.periods;
-    const int64_t rel0 = n_tile * a.d - (a.p - 1) - x_first;  // x index of z = 0
+    const int64_t rel0 = n_tile * a.d - (a.p - 1) + a.zoff - x_first;  // x index of z = 0
     const float* xc = x + c * x_stride;
     if constexpr (kPlain) {
       shift = static_cast<int>((reinterpret_cast<uintptr_t>(xc) / 4 + rel0) & 3);
@@ -286,7 +295,7 @@ __global__ void __launch_bounds__(kPgThreads)
     }
     __syncthreads();  // st complete; every warp is done reading xin
     const int64_t c = tc;
-    const int64_t k_tile = (a.n_first + tt * a.periods) * a.u;
+    const int64_t k_tile = (a.n_first + tt * a.periods) * a.u - a.rot;
     tc += a.grid_step_c;
     tt += a.grid_step_t;
     if (tt >= a.tiles) {
@@ -368,7 +377,7 @@ PgKernelFn KernelFor(const PhaseGroupsPlan& pl) {
 // Floats of the input tile: the plain one has up to 3 leading floats of misalignment and a
 // last chunk rounded up to 4.
 int InputFloats(const PhaseGroupsPlan& pl) {
-  return pl.plain ? AlignUp4(pl.periods * pl.d + pl.k - 1 + 6) : AlignUp4(pl.d * pl.ld);
+  return pl.plain ? AlignUp4(pl.periods * pl.d + pl.k - 1 + pl.extra + 6) : AlignUp4(pl.d * pl.ld);
 }
 
 int SmemBytes(const PhaseGroupsPlan& pl) {
@@ -378,7 +387,7 @@ int SmemBytes(const PhaseGroupsPlan& pl) {
 // The plan for period multiple m (u = m*up/g0 outputs per d = m*down/g0 inputs) with the table
 // filled from htf when it is not empty.
 absl::StatusOr<PhaseGroupsPlan> PlanFor(int up, int down, int64_t p, const std::vector<float>& htf,
-                                        int m, int v, int layout, int r) {
+                                        int m, int v, int layout, int r, int rotate) {
   PhaseGroupsPlan pl;
   const int g0 = std::gcd(up, down);
   pl.u = m * (up / g0);
@@ -388,17 +397,27 @@ absl::StatusOr<PhaseGroupsPlan> PlanFor(int up, int down, int64_t p, const std::
   pl.r = r;
   pl.groups = (pl.u + pl.v - 1) / pl.v;
   pl.p = static_cast<int>(p);
-  // q_j = floor(j*down/up) < d and t_j = j*down mod up for j in [0, u).
-  std::vector<int> q(pl.u), t(pl.u);
-  for (int j = 0; j < pl.u; ++j) {
-    const int64_t jd = static_cast<int64_t>(j) * down;
-    q[j] = static_cast<int>(jd / up);
-    t[j] = static_cast<int>(jd % up);
-  }
+  pl.rotations = pl.plain && pl.u % 4 == 0 && rotate != 1 ? 4 : 1;
+  // Rotation s: phase j of the rotated period is output n*u - s + j, i.e. the original phase
+  // j - s (of the previous period when negative): q_j = floor((j - s)*down/up) (>= -d, the
+  // group bases may be negative), t_j = (j - s)*down - q_j*up in [0, up).
+  std::vector<std::vector<int>> q(pl.rotations, std::vector<int>(pl.u));
+  std::vector<std::vector<int>> t(pl.rotations, std::vector<int>(pl.u));
   int dmax = 0;
-  for (int gr = 0; gr < pl.groups; ++gr) {
-    const int last = std::min(gr * pl.v + pl.v - 1, pl.u - 1);
-    dmax = std::max(dmax, q[last] - q[gr * pl.v]);
+  pl.zoff.assign(pl.rotations, 0);
+  for (int rs = 0; rs < pl.rotations; ++rs) {
+    for (int j = 0; j < pl.u; ++j) {
+      const int64_t jd = static_cast<int64_t>(j - rs) * down;
+      const int64_t qq = jd >= 0 ? jd / up : -((-jd + up - 1) / up);
+      q[rs][j] = static_cast<int>(qq);
+      t[rs][j] = static_cast<int>(jd - qq * up);
+    }
+    for (int gr = 0; gr < pl.groups; ++gr) {
+      const int last = std::min(gr * pl.v + pl.v - 1, pl.u - 1);
+      dmax = std::max(dmax, q[rs][last] - q[rs][gr * pl.v]);
+      pl.zoff[rs] = std::min(pl.zoff[rs], q[rs][gr * pl.v]);
+    }
+    pl.extra = std::max(pl.extra, -pl.zoff[rs]);
   }
   pl.k = pl.p + dmax;
   const int64_t tap_floats = static_cast<int64_t>(pl.groups) * pl.k * pl.v;
@@ -406,29 +425,34 @@ absl::StatusOr<PhaseGroupsPlan> PlanFor(int up, int down, int64_t p, const std::
     return absl::FailedPreconditionError("phase_groups: tap table exceeds shared memory");
   }
   pl.table_floats = static_cast<int>(tap_floats) + pl.groups;
-  pl.table.assign(htf.empty() ? 0 : static_cast<size_t>(pl.table_floats), 0.f);
-  for (int gr = 0; gr < pl.groups && !htf.empty(); ++gr) {
-    for (int vv = 0; vv < pl.v; ++vv) {
-      const int j = gr * pl.v + vv;
-      if (j >= pl.u) continue;  // padding: zero taps
-      const int dv = q[j] - q[gr * pl.v];
-      for (int i = 0; i < pl.k; ++i) {
-        const int mm = dv + pl.p - 1 - i;
-        if (mm >= 0 && mm < pl.p) {
-          pl.table[(static_cast<size_t>(gr) * pl.k + i) * pl.v + vv] =
-              htf[static_cast<size_t>(t[j]) * pl.p + mm];
+  pl.table.assign(htf.empty() ? 0 : static_cast<size_t>(pl.table_floats) * pl.rotations, 0.f);
+  for (int rs = 0; rs < pl.rotations && !htf.empty(); ++rs) {
+    float* tab = pl.table.data() + static_cast<size_t>(pl.table_floats) * rs;
+    for (int gr = 0; gr < pl.groups; ++gr) {
+      for (int vv = 0; vv < pl.v; ++vv) {
+        const int j = gr * pl.v + vv;
+        if (j >= pl.u) continue;  // padding: zero taps
+        const int dv = q[rs][j] - q[rs][gr * pl.v];
+        for (int i = 0; i < pl.k; ++i) {
+          const int mm = dv + pl.p - 1 - i;
+          if (mm >= 0 && mm < pl.p) {
+            tab[(static_cast<size_t>(gr) * pl.k + i) * pl.v + vv] =
+                htf[static_cast<size_t>(t[rs][j]) * pl.p + mm];
+          }
         }
       }
+      // The group's first input relative to the tile's origin, which the rotation moves by
+      // zoff (the lowest group base) so that every base is >= 0.
+      const int base = q[rs][gr * pl.v] - pl.zoff[rs];
+      std::memcpy(&tab[static_cast<size_t>(tap_floats) + gr], &base, sizeof(int));
     }
-    const int base = q[gr * pl.v];
-    std::memcpy(&pl.table[static_cast<size_t>(tap_floats) + gr], &base, sizeof(int));
   }
   pl.sr = pl.v * (pl.groups % 2 == 1 ? pl.groups : pl.groups + 1);
   // Tasks per tile = chunks * groups: a multiple of the 8 warps when the tile allows.
   int chunks = kPgWarps / std::gcd(pl.groups, kPgWarps);
   for (;;) {
     pl.periods = chunks * 32 * pl.r;
-    const int64_t span = static_cast<int64_t>(pl.periods) * pl.d + pl.k - 1;
+    const int64_t span = static_cast<int64_t>(pl.periods) * pl.d + pl.k - 1 + pl.extra;
     if (span > (int64_t{1} << 24) || static_cast<int64_t>(pl.periods) * pl.u > (1 << 24)) {
       return absl::FailedPreconditionError("phase_groups: tile too large");
     }
@@ -466,10 +490,10 @@ absl::StatusOr<PhaseGroupsPlan> PlanPhaseGroups(int up, int down, int64_t p,
                                                : kPgShortPeriods;
   const int u = up / std::gcd(up, down);
   const int v1 = u == 1 ? 1 : u == 2 ? 2 : 4;
-  absl::StatusOr<PhaseGroupsPlan> plain = PlanFor(up, down, p, htf, 1, v1, choice.layout, r);
+  absl::StatusOr<PhaseGroupsPlan> plain = PlanFor(up, down, p, htf, 1, v1, choice.layout, r, choice.rotate);
   const int m = 4 / std::gcd(u, 4);
   if (widen == 1 || m == 1 || u > (1 << 14)) return plain;
-  absl::StatusOr<PhaseGroupsPlan> wide = PlanFor(up, down, p, htf, m, 4, choice.layout, r);
+  absl::StatusOr<PhaseGroupsPlan> wide = PlanFor(up, down, p, htf, m, 4, choice.layout, r, choice.rotate);
   if (!wide.ok()) return plain;
   if (!plain.ok() || IssueCost(*wide) < IssueCost(*plain)) return wide;
   return plain;
@@ -504,9 +528,19 @@ absl::Status LaunchPhaseGroups(const PhaseGroupsPlan& pl, const float* table, in
   a.st_off = a.xin_off + InputFloats(pl);
   a.wrap = (pl.d - 1) * pl.ld - 1;
   // Periods n_first .. n_last hold outputs out_first .. out_first + out_count - 1.
-  a.n_first = s.out_first / pl.u;
-  const int64_t n_last = (s.out_first + s.out_count - 1) / pl.u;
+  // The rotation that makes every tile's first output 16-byte aligned in y (the same for all
+  // rows when they are a multiple of 4 floats apart); 0 without rotated tables.
+  a.rot = 0;
+  if (pl.rotations == 4 && (s.channels == 1 || s.y_stride % 4 == 0)) {
+    a.rot = static_cast<int>(((reinterpret_cast<uintptr_t>(s.y) / 4) - s.out_first) & 3);
+  }
+  a.zoff = pl.zoff[a.rot];
+  a.span = pl.periods * pl.d + pl.k - 1 + pl.extra;
+  // Rotated periods n_first .. n_last hold outputs out_first .. out_first + out_count - 1.
+  a.n_first = (s.out_first + a.rot) / pl.u;
+  const int64_t n_last = (s.out_first + s.out_count - 1 + a.rot) / pl.u;
   a.tiles = (n_last - a.n_first + pl.periods) / pl.periods;
+  table += static_cast<size_t>(pl.table_floats) * a.rot;
   const int64_t blocks = std::max<int64_t>(
       1, std::min<int64_t>(s.channels * a.tiles, static_cast<int64_t>(sm_count) * blocks_per_sm));
   a.task_step_chunk = kPgWarps / pl.groups;

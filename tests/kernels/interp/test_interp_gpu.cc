@@ -230,6 +230,7 @@ TEST_CASE("every CUDA kernel agrees with the CPU oracle on windows", "[gpu][inte
       int pg_widen;
       int pg_layout = 0;
       int pg_periods_per_lane = 0;
+      int pg_rotate = 0;
     };
     const Variant variants[] = {
         {CudaKernel::kRegisterBlocked, 0}, {CudaKernel::kSmemTile, 0},
@@ -238,20 +239,21 @@ TEST_CASE("every CUDA kernel agrees with the CPU oracle on windows", "[gpu][inte
         {CudaKernel::kPhaseGroups, 1, 1},  {CudaKernel::kPhaseGroups, 2, 1},
         {CudaKernel::kPhaseGroups, 0, 0, 2}, {CudaKernel::kPhaseGroups, 0, 1, 2},
         {CudaKernel::kPhaseGroups, 0, 0, 1}, {CudaKernel::kPhaseGroups, 0, 0, 8},
-        {CudaKernel::kTensorTf32, 0},
+        {CudaKernel::kPhaseGroups, 0, 0, 0, 1}, {CudaKernel::kTensorTf32, 0},
     };
     std::optional<HostArray> pg_default;
     for (const Variant& v : variants) {
       if (!internal::CudaPolyphase::Supports(v.kernel, c.up, c.down, p, c.dtype)) continue;
       INFO(Describe(c) << " kernel " << internal::CudaKernelName(v.kernel) << " pg_widen "
                        << v.pg_widen << " pg_layout " << v.pg_layout << " R "
-                       << v.pg_periods_per_lane << " x_first " << x_first << " out_first "
-                       << out_first);
+                       << v.pg_periods_per_lane << " rotate " << v.pg_rotate << " x_first "
+                       << x_first << " out_first " << out_first);
       internal::CudaWindowOptions opt;
       opt.plan.kernel = v.kernel;
       opt.plan.pg_widen = v.pg_widen;
       opt.plan.pg_layout = v.pg_layout;
       opt.plan.pg_periods_per_lane = v.pg_periods_per_lane;
+      opt.plan.pg_rotate = v.pg_rotate;
       opt.poison_output = true;
       auto y = internal::UpfirdnWindowCuda(gpu, f, internal::ViewOf(x), x_first, c.cval,
                                            out_first, out_count, nullptr, opt);
@@ -279,6 +281,8 @@ TEST_CASE("kPhaseGroups variants agree with the CPU oracle on short windows", "[
       {160, 147, 3201, 9001, 2, DType::kFloat32, 0.5}, {3, 2, 1024, 20011, 1, DType::kFloat32, 0.0},
       {2, 1, 256, 20011, 1, DType::kFloat32, -1.0},    {1, 5, 300, 30011, 1, DType::kFloat32, 0.0},
       {5, 3, 40, 7001, 3, DType::kFloat32, 0.0},
+      // One channel: outputs from 5, so the rotated period (s = 3 for an aligned y) is used.
+      {160, 147, 3201, 9001, 1, DType::kFloat32, 0.0},
   };
   for (const Config& c : configs) {
     internal::Polyphase f{RandomTaps(c.taps), c.up, c.down};
@@ -290,22 +294,25 @@ TEST_CASE("kPhaseGroups variants agree with the CPU oracle on short windows", "[
                                               f.TapsPerPhase(), c.dtype));
     std::optional<HostArray> first;
     struct PgVariant {
-      int widen, layout, periods_per_lane;
+      int widen, layout, periods_per_lane, rotate;
     };
     std::vector<PgVariant> variants;
     for (int widen : {1, 2}) {
       for (int layout : {1, 2}) {
-        for (int r : {1, 2, 8}) variants.push_back({widen, layout, r});
+        for (int r : {1, 2, 8}) {
+          for (int rotate : {1, 2}) variants.push_back({widen, layout, r, rotate});
+        }
       }
     }
     for (const PgVariant& v : variants) {
       INFO(Describe(c) << " pg_widen " << v.widen << " pg_layout " << v.layout << " R "
-                       << v.periods_per_lane);
+                       << v.periods_per_lane << " rotate " << v.rotate);
       internal::CudaWindowOptions opt;
       opt.plan.kernel = internal::CudaKernel::kPhaseGroups;
       opt.plan.pg_widen = v.widen;
       opt.plan.pg_layout = v.layout;
       opt.plan.pg_periods_per_lane = v.periods_per_lane;
+      opt.plan.pg_rotate = v.rotate;
       opt.poison_output = true;
       auto y = internal::UpfirdnWindowCuda(gpu, f, internal::ViewOf(x), -3, c.cval, 5,
                                            out_count, nullptr, opt);
