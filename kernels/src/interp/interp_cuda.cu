@@ -347,6 +347,10 @@ absl::StatusOr<CudaPolyphase> CudaPolyphase::Create(const Device& device, const 
       }
       choice.periods_per_lane = options.pg_periods_per_lane;
       choice.rotate = options.pg_rotate;
+      choice.row_blocks = options.pg_row_blocks;
+      if (choice.row_blocks < 0 || choice.row_blocks > 2) {
+        return absl::InvalidArgumentError("pg_row_blocks: 0, 1 or 2");
+      }
       if (choice.rotate < 0 || choice.rotate > 2) {
         return absl::InvalidArgumentError("pg_rotate: 0, 1 or 2");
       }

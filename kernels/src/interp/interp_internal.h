@@ -185,6 +185,10 @@ struct CudaPlanOptions {
   // 2: the launch rotates the period so that tiles start 16-byte aligned in y (16-byte stores
   // out); 0: the default (2). Same bits.
   int pg_rotate = 0;
+  // kPhaseGroups de-interleaved band loop for d in {2, 4, 8} (PhaseGroupsChoice::row_blocks):
+  // 1: step by step with a row-wrap test; 2: blocks of d steps, one pointer per row; 0: the
+  // default (2). Same bits.
+  int pg_row_blocks = 0;
 };
 
 // Test hooks of the host-level CUDA call.

@@ -42,6 +42,9 @@ struct PhaseGroupsChoice {
   // Period rotation (plain tile, u % 4 == 0): 1: never; 0 or 2 (default): four tables, one per
   // rotation s, and the launch picks the s that makes the tiles' outputs 16-byte aligned in y.
   int rotate = 0;
+  // De-interleaved band loop for d in {2, 4, 8} (V = 4): 1: step by step with a row-wrap test
+  // (round 1); 0 or 2 (default): blocks of d steps with one pointer per row. Same bits.
+  int row_blocks = 0;
 };
 
 // The geometry of one filter's kPhaseGroups launch, fixed at plan creation.
@@ -71,6 +74,7 @@ struct PhaseGroupsPlan {
   // out_first is (resample_poly's first kept output is rarely a multiple of 4: 160/147 keeps
   // outputs from 11). zoff[s] (<= 0) moves the tile's input origin so that the group bases are
   // >= 0; extra = max(-zoff) more inputs per tile.
+  bool row_blocks = false;  // PhaseGroupsChoice::row_blocks, where it applies
   int rotations = 1;
   std::vector<int> zoff = {0};
   int extra = 0;

@@ -134,7 +134,9 @@ __device__ __forceinline__ void StoreGroup(float* p, const float (&a)[V]) {
 // kPlain: the input tile in plain order (d odd, see the file comment), 16-byte copies in and,
 // where u is a multiple of 4 and y is aligned, 16-byte copies out; otherwise round 1's
 // de-interleaved tile with 4-byte copies.
-template <int V, int R, bool kPlain>
+// kD (de-interleaved tile only): 0, or d itself when d is 2, 4 or 8, for the band loop in
+// blocks of d steps (one row pointer per row; PhaseGroupsPlan::row_blocks).
+template <int V, int R, bool kPlain, int kD = 0>
 __global__ void __launch_bounds__(kPgThreads)
     PhaseGroupsKernel(const float* __restrict__ x, int64_t x_stride, int64_t x_first,
                       int64_t x_len, float cval, float* __restrict__ y, int64_t y_stride,
@@ -268,6 +270,58 @@ __global__ void __launch_bounds__(kPgThreads)
         continue;
       }
       const int c0 = qbase[gr_task] + a.k - 1;  // c of i = K-1
+      if constexpr (kD > 0) {
+        // c runs down from c0: rows c0 mod d .. 0 of column c0/d, then whole blocks of rows
+        // d-1 .. 0 one column lower each, then a last partial block. rp[r] points at row r of
+        // the current column (+ the lane's period), so a step is one tap load, R input loads
+        // at immediate offsets and R*V FMAs, and a block of d steps updates the d pointers once:
+        // no per-step wrap test. Same steps in the same order as the loop below.
+        const float* rp[kD];
+#pragma unroll
+        for (int r = 0; r < kD; ++r) rp[r] = xin + r * a.ld + c0 / kD + nl0;
+        const float* tp = tg + (a.k - 1) * V;
+        int n = a.k;  // steps left
+        auto step = [&](const float* p) {
+          float h[V];
+          LoadTaps<V>(tp, h);
+          tp -= V;
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            const float sv = p[32 * r];
+#pragma unroll
+            for (int v = 0; v < V; ++v) acc[r][v] = fmaf(h[v], sv, acc[r][v]);
+          }
+        };
+        const int row0 = c0 % kD;
+#pragma unroll
+        for (int r = kD - 1; r >= 0; --r) {
+          if (r <= row0 && n > 0) {
+            step(rp[r]);
+            --n;
+          }
+        }
+#pragma unroll
+        for (int r = 0; r < kD; ++r) --rp[r];
+#pragma unroll 2
+        for (; n >= kD; n -= kD) {
+#pragma unroll
+          for (int r = kD - 1; r >= 0; --r) step(rp[r]);
+#pragma unroll
+          for (int r = 0; r < kD; ++r) --rp[r];
+        }
+#pragma unroll
+        for (int r = kD - 1; r >= 0; --r) {
+          if (n > 0) {
+            step(rp[r]);
+            --n;
+          }
+        }
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          StoreGroup<V>(st + (nl0 + 32 * r) * a.sr + gr_task * V, acc[r]);
+        }
+        continue;
+      }
       int row = c0 % a.d;
       int off = row * a.ld + c0 / a.d + nl0;
 #pragma unroll 4
@@ -370,14 +424,26 @@ PgKernelFn KernelFor(int v, int r) {
   if (v == 2) return PhaseGroupsKernel<2, 2, kPlain>;
   return PhaseGroupsKernel<4, 2, kPlain>;
 }
+template <int kD>
+PgKernelFn RowBlockKernelFor(int r) {
+  if (r == 1) return PhaseGroupsKernel<4, 1, false, kD>;
+  if (r == 8) return PhaseGroupsKernel<4, 8, false, kD>;
+  return PhaseGroupsKernel<4, 2, false, kD>;
+}
 PgKernelFn KernelFor(const PhaseGroupsPlan& pl) {
+  if (pl.row_blocks) {
+    if (pl.d == 2) return RowBlockKernelFor<2>(pl.r);
+    if (pl.d == 4) return RowBlockKernelFor<4>(pl.r);
+    return RowBlockKernelFor<8>(pl.r);
+  }
   return pl.plain ? KernelFor<true>(pl.v, pl.r) : KernelFor<false>(pl.v, pl.r);
 }
 
 // Floats of the input tile: the plain one has up to 3 leading floats of misalignment and a
 // last chunk rounded up to 4.
 int InputFloats(const PhaseGroupsPlan& pl) {
-  return pl.plain ? AlignUp4(pl.periods * pl.d + pl.k - 1 + pl.extra + 6) : AlignUp4(pl.d * pl.ld);
+  return pl.plain ? AlignUp4(pl.periods * pl.d + pl.k - 1 + pl.extra + 6)
+                  : AlignUp4(pl.d * pl.ld);
 }
 
 int SmemBytes(const PhaseGroupsPlan& pl) {
@@ -387,7 +453,8 @@ int SmemBytes(const PhaseGroupsPlan& pl) {
 // The plan for period multiple m (u = m*up/g0 outputs per d = m*down/g0 inputs) with the table
 // filled from htf when it is not empty.
 absl::StatusOr<PhaseGroupsPlan> PlanFor(int up, int down, int64_t p, const std::vector<float>& htf,
-                                        int m, int v, int layout, int r, int rotate) {
+                                        int m, int v, int layout, int r, int rotate,
+                                        int row_blocks) {
   PhaseGroupsPlan pl;
   const int g0 = std::gcd(up, down);
   pl.u = m * (up / g0);
@@ -398,6 +465,8 @@ absl::StatusOr<PhaseGroupsPlan> PlanFor(int up, int down, int64_t p, const std::
   pl.groups = (pl.u + pl.v - 1) / pl.v;
   pl.p = static_cast<int>(p);
   pl.rotations = pl.plain && pl.u % 4 == 0 && rotate != 1 ? 4 : 1;
+  pl.row_blocks = !pl.plain && pl.v == 4 && (pl.d == 2 || pl.d == 4 || pl.d == 8) &&
+                  row_blocks != 1;
   // Rotation s: phase j of the rotated period is output n*u - s + j, i.e. the original phase
   // j - s (of the previous period when negative): q_j = floor((j - s)*down/up) (>= -d, the
   // group bases may be negative), t_j = (j - s)*down - q_j*up in [0, up).
@@ -490,10 +559,12 @@ absl::StatusOr<PhaseGroupsPlan> PlanPhaseGroups(int up, int down, int64_t p,
                                                : kPgShortPeriods;
   const int u = up / std::gcd(up, down);
   const int v1 = u == 1 ? 1 : u == 2 ? 2 : 4;
-  absl::StatusOr<PhaseGroupsPlan> plain = PlanFor(up, down, p, htf, 1, v1, choice.layout, r, choice.rotate);
+  absl::StatusOr<PhaseGroupsPlan> plain =
+      PlanFor(up, down, p, htf, 1, v1, choice.layout, r, choice.rotate, choice.row_blocks);
   const int m = 4 / std::gcd(u, 4);
   if (widen == 1 || m == 1 || u > (1 << 14)) return plain;
-  absl::StatusOr<PhaseGroupsPlan> wide = PlanFor(up, down, p, htf, m, 4, choice.layout, r, choice.rotate);
+  absl::StatusOr<PhaseGroupsPlan> wide =
+      PlanFor(up, down, p, htf, m, 4, choice.layout, r, choice.rotate, choice.row_blocks);
   if (!wide.ok()) return plain;
   if (!plain.ok() || IssueCost(*wide) < IssueCost(*plain)) return wide;
   return plain;

@@ -78,7 +78,8 @@ __global__ void __launch_bounds__(kTcThreads)
   {
     // Shared memory starts with what the kernel reads of the table: the fragments and the
     // offsets (kSmemTable) or the offsets alone.
-    const unsigned* src = reinterpret_cast<const unsigned*>(table) + (kSmemTable ? 0 : a.frag_floats);
+    const unsigned* src =
+        reinterpret_cast<const unsigned*>(table) + (kSmemTable ? 0 : a.frag_floats);
     unsigned* dst = reinterpret_cast<unsigned*>(smem);
     for (int i = tid; i < a.copy_words; i += kTcThreads) dst[i] = __ldg(src + i);
   }

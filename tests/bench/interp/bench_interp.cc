@@ -645,6 +645,15 @@ int Main(int argc, char** argv) {
     rows.push_back(b.Kernel(name, f, 1, n22, 0, out, def, true));
     rows.push_back(b.Kernel(name, f, 1, n22, 0, out, tc, true));
     rows.push_back(b.Kernel(name, f, 1, n22, 0, out, PgOptions(1)));
+    {
+      // The de-interleaved band loop step by step (the row-wrap test per step), as before
+      // the row blocks.
+      internal::CudaPlanOptions o = PgOptions(0);
+      o.pg_row_blocks = 1;
+      Row r = b.Kernel(name, f, 1, n22, 0, out, o);
+      r.kernel = "phase_groups/norows";
+      rows.push_back(r);
+    }
     for (CudaKernel k : {CudaKernel::kSmemTile, CudaKernel::kWarpPerOutput}) {
       rows.push_back(b.Kernel(name, f, 1, n22, 0, out, k));
     }

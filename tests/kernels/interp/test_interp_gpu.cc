@@ -231,6 +231,7 @@ TEST_CASE("every CUDA kernel agrees with the CPU oracle on windows", "[gpu][inte
       int pg_layout = 0;
       int pg_periods_per_lane = 0;
       int pg_rotate = 0;
+      int pg_row_blocks = 0;
     };
     const Variant variants[] = {
         {CudaKernel::kRegisterBlocked, 0}, {CudaKernel::kSmemTile, 0},
@@ -239,21 +240,24 @@ TEST_CASE("every CUDA kernel agrees with the CPU oracle on windows", "[gpu][inte
         {CudaKernel::kPhaseGroups, 1, 1},  {CudaKernel::kPhaseGroups, 2, 1},
         {CudaKernel::kPhaseGroups, 0, 0, 2}, {CudaKernel::kPhaseGroups, 0, 1, 2},
         {CudaKernel::kPhaseGroups, 0, 0, 1}, {CudaKernel::kPhaseGroups, 0, 0, 8},
-        {CudaKernel::kPhaseGroups, 0, 0, 0, 1}, {CudaKernel::kTensorTf32, 0},
+        {CudaKernel::kPhaseGroups, 0, 0, 0, 1}, {CudaKernel::kPhaseGroups, 0, 0, 0, 0, 1},
+        {CudaKernel::kTensorTf32, 0},
     };
     std::optional<HostArray> pg_default;
     for (const Variant& v : variants) {
       if (!internal::CudaPolyphase::Supports(v.kernel, c.up, c.down, p, c.dtype)) continue;
       INFO(Describe(c) << " kernel " << internal::CudaKernelName(v.kernel) << " pg_widen "
                        << v.pg_widen << " pg_layout " << v.pg_layout << " R "
-                       << v.pg_periods_per_lane << " rotate " << v.pg_rotate << " x_first "
-                       << x_first << " out_first " << out_first);
+                       << v.pg_periods_per_lane << " rotate " << v.pg_rotate << " row_blocks "
+                       << v.pg_row_blocks << " x_first " << x_first << " out_first "
+                       << out_first);
       internal::CudaWindowOptions opt;
       opt.plan.kernel = v.kernel;
       opt.plan.pg_widen = v.pg_widen;
       opt.plan.pg_layout = v.pg_layout;
       opt.plan.pg_periods_per_lane = v.pg_periods_per_lane;
       opt.plan.pg_rotate = v.pg_rotate;
+      opt.plan.pg_row_blocks = v.pg_row_blocks;
       opt.poison_output = true;
       auto y = internal::UpfirdnWindowCuda(gpu, f, internal::ViewOf(x), x_first, c.cval,
                                            out_first, out_count, nullptr, opt);
@@ -300,19 +304,22 @@ TEST_CASE("kPhaseGroups variants agree with the CPU oracle on short windows", "[
     for (int widen : {1, 2}) {
       for (int layout : {1, 2}) {
         for (int r : {1, 2, 8}) {
-          for (int rotate : {1, 2}) variants.push_back({widen, layout, r, rotate});
+          // rotate and row_blocks off together (1) or at their defaults (2): each applies to
+          // one layout only (plain / de-interleaved).
+          for (int alt : {1, 2}) variants.push_back({widen, layout, r, alt});
         }
       }
     }
     for (const PgVariant& v : variants) {
       INFO(Describe(c) << " pg_widen " << v.widen << " pg_layout " << v.layout << " R "
-                       << v.periods_per_lane << " rotate " << v.rotate);
+                       << v.periods_per_lane << " rotate/row_blocks " << v.rotate);
       internal::CudaWindowOptions opt;
       opt.plan.kernel = internal::CudaKernel::kPhaseGroups;
       opt.plan.pg_widen = v.widen;
       opt.plan.pg_layout = v.layout;
       opt.plan.pg_periods_per_lane = v.periods_per_lane;
       opt.plan.pg_rotate = v.rotate;
+      opt.plan.pg_row_blocks = v.rotate;
       opt.poison_output = true;
       auto y = internal::UpfirdnWindowCuda(gpu, f, internal::ViewOf(x), -3, c.cval, 5,
                                            out_count, nullptr, opt);
