@@ -54,6 +54,9 @@ namespace k = ::fresnel::interp::kernels;
 //    loops over thousands of taps per output leaves too little independent work per SM, while
 //    the warp splits them 32 ways. It also runs filters whose tap table does not fit in shared
 //    memory.
+// kTensorTf32 (the filter bank as a 3xTF32 tensor-core GEMM, tensor_tf32.h) is never chosen
+// here: it runs only when forced (CudaPlanOptions::kernel) until the bench has measured it
+// against kPhaseGroups on the long filters (built in session 7, not yet run on a GPU).
 constexpr int kRbMaxTapsPerPhase = 32;
 constexpr int64_t kWarpMinTapsPerPhase = 1024;
 // kSmemTile's dynamic shared memory stays within the default 48 KiB per block (taps first, then
