@@ -16,6 +16,7 @@
 #include "interp/interp_internal.h"
 #include "interp/interp_kernels.cuh"
 #include "interp/phase_groups.h"
+#include "interp/tensor_tf32.h"
 #include "interp/transfer_cuda.cuh"
 
 namespace fresnel::interp::internal {
@@ -53,6 +54,10 @@ namespace k = ::fresnel::interp::kernels;
 //    loops over thousands of taps per output leaves too little independent work per SM, while
 //    the warp splits them 32 ways. It also runs filters whose tap table does not fit in shared
 //    memory.
+// kTensorTf32 (the filter bank as a 3xTF32 tensor-core GEMM, tensor_tf32.h) is never chosen
+// here: it runs only when forced (CudaPlanOptions::kernel). Measured on the H200 it is 1.06x to
+// 1.8x faster than kPhaseGroups on long filters, but its relative error grows with the band
+// (2.4e-6 at P = 342, 1.4e-5 at P = 2048, against ~3e-7), so the default keeps FFMA accuracy.
 constexpr int kRbMaxTapsPerPhase = 32;
 constexpr int64_t kWarpMinTapsPerPhase = 1024;
 // kSmemTile's dynamic shared memory stays within the default 48 KiB per block (taps first, then
@@ -206,6 +211,7 @@ const char* CudaKernelName(CudaKernel kernel) {
     case CudaKernel::kSmemTile: return "smem_tile";
     case CudaKernel::kWarpPerOutput: return "warp_per_output";
     case CudaKernel::kPhaseGroups: return "phase_groups";
+    case CudaKernel::kTensorTf32: return "tensor_tf32";
   }
   return "unknown";
 }
@@ -223,6 +229,8 @@ bool CudaPolyphase::Supports(CudaKernel kernel, int up, int down, int64_t p, DTy
              kMaxSmemBytes;
     case CudaKernel::kPhaseGroups:
       return dtype == DType::kFloat32 && PlanPhaseGroups(up, down, p, {}).ok();
+    case CudaKernel::kTensorTf32:
+      return dtype == DType::kFloat32 && PlanTensorTf32(up, down, p, {}).ok();
   }
   return false;
 }
@@ -254,6 +262,9 @@ struct CudaPolyphase::Impl {
   PhaseGroupsPlan pg;        // kPhaseGroups: geometry and band table (uploaded to pg_table)
   cuda::DeviceBuffer<float> pg_table;
   int pg_blocks_per_sm = 1;
+  TensorTf32Plan tc;  // kTensorTf32: geometry and B fragments (uploaded to tc_table)
+  cuda::DeviceBuffer<float> tc_table;
+  int tc_blocks_per_sm = 1;
 
   template <class T>
   absl::Status LaunchTyped(cudaStream_t stream, const DeviceSignal& s) const;
@@ -339,6 +350,14 @@ absl::StatusOr<CudaPolyphase> CudaPolyphase::Create(const Device& device, const 
         return absl::InvalidArgumentError("pg_layout: 0, 1 or 2");
       }
       choice.periods_per_lane = options.pg_periods_per_lane;
+      choice.rotate = options.pg_rotate;
+      choice.row_blocks = options.pg_row_blocks;
+      if (choice.row_blocks < 0 || choice.row_blocks > 2) {
+        return absl::InvalidArgumentError("pg_row_blocks: 0, 1 or 2");
+      }
+      if (choice.rotate < 0 || choice.rotate > 2) {
+        return absl::InvalidArgumentError("pg_rotate: 0, 1 or 2");
+      }
       if (choice.periods_per_lane != 0 && choice.periods_per_lane != 1 &&
           choice.periods_per_lane != 2 && choice.periods_per_lane != 8) {
         return absl::InvalidArgumentError("pg_periods_per_lane: 0, 1, 2 or 8");
@@ -350,6 +369,15 @@ absl::StatusOr<CudaPolyphase> CudaPolyphase::Create(const Device& device, const 
           impl->pg_table.Allocate(device, static_cast<int64_t>(impl->pg.table.size())));
       FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(impl->pg_table.get(), impl->pg.table.data(),
                                                    impl->pg.table.size() * sizeof(float),
+                                                   cudaMemcpyHostToDevice, stream));
+    } else if (kernel == CudaKernel::kTensorTf32) {
+      FRESNEL_ASSIGN_OR_RETURN(impl->tc,
+                               PlanTensorTf32(filter.up, filter.down, impl->p, impl->htf_f));
+      FRESNEL_ASSIGN_OR_RETURN(impl->tc_blocks_per_sm, TensorTf32Occupancy(impl->tc));
+      FRESNEL_RETURN_IF_ERROR(
+          impl->tc_table.Allocate(device, static_cast<int64_t>(impl->tc.table.size())));
+      FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(impl->tc_table.get(), impl->tc.table.data(),
+                                                   impl->tc.table.size() * sizeof(float),
                                                    cudaMemcpyHostToDevice, stream));
     } else if (kernel != CudaKernel::kRegisterBlocked) {
       FRESNEL_RETURN_IF_ERROR(
@@ -471,6 +499,10 @@ absl::Status CudaPolyphase::LaunchAsync(const Device& device, const DeviceSignal
   if (im.kernel == CudaKernel::kPhaseGroups) {
     return LaunchPhaseGroups(im.pg, im.pg_table.get(), im.sm_count, im.pg_blocks_per_sm, stream,
                              s);
+  }
+  if (im.kernel == CudaKernel::kTensorTf32) {
+    return LaunchTensorTf32(im.tc, im.tc_table.get(), im.sm_count, im.tc_blocks_per_sm, stream,
+                            s);
   }
   if (im.kernel == CudaKernel::kRegisterBlocked) {
     return WithRb(im.up, im.p, [&](auto u, auto kp) {

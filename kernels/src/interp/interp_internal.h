@@ -159,6 +159,7 @@ enum class CudaKernel {
   kSmemTile,         // taps + input span in shared memory, 4 outputs per thread
   kWarpPerOutput,    // one warp per output, lanes split the taps (long filters)
   kPhaseGroups,      // float32, any up/down: groups of phases share one band (phase_groups.h)
+  kTensorTf32,       // float32, long filters: the filter bank as a 3xTF32 GEMM (tensor_tf32.h)
 };
 const char* CudaKernelName(CudaKernel kernel);
 
@@ -180,6 +181,14 @@ struct CudaPlanOptions {
   // kPhaseGroups periods per lane R: 1, 2 or 8; 0: the default (8 for >= 48 taps per phase,
   // else 2). Same bits. A forced R is FailedPrecondition where its tile does not fit.
   int pg_periods_per_lane = 0;
+  // kPhaseGroups period rotation (plain tile, u % 4 == 0; PhaseGroupsChoice::rotate): 1: off;
+  // 2: the launch rotates the period so that tiles start 16-byte aligned in y (16-byte stores
+  // out); 0: the default (2). Same bits.
+  int pg_rotate = 0;
+  // kPhaseGroups de-interleaved band loop for d in {2, 4, 8} (PhaseGroupsChoice::row_blocks):
+  // 1: step by step with a row-wrap test; 2: blocks of d steps, one pointer per row; 0: the
+  // default (2). Same bits.
+  int pg_row_blocks = 0;
 };
 
 // Test hooks of the host-level CUDA call.

@@ -39,6 +39,12 @@ struct PhaseGroupsChoice {
   int layout = 0;  // 1: always the de-interleaved tile; 2 (default): plain where d is odd
   // Periods per lane R (1, 2 or 8); 0: 8 for P >= 48 taps per phase, else 2.
   int periods_per_lane = 0;
+  // Period rotation (plain tile, u % 4 == 0): 1: never; 0 or 2 (default): four tables, one per
+  // rotation s, and the launch picks the s that makes the tiles' outputs 16-byte aligned in y.
+  int rotate = 0;
+  // De-interleaved band loop for d in {2, 4, 8} (V = 4): 1: step by step with a row-wrap test
+  // (round 1); 0 or 2 (default): blocks of d steps with one pointer per row. Same bits.
+  int row_blocks = 0;
 };
 
 // The geometry of one filter's kPhaseGroups launch, fixed at plan creation.
@@ -63,6 +69,15 @@ struct PhaseGroupsPlan {
   int sr = 1;          // staging row stride (floats per period)
   bool plain = false;  // input tile in plain order (d odd), else de-interleaved by z mod d
   int table_floats = 0;  // groups * k * v taps, then `groups` ints (first inputs q_{gr*V})
+  // Rotated tables (1 or 4, `table` holds them one after the other): with rotation s a tile's
+  // outputs start at n_tile*u - s, so that a launch can align them to 16 bytes in y whatever
+  // out_first is (resample_poly's first kept output is rarely a multiple of 4: 160/147 keeps
+  // outputs from 11). zoff[s] (<= 0) moves the tile's input origin so that the group bases are
+  // >= 0; extra = max(-zoff) more inputs per tile.
+  bool row_blocks = false;  // PhaseGroupsChoice::row_blocks, where it applies
+  int rotations = 1;
+  std::vector<int> zoff = {0};
+  int extra = 0;
   int smem_bytes = 0;
   std::vector<float> table;  // the host copy, uploaded by the plan's owner
 };

@@ -19,7 +19,13 @@
 //   3. the outputs go to a staging tile st[nl*sr + j] (sr/V odd: the lanes' V-wide stores fall
 //      in distinct banks), then, after a barrier, to y with coalesced 4-byte stores (16-byte
 //      ones for the plain tile where u % 4 == 0 and the tile's y row is 16-byte aligned) while
-//      the next tile's copies (issued right after that barrier) are in flight.
+//      the next tile's copies (issued right after that barrier) are in flight. For the plain
+//      tile with u % 4 == 0 the period is rotated (PhaseGroupsPlan::rotations): rotation s
+//      makes a tile's outputs start at n_tile*u - s, and the launch picks the s that puts that
+//      output on a 16-byte boundary of y, so resample_poly (whose first kept output, 11 for
+//      160/147, is rarely a multiple of 4) takes the 16-byte path instead of 4-byte stores with
+//      per-output index math. Every output still sums its own P products in m order: the
+//      rotation changes which outputs share a band, not any bit of the result.
 // The table (taps, then the groups' first inputs) is copied to shared memory once per block.
 #include <cuda_runtime.h>
 
@@ -62,8 +68,17 @@ struct PgArgs {
   int xin_off;      // float offsets in shared memory
   int st_off;
   int wrap;  // (d-1)*ld - 1: offset change when c mod d wraps from 0 to d-1
+  // The task cursor's step: task += kPgWarps is (chunk, group) += (task_step_chunk,
+  // task_step_group) with a carry, so that no warp divides by `groups` per task.
+  int task_step_chunk, task_step_group;
+  int span;  // floats of the input tile (z in [0, span))
+  int zoff;  // the rotation's input origin offset (PhaseGroupsPlan::zoff), <= 0
+  int rot;   // the period rotation s: tile outputs start at n_tile*u - s
   int64_t n_first;  // first period of the requested range
   int64_t tiles;    // per channel
+  // The tile cursor's step: b += gridDim.x is (channel, tile) += (grid_step_c, grid_step_t)
+  // with a carry (no 64-bit division per tile).
+  int64_t grid_step_c, grid_step_t;
 };
 
 __device__ __forceinline__ void CpAsync4(float* dst, const float* src) {
@@ -104,12 +119,13 @@ __device__ __forceinline__ void LoadTaps(const float* p, float (&h)[V]) {
     h[0] = *p;
   }
 }
+// p is V-float aligned (sr and the group offset are multiples of V).
 template <int V>
 __device__ __forceinline__ void StoreGroup(float* p, const float (&a)[V]) {
   if constexpr (V == 4) {
-    *reinterpret_cast<float4*>(p) = make_float4(a[0], a[1], a[2], a[3]);
+    *static_cast<float4*>(__builtin_assume_aligned(p, 16)) = make_float4(a[0], a[1], a[2], a[3]);
   } else if constexpr (V == 2) {
-    *reinterpret_cast<float2*>(p) = make_float2(a[0], a[1]);
+    *static_cast<float2*>(__builtin_assume_aligned(p, 8)) = make_float2(a[0], a[1]);
   } else {
     *p = a[0];
   }
@@ -118,7 +134,9 @@ __device__ __forceinline__ void StoreGroup(float* p, const float (&a)[V]) {
 // kPlain: the input tile in plain order (d odd, see the file comment), 16-byte copies in and,
 // where u is a multiple of 4 and y is aligned, 16-byte copies out; otherwise round 1's
 // de-interleaved tile with 4-byte copies.
-template <int V, int R, bool kPlain>
+// kD (de-interleaved tile only): 0, or d itself when d is 2, 4 or 8, for the band loop in
+// blocks of d steps (one row pointer per row; PhaseGroupsPlan::row_blocks).
+template <int V, int R, bool kPlain, int kD = 0>
 __global__ void __launch_bounds__(kPgThreads)
     PhaseGroupsKernel(const float* __restrict__ x, int64_t x_stride, int64_t x_first,
                       int64_t x_len, float cval, float* __restrict__ y, int64_t y_stride,
@@ -138,7 +156,7 @@ __global__ void __launch_bounds__(kPgThreads)
     for (int i = tid; i < a.table_words; i += kPgThreads) dst[i] = __ldg(src + i);
   }
   const int64_t total = channels * a.tiles;
-  const int span = a.periods * a.d + a.k - 1;
+  const int span = a.span;
   // z = tid + 256 e, de-interleaved incrementally: 256 = step_q*d + step_r.
   const int step_q = kPgThreads / a.d, step_r = kPgThreads % a.d;
   const int z_q0 = tid / a.d, z_r0 = tid % a.d;
@@ -146,14 +164,21 @@ __global__ void __launch_bounds__(kPgThreads)
   // Plain tile: z sits at xin[shift + z], shift = the 16-byte misalignment (in floats) of
   // z = 0's global address, so that every 4-float chunk e (xin[4e, 4e+4)) is one aligned copy.
   int shift = 0;
-  auto issue = [&](int64_t b) {
-    const int64_t c = b / a.tiles;
-    const int64_t n_tile = a.n_first + (b % a.tiles) * a.periods;
-    const int64_t rel0 = n_tile * a.d - (a.p - 1) - x_first;  // x index of z = 0
+  // Tile (channel c, tile t of the channel).
+  auto issue = [&](int64_t c, int64_t t) {
+    const int64_t n_tile = a.n_first + t * a.periods;
+    const int64_t rel0 = n_tile * a.d - (a.p - 1) + a.zoff - x_first;  // x index of z = 0
     const float* xc = x + c * x_stride;
     if constexpr (kPlain) {
       shift = static_cast<int>((reinterpret_cast<uintptr_t>(xc) / 4 + rel0) & 3);
       const int chunks = (span + shift + 3) / 4;
+      const int64_t rel_base = rel0 - shift;  // x index of xin[0], 16-byte aligned
+      if (rel_base >= 0 && rel_base + 4 * chunks <= x_len) {
+        // Interior tile (all but the first and last of a channel): no bounds checks.
+        const float* src = xc + rel_base;
+        for (int e = tid; e < chunks; e += kPgThreads) CpAsync16(xin + 4 * e, src + 4 * e);
+        return;
+      }
       for (int e = tid; e < chunks; e += kPgThreads) {
         const int64_t rel = rel0 + 4 * e - shift;  // x index of xin[4e]
         float* dst = xin + 4 * e;
@@ -185,18 +210,29 @@ __global__ void __launch_bounds__(kPgThreads)
       }
     }
   };
-  if (blockIdx.x < total) issue(blockIdx.x);
+  // The tile cursor: block b's tile is (channel b / tiles, tile b % tiles); one division here,
+  // then b += gridDim.x steps it with a carry.
+  int64_t tc = blockIdx.x / a.tiles, tt = blockIdx.x % a.tiles;
+  if (blockIdx.x < total) issue(tc, tt);
 
   const int tasks = a.chunks * a.groups;
   const int tile_outputs = a.periods * a.u;
   const int out_step_n = kPgThreads / a.u, out_step_j = kPgThreads % a.u;
+  const int gr0 = warp % a.groups, chunk0 = warp / a.groups;
   for (int64_t b = blockIdx.x; b < total; b += gridDim.x) {
     CpAsyncWaitAll();
     __syncthreads();  // xin (and the table, the first time) complete; st free
+    int gr = gr0, chunk = chunk0;
     for (int task = warp; task < tasks; task += kPgWarps) {
-      const int gr = task % a.groups;
-      const int nl0 = (task / a.groups) * 32 * R + lane;
+      const int nl0 = chunk * 32 * R + lane;
       const float* tg = taps + gr * a.k * V;
+      const int gr_task = gr;
+      gr += a.task_step_group;
+      chunk += a.task_step_chunk;
+      if (gr >= a.groups) {
+        gr -= a.groups;
+        ++chunk;
+      }
       float acc[R][V];
 #pragma unroll
       for (int r = 0; r < R; ++r) {
@@ -204,26 +240,88 @@ __global__ void __launch_bounds__(kPgThreads)
         for (int v = 0; v < V; ++v) acc[r][v] = 0.f;
       }
       if constexpr (kPlain) {
-        // Lane period nl reads z = nl*d + c, c = qbase + i: xb[i] and xb[i + 32*r*d]; the 32
-        // lanes' words are d apart, distinct banks for odd d.
-        const float* xb = xin + shift + nl0 * a.d + qbase[gr];
-        const int rstep = 32 * a.d;
+        // Lane period nl reads z = nl*d + c, c = qbase + i: xr[r][i] with xr[r] = xin + shift +
+        // (nl + 32r)*d + qbase; the 32 lanes' words are d apart, distinct banks for odd d. The
+        // loop walks pointers down (tp: V taps a step, xr[r]: one word a step), so that after
+        // unrolling every load has an immediate offset and a step costs one tap load, R input
+        // loads and R*V FMAs, with one pointer update per pointer every 4 steps.
+        const float* xr[R];
+        xr[0] = xin + shift + nl0 * a.d + qbase[gr_task] + a.k - 1;
+#pragma unroll
+        for (int r = 1; r < R; ++r) xr[r] = xr[r - 1] + 32 * a.d;
+        const float* tp = tg + (a.k - 1) * V;
 #pragma unroll 4
-        for (int i = a.k - 1; i >= 0; --i) {
+        for (int n = a.k; n > 0; --n) {
           float h[V];
-          LoadTaps<V>(tg + i * V, h);
+          LoadTaps<V>(tp, h);
+          tp -= V;
 #pragma unroll
           for (int r = 0; r < R; ++r) {
-            const float sv = xb[i + r * rstep];
+            const float sv = *xr[r];
+            --xr[r];
 #pragma unroll
             for (int v = 0; v < V; ++v) acc[r][v] = fmaf(h[v], sv, acc[r][v]);
           }
         }
 #pragma unroll
-        for (int r = 0; r < R; ++r) StoreGroup<V>(st + (nl0 + 32 * r) * a.sr + gr * V, acc[r]);
+        for (int r = 0; r < R; ++r) {
+          StoreGroup<V>(st + (nl0 + 32 * r) * a.sr + gr_task * V, acc[r]);
+        }
         continue;
       }
-      const int c0 = qbase[gr] + a.k - 1;  // c of i = K-1
+      const int c0 = qbase[gr_task] + a.k - 1;  // c of i = K-1
+      if constexpr (kD > 0) {
+        // c runs down from c0: rows c0 mod d .. 0 of column c0/d, then whole blocks of rows
+        // d-1 .. 0 one column lower each, then a last partial block. rp[r] points at row r of
+        // the current column (+ the lane's period), so a step is one tap load, R input loads
+        // at immediate offsets and R*V FMAs, and a block of d steps updates the d pointers once:
+        // no per-step wrap test. Same steps in the same order as the loop below.
+        const float* rp[kD];
+#pragma unroll
+        for (int r = 0; r < kD; ++r) rp[r] = xin + r * a.ld + c0 / kD + nl0;
+        const float* tp = tg + (a.k - 1) * V;
+        int n = a.k;  // steps left
+        auto step = [&](const float* p) {
+          float h[V];
+          LoadTaps<V>(tp, h);
+          tp -= V;
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            const float sv = p[32 * r];
+#pragma unroll
+            for (int v = 0; v < V; ++v) acc[r][v] = fmaf(h[v], sv, acc[r][v]);
+          }
+        };
+        const int row0 = c0 % kD;
+#pragma unroll
+        for (int r = kD - 1; r >= 0; --r) {
+          if (r <= row0 && n > 0) {
+            step(rp[r]);
+            --n;
+          }
+        }
+#pragma unroll
+        for (int r = 0; r < kD; ++r) --rp[r];
+#pragma unroll 2
+        for (; n >= kD; n -= kD) {
+#pragma unroll
+          for (int r = kD - 1; r >= 0; --r) step(rp[r]);
+#pragma unroll
+          for (int r = 0; r < kD; ++r) --rp[r];
+        }
+#pragma unroll
+        for (int r = kD - 1; r >= 0; --r) {
+          if (n > 0) {
+            step(rp[r]);
+            --n;
+          }
+        }
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          StoreGroup<V>(st + (nl0 + 32 * r) * a.sr + gr_task * V, acc[r]);
+        }
+        continue;
+      }
       int row = c0 % a.d;
       int off = row * a.ld + c0 / a.d + nl0;
 #pragma unroll 4
@@ -245,14 +343,22 @@ __global__ void __launch_bounds__(kPgThreads)
         }
       }
 #pragma unroll
-      for (int r = 0; r < R; ++r) StoreGroup<V>(st + (nl0 + 32 * r) * a.sr + gr * V, acc[r]);
+      for (int r = 0; r < R; ++r) {
+        StoreGroup<V>(st + (nl0 + 32 * r) * a.sr + gr_task * V, acc[r]);
+      }
     }
     __syncthreads();  // st complete; every warp is done reading xin
-    if (b + gridDim.x < total) issue(b + gridDim.x);
+    const int64_t c = tc;
+    const int64_t k_tile = (a.n_first + tt * a.periods) * a.u - a.rot;
+    tc += a.grid_step_c;
+    tt += a.grid_step_t;
+    if (tt >= a.tiles) {
+      tt -= a.tiles;
+      ++tc;
+    }
+    if (b + gridDim.x < total) issue(tc, tt);
 
     // Staged output (nl, j) is tile output nl*u + j, i.e. y[c][k_tile + nl*u + j - out_first].
-    const int64_t c = b / a.tiles;
-    const int64_t k_tile = (a.n_first + (b % a.tiles) * a.periods) * a.u;
     const int lo = out_first > k_tile ? static_cast<int>(out_first - k_tile) : 0;
     const int hi = out_first + out_count < k_tile + tile_outputs
                        ? static_cast<int>(out_first + out_count - k_tile)
@@ -318,14 +424,26 @@ PgKernelFn KernelFor(int v, int r) {
   if (v == 2) return PhaseGroupsKernel<2, 2, kPlain>;
   return PhaseGroupsKernel<4, 2, kPlain>;
 }
+template <int kD>
+PgKernelFn RowBlockKernelFor(int r) {
+  if (r == 1) return PhaseGroupsKernel<4, 1, false, kD>;
+  if (r == 8) return PhaseGroupsKernel<4, 8, false, kD>;
+  return PhaseGroupsKernel<4, 2, false, kD>;
+}
 PgKernelFn KernelFor(const PhaseGroupsPlan& pl) {
+  if (pl.row_blocks) {
+    if (pl.d == 2) return RowBlockKernelFor<2>(pl.r);
+    if (pl.d == 4) return RowBlockKernelFor<4>(pl.r);
+    return RowBlockKernelFor<8>(pl.r);
+  }
   return pl.plain ? KernelFor<true>(pl.v, pl.r) : KernelFor<false>(pl.v, pl.r);
 }
 
 // Floats of the input tile: the plain one has up to 3 leading floats of misalignment and a
 // last chunk rounded up to 4.
 int InputFloats(const PhaseGroupsPlan& pl) {
-  return pl.plain ? AlignUp4(pl.periods * pl.d + pl.k - 1 + 6) : AlignUp4(pl.d * pl.ld);
+  return pl.plain ? AlignUp4(pl.periods * pl.d + pl.k - 1 + pl.extra + 6)
+                  : AlignUp4(pl.d * pl.ld);
 }
 
 int SmemBytes(const PhaseGroupsPlan& pl) {
@@ -335,7 +453,8 @@ int SmemBytes(const PhaseGroupsPlan& pl) {
 // The plan for period multiple m (u = m*up/g0 outputs per d = m*down/g0 inputs) with the table
 // filled from htf when it is not empty.
 absl::StatusOr<PhaseGroupsPlan> PlanFor(int up, int down, int64_t p, const std::vector<float>& htf,
-                                        int m, int v, int layout, int r) {
+                                        int m, int v, int layout, int r, int rotate,
+                                        int row_blocks) {
   PhaseGroupsPlan pl;
   const int g0 = std::gcd(up, down);
   pl.u = m * (up / g0);
@@ -345,17 +464,29 @@ absl::StatusOr<PhaseGroupsPlan> PlanFor(int up, int down, int64_t p, const std::
   pl.r = r;
   pl.groups = (pl.u + pl.v - 1) / pl.v;
   pl.p = static_cast<int>(p);
-  // q_j = floor(j*down/up) < d and t_j = j*down mod up for j in [0, u).
-  std::vector<int> q(pl.u), t(pl.u);
-  for (int j = 0; j < pl.u; ++j) {
-    const int64_t jd = static_cast<int64_t>(j) * down;
-    q[j] = static_cast<int>(jd / up);
-    t[j] = static_cast<int>(jd % up);
-  }
+  pl.rotations = pl.plain && pl.u % 4 == 0 && rotate != 1 ? 4 : 1;
+  pl.row_blocks = !pl.plain && pl.v == 4 && (pl.d == 2 || pl.d == 4 || pl.d == 8) &&
+                  row_blocks != 1;
+  // Rotation s: phase j of the rotated period is output n*u - s + j, i.e. the original phase
+  // j - s (of the previous period when negative): q_j = floor((j - s)*down/up) (>= -d, the
+  // group bases may be negative), t_j = (j - s)*down - q_j*up in [0, up).
+  std::vector<std::vector<int>> q(pl.rotations, std::vector<int>(pl.u));
+  std::vector<std::vector<int>> t(pl.rotations, std::vector<int>(pl.u));
   int dmax = 0;
-  for (int gr = 0; gr < pl.groups; ++gr) {
-    const int last = std::min(gr * pl.v + pl.v - 1, pl.u - 1);
-    dmax = std::max(dmax, q[last] - q[gr * pl.v]);
+  pl.zoff.assign(pl.rotations, 0);
+  for (int rs = 0; rs < pl.rotations; ++rs) {
+    for (int j = 0; j < pl.u; ++j) {
+      const int64_t jd = static_cast<int64_t>(j - rs) * down;
+      const int64_t qq = jd >= 0 ? jd / up : -((-jd + up - 1) / up);
+      q[rs][j] = static_cast<int>(qq);
+      t[rs][j] = static_cast<int>(jd - qq * up);
+    }
+    for (int gr = 0; gr < pl.groups; ++gr) {
+      const int last = std::min(gr * pl.v + pl.v - 1, pl.u - 1);
+      dmax = std::max(dmax, q[rs][last] - q[rs][gr * pl.v]);
+      pl.zoff[rs] = std::min(pl.zoff[rs], q[rs][gr * pl.v]);
+    }
+    pl.extra = std::max(pl.extra, -pl.zoff[rs]);
   }
   pl.k = pl.p + dmax;
   const int64_t tap_floats = static_cast<int64_t>(pl.groups) * pl.k * pl.v;
@@ -363,29 +494,34 @@ absl::StatusOr<PhaseGroupsPlan> PlanFor(int up, int down, int64_t p, const std::
     return absl::FailedPreconditionError("phase_groups: tap table exceeds shared memory");
   }
   pl.table_floats = static_cast<int>(tap_floats) + pl.groups;
-  pl.table.assign(htf.empty() ? 0 : static_cast<size_t>(pl.table_floats), 0.f);
-  for (int gr = 0; gr < pl.groups && !htf.empty(); ++gr) {
-    for (int vv = 0; vv < pl.v; ++vv) {
-      const int j = gr * pl.v + vv;
-      if (j >= pl.u) continue;  // padding: zero taps
-      const int dv = q[j] - q[gr * pl.v];
-      for (int i = 0; i < pl.k; ++i) {
-        const int mm = dv + pl.p - 1 - i;
-        if (mm >= 0 && mm < pl.p) {
-          pl.table[(static_cast<size_t>(gr) * pl.k + i) * pl.v + vv] =
-              htf[static_cast<size_t>(t[j]) * pl.p + mm];
+  pl.table.assign(htf.empty() ? 0 : static_cast<size_t>(pl.table_floats) * pl.rotations, 0.f);
+  for (int rs = 0; rs < pl.rotations && !htf.empty(); ++rs) {
+    float* tab = pl.table.data() + static_cast<size_t>(pl.table_floats) * rs;
+    for (int gr = 0; gr < pl.groups; ++gr) {
+      for (int vv = 0; vv < pl.v; ++vv) {
+        const int j = gr * pl.v + vv;
+        if (j >= pl.u) continue;  // padding: zero taps
+        const int dv = q[rs][j] - q[rs][gr * pl.v];
+        for (int i = 0; i < pl.k; ++i) {
+          const int mm = dv + pl.p - 1 - i;
+          if (mm >= 0 && mm < pl.p) {
+            tab[(static_cast<size_t>(gr) * pl.k + i) * pl.v + vv] =
+                htf[static_cast<size_t>(t[rs][j]) * pl.p + mm];
+          }
         }
       }
+      // The group's first input relative to the tile's origin, which the rotation moves by
+      // zoff (the lowest group base) so that every base is >= 0.
+      const int base = q[rs][gr * pl.v] - pl.zoff[rs];
+      std::memcpy(&tab[static_cast<size_t>(tap_floats) + gr], &base, sizeof(int));
     }
-    const int base = q[gr * pl.v];
-    std::memcpy(&pl.table[static_cast<size_t>(tap_floats) + gr], &base, sizeof(int));
   }
   pl.sr = pl.v * (pl.groups % 2 == 1 ? pl.groups : pl.groups + 1);
   // Tasks per tile = chunks * groups: a multiple of the 8 warps when the tile allows.
   int chunks = kPgWarps / std::gcd(pl.groups, kPgWarps);
   for (;;) {
     pl.periods = chunks * 32 * pl.r;
-    const int64_t span = static_cast<int64_t>(pl.periods) * pl.d + pl.k - 1;
+    const int64_t span = static_cast<int64_t>(pl.periods) * pl.d + pl.k - 1 + pl.extra;
     if (span > (int64_t{1} << 24) || static_cast<int64_t>(pl.periods) * pl.u > (1 << 24)) {
       return absl::FailedPreconditionError("phase_groups: tile too large");
     }
@@ -423,10 +559,12 @@ absl::StatusOr<PhaseGroupsPlan> PlanPhaseGroups(int up, int down, int64_t p,
                                                : kPgShortPeriods;
   const int u = up / std::gcd(up, down);
   const int v1 = u == 1 ? 1 : u == 2 ? 2 : 4;
-  absl::StatusOr<PhaseGroupsPlan> plain = PlanFor(up, down, p, htf, 1, v1, choice.layout, r);
+  absl::StatusOr<PhaseGroupsPlan> plain =
+      PlanFor(up, down, p, htf, 1, v1, choice.layout, r, choice.rotate, choice.row_blocks);
   const int m = 4 / std::gcd(u, 4);
   if (widen == 1 || m == 1 || u > (1 << 14)) return plain;
-  absl::StatusOr<PhaseGroupsPlan> wide = PlanFor(up, down, p, htf, m, 4, choice.layout, r);
+  absl::StatusOr<PhaseGroupsPlan> wide =
+      PlanFor(up, down, p, htf, m, 4, choice.layout, r, choice.rotate, choice.row_blocks);
   if (!wide.ok()) return plain;
   if (!plain.ok() || IssueCost(*wide) < IssueCost(*plain)) return wide;
   return plain;
@@ -461,11 +599,25 @@ absl::Status LaunchPhaseGroups(const PhaseGroupsPlan& pl, const float* table, in
   a.st_off = a.xin_off + InputFloats(pl);
   a.wrap = (pl.d - 1) * pl.ld - 1;
   // Periods n_first .. n_last hold outputs out_first .. out_first + out_count - 1.
-  a.n_first = s.out_first / pl.u;
-  const int64_t n_last = (s.out_first + s.out_count - 1) / pl.u;
+  // The rotation that makes every tile's first output 16-byte aligned in y (the same for all
+  // rows when they are a multiple of 4 floats apart); 0 without rotated tables.
+  a.rot = 0;
+  if (pl.rotations == 4 && (s.channels == 1 || s.y_stride % 4 == 0)) {
+    a.rot = static_cast<int>(((reinterpret_cast<uintptr_t>(s.y) / 4) - s.out_first) & 3);
+  }
+  a.zoff = pl.zoff[a.rot];
+  a.span = pl.periods * pl.d + pl.k - 1 + pl.extra;
+  // Rotated periods n_first .. n_last hold outputs out_first .. out_first + out_count - 1.
+  a.n_first = (s.out_first + a.rot) / pl.u;
+  const int64_t n_last = (s.out_first + s.out_count - 1 + a.rot) / pl.u;
   a.tiles = (n_last - a.n_first + pl.periods) / pl.periods;
+  table += static_cast<size_t>(pl.table_floats) * a.rot;
   const int64_t blocks = std::max<int64_t>(
       1, std::min<int64_t>(s.channels * a.tiles, static_cast<int64_t>(sm_count) * blocks_per_sm));
+  a.task_step_chunk = kPgWarps / pl.groups;
+  a.task_step_group = kPgWarps % pl.groups;
+  a.grid_step_c = blocks / a.tiles;
+  a.grid_step_t = blocks % a.tiles;
   PgKernelFn fn = KernelFor(pl);
   fn<<<static_cast<unsigned>(blocks), kPgThreads, static_cast<size_t>(pl.smem_bytes), stream>>>(
       static_cast<const float*>(s.x), s.x_stride, s.x_first, s.x_len,

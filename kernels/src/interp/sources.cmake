@@ -11,6 +11,7 @@ list(APPEND FRESNEL_KERNEL_CUDA_SOURCES
   src/interp/interp_cuda.cu
   src/interp/phase_groups_cuda.cu
   src/interp/resample_cuda.cu
+  src/interp/tensor_tf32_cuda.cu
 )
 list(APPEND FRESNEL_KERNEL_CUDA_LINK_LIBS CUDA::cufft)
 # The CPU back end is the test oracle and must round as its scalar path does in every

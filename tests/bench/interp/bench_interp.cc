@@ -8,13 +8,15 @@
 // case (a)'s write-heavy traffic: a plain kernel writing 1 GiB of float4, and one reading
 // 256 MiB and writing 1 GiB (one float4 in, four out per thread) without arithmetic.
 //
-//   fresnel_bench_interp [--json] [--no-e2e] [--variants all|V1,V2,...]
+//   fresnel_bench_interp [--json] [--no-e2e] [--only PREFIX] [--variants all|V1,V2,...]
 //   fresnel_bench_interp --cpu [--cpu-log2n N] [--cpu-case PREFIX] [--python PATH]
 //
 // --variants also times kRegisterBlocked's store variants (CudaPlanOptions::rb_store values,
 // optionally with a blocks-per-SM cap, e.g. bulk or warp:3; interp_cuda.cu) on case (a) and the
 // up sweep. Long-filter rows also print useful GFMA/s (outputs x taps per phase over kernel
 // time) against the FP32 FMA peak (SMs x 128 lanes x the clock attribute).
+//
+// --only keeps the GPU cases whose name starts with PREFIX (e.g. for a profiler run).
 //
 // --cpu needs no GPU: it times the CPU back end (Device::Cpu, all TBB threads) on the same
 // filters over 2^N samples (default 2^22), and scipy.signal's single-threaded upfirdn /
@@ -110,13 +112,17 @@ struct Row {
   double kernel_s = 0;
   double gbps = 0, pct_copy = 0;
   double fma_per_s = 0, pct_fma = 0;  // long-filter rows: useful FMAs (outputs x P)
+  double rel_err = -1;  // ||y - y_cpu|| / ||y_cpu|| against the CPU oracle (-1: not checked)
   // End to end (0 when not measured).
   double e2e_s = 0, h2d_s = 0, compute_s = 0, d2h_s = 0;
 };
 
 class Bench {
  public:
-  Bench(Device device, bool e2e) : device_(device), e2e_(e2e) {}
+  Bench(Device device, bool e2e, std::string only)
+      : device_(device), e2e_(e2e), only_(std::move(only)) {}
+  // Whether the case `name` runs (--only PREFIX; rows of skipped cases are not printed).
+  bool Runs(const std::string& name) const { return name.rfind(only_, 0) == 0; }
 
   void MeasureCopy() {
     const size_t bytes = size_t{1} << 30;
@@ -166,10 +172,14 @@ class Bench {
     o.kernel = kernel;
     return Kernel(name, f, channels, n, out_first, out_count, o);
   }
+  // With `check`, the output is also compared with the CPU oracle (double accumulation) on the
+  // same input: Row::rel_err.
   Row Kernel(const std::string& name, const Polyphase& f, int64_t channels, int64_t n,
-             int64_t out_first, int64_t out_count, const internal::CudaPlanOptions& options) {
+             int64_t out_first, int64_t out_count, const internal::CudaPlanOptions& options,
+             bool check = false) {
     Row r;
     r.name = name;
+    if (!Runs(name)) return r;  // kernel_s == 0: not printed
     r.channels = channels;
     r.n = n;
     r.out = out_count;
@@ -189,6 +199,7 @@ class Bench {
     if (options.pg_periods_per_lane != 0) {
       absl::StrAppend(&r.kernel, "/r", options.pg_periods_per_lane);
     }
+    if (options.kernel == CudaKernel::kTensorTf32) r.kernel = "tensor_3xtf32";
     internal::DeviceSignal s;
     s.channels = channels;
     s.x = x.get();
@@ -200,6 +211,25 @@ class Bench {
     s.out_count = out_count;
     r.kernel_s = TimeOnStream(Stream(), [&] { BENCH_CHECK(plan->LaunchAsync(device_, s)); });
     BENCH_CUDA(cudaStreamSynchronize(Stream()));
+    if (check) {
+      std::vector<float> got(static_cast<size_t>(channels * out_count));
+      BENCH_CUDA(cudaMemcpy(got.data(), y.get(), got.size() * 4, cudaMemcpyDeviceToHost));
+      internal::HostSignalView view;
+      view.dtype = DType::kFloat32;
+      view.channels = channels;
+      view.len = n;
+      view.stride = n;
+      view.data = host.data();
+      auto want = internal::UpfirdnWindowCpu(f, view, 0, 0.0, out_first, out_count);
+      BENCH_CHECK(want.status());
+      const float* w = static_cast<const float*>(want->raw());
+      double num = 0, den = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        num += (static_cast<double>(got[i]) - w[i]) * (static_cast<double>(got[i]) - w[i]);
+        den += static_cast<double>(w[i]) * w[i];
+      }
+      r.rel_err = std::isfinite(num) && den > 0 ? std::sqrt(num / den) : 1.0 / 0.0;
+    }
     r.gbps = (r.in_bytes + r.out_bytes) / r.kernel_s / 1e9;
     r.pct_copy = 100.0 * r.gbps / copy_gbps_;
     r.fma_per_s = static_cast<double>(channels) * out_count * f.TapsPerPhase() / r.kernel_s;
@@ -210,7 +240,7 @@ class Bench {
   // The host-level call on pageable host arrays: median of 3 after one warm-up.
   template <class Call>
   void EndToEnd(Row& r, Call call) {
-    if (!e2e_) return;
+    if (!e2e_ || !Runs(r.name)) return;
     std::vector<double> wall, h2d, comp, d2h;
     for (int i = 0; i < 4; ++i) {
       StageTimes t;
@@ -243,6 +273,7 @@ class Bench {
   cudaStream_t Stream() const { return cuda::StreamOf(device_); }
   Device device_;
   bool e2e_;
+  std::string only_;
   double copy_gbps_ = 0;
   double fma_peak_ = 0, clock_mhz_ = 0;
 };
@@ -265,13 +296,19 @@ std::vector<double> Taps(int64_t l) {
 void PrintTable(const std::vector<Row>& rows, double copy_gbps, const GpuProperties& p) {
   std::printf("device: %s (%d SMs)   D2D copy bandwidth (read + write): %.0f GB/s\n",
               p.name.c_str(), p.multiprocessors, copy_gbps);
-  std::printf("%-34s %-18s %9s %9s %10s %8s %7s %8s %6s | %9s %8s %8s %8s\n", "case",
+  std::printf("%-34s %-18s %9s %9s %10s %8s %7s %8s %6s %8s | %9s %8s %8s %8s\n", "case",
               "kernel", "in MiB", "out MiB", "kernel ms", "GB/s", "%copy", "GFMA/s", "%FMA",
-              "e2e ms", "h2d ms", "gpu ms", "d2h ms");
+              "relerr", "e2e ms", "h2d ms", "gpu ms", "d2h ms");
   for (const Row& r : rows) {
-    std::printf("%-34s %-18s %9.1f %9.1f %10.4f %8.0f %6.1f%% %8.0f %5.1f%% |", r.name.c_str(),
+    if (r.kernel_s == 0) continue;  // not run (--only)
+    std::printf("%-34s %-18s %9.1f %9.1f %10.4f %8.0f %6.1f%% %8.0f %5.1f%% ", r.name.c_str(),
                 r.kernel.c_str(), r.in_bytes / 1048576.0, r.out_bytes / 1048576.0,
                 r.kernel_s * 1e3, r.gbps, r.pct_copy, r.fma_per_s * 1e-9, r.pct_fma);
+    if (r.rel_err >= 0) {
+      std::printf("%8.1e |", r.rel_err);
+    } else {
+      std::printf("%8s |", "-");
+    }
     if (r.e2e_s > 0) {
       std::printf(" %9.1f %8.1f %8.3f %8.1f\n", r.e2e_s * 1e3, r.h2d_s * 1e3,
                   r.compute_s * 1e3, r.d2h_s * 1e3);
@@ -284,18 +321,23 @@ void PrintTable(const std::vector<Row>& rows, double copy_gbps, const GpuPropert
 void PrintJson(const std::vector<Row>& rows, double copy_gbps, const GpuProperties& p) {
   std::printf("{\"device\": \"%s\", \"copy_gbps\": %.1f, \"rows\": [\n", p.name.c_str(),
               copy_gbps);
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const Row& r = rows[i];
+  std::vector<Row> run;
+  for (const Row& r : rows) {
+    if (r.kernel_s > 0) run.push_back(r);  // not run (--only)
+  }
+  for (size_t i = 0; i < run.size(); ++i) {
+    const Row& r = run[i];
     std::printf(
         "  {\"case\": \"%s\", \"kernel\": \"%s\", \"channels\": %lld, \"n\": %lld, "
         "\"out\": %lld, \"in_bytes\": %.0f, \"out_bytes\": %.0f, \"kernel_s\": %.6e, "
         "\"gbps\": %.1f, \"pct_copy\": %.2f, \"gfma_s\": %.1f, \"pct_fma\": %.2f, "
+        "\"rel_err\": %.3e, "
         "\"e2e_s\": %.6e, \"h2d_s\": %.6e, \"compute_s\": %.6e, \"d2h_s\": %.6e}%s\n",
         r.name.c_str(), r.kernel.c_str(), static_cast<long long>(r.channels),
         static_cast<long long>(r.n), static_cast<long long>(r.out), r.in_bytes, r.out_bytes,
-        r.kernel_s, r.gbps, r.pct_copy, r.fma_per_s * 1e-9, r.pct_fma, r.e2e_s, r.h2d_s,
-        r.compute_s, r.d2h_s,
-        i + 1 < rows.size() ? "," : "");
+        r.kernel_s, r.gbps, r.pct_copy, r.fma_per_s * 1e-9, r.pct_fma, r.rel_err, r.e2e_s,
+        r.h2d_s, r.compute_s, r.d2h_s,
+        i + 1 < run.size() ? "," : "");
   }
   std::printf("]}\n");
 }
@@ -460,7 +502,7 @@ int CpuMain(int log2n, const std::string& python, const std::string& only) {
 int Main(int argc, char** argv) {
   bool json = false, e2e = true, cpu = false;
   int cpu_log2n = 22;
-  std::string python = "python3", cpu_case;
+  std::string python = "python3", cpu_case, only;
   std::vector<std::string> variants;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--json") == 0) json = true;
@@ -469,6 +511,7 @@ int Main(int argc, char** argv) {
     else if (std::strcmp(argv[i], "--cpu-case") == 0 && i + 1 < argc) cpu_case = argv[++i];
     else if (std::strcmp(argv[i], "--cpu-log2n") == 0 && i + 1 < argc) cpu_log2n = std::atoi(argv[++i]);
     else if (std::strcmp(argv[i], "--no-e2e") == 0) e2e = false;
+    else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
     else if (std::strcmp(argv[i], "--variants") == 0 && i + 1 < argc) {
       const std::string list = argv[++i];
       for (size_t a = 0; a <= list.size();) {
@@ -487,7 +530,8 @@ int Main(int argc, char** argv) {
       }
     } else {
       std::fprintf(stderr,
-                   "usage: %s [--json] [--no-e2e] [--variants all|V1,V2,...] | --cpu "
+                   "usage: %s [--json] [--no-e2e] [--only PREFIX] [--variants all|V1,V2,...] | "
+                   "--cpu "
                    "[--cpu-log2n N] [--cpu-case PREFIX] [--python PATH]\n",
                    argv[0]);
       return 2;
@@ -504,7 +548,7 @@ int Main(int argc, char** argv) {
   BENCH_CHECK(stream.status());
   auto pool = GpuMemPool::Create(0, int64_t{16} << 30);
   BENCH_CHECK(pool.status());
-  Bench b(Device::Cuda(0, (*stream)->handle(), (*pool)->handle()), e2e);
+  Bench b(Device::Cuda(0, (*stream)->handle(), (*pool)->handle()), e2e, only);
   b.MeasureCopy();
   b.MeasureFmaPeak(props->multiprocessors);
   const double write_gbps = b.MeasureProbe(0);
@@ -536,12 +580,22 @@ int Main(int argc, char** argv) {
     auto d = internal::DesignResamplePoly(o, DType::kFloat32);
     BENCH_CHECK(d.status());
     const int64_t out = ResamplePolyOutputLength(n26, 160, 147);
-    Row r = b.Kernel("b: resample_poly 160/147 2^26", d->filter, 1, n26, d->skip, out,
-                     CudaKernel::kAuto);
+    internal::CudaPlanOptions def;
+    Row r = b.Kernel("b: resample_poly 160/147 2^26", d->filter, 1, n26, d->skip, out, def,
+                     true);
     HostArray x = b.HostSignal(1, n26);
     b.EndToEnd(r, [&](StageTimes* t) { BENCH_CHECK(ResamplePoly(b.device(), x, o, t).status()); });
     rows.push_back(r);
     rows.push_back(b.Kernel("b: (forced)", d->filter, 1, n26, d->skip, out, PgOptions(1)));
+    // The period not rotated: outputs from 11 (d->skip) are then not 16-byte aligned, and the
+    // tile's outputs leave by 4-byte stores.
+    {
+      internal::CudaPlanOptions o = PgOptions(0);
+      o.pg_rotate = 1;
+      Row r = b.Kernel("b: (forced)", d->filter, 1, n26, d->skip, out, o);
+      r.kernel = "phase_groups/norot";
+      rows.push_back(r);
+    }
     // Round 1's kernel (de-interleaved tile), and R = 1 (half the tile, more blocks per SM),
     // next to the default (plain tile, R = 2).
     rows.push_back(b.Kernel("b: (forced)", d->filter, 1, n26, d->skip, out, PgOptions(0, 1)));
@@ -584,8 +638,22 @@ int Main(int argc, char** argv) {
     Polyphase f{Taps(l), up, down};
     const int64_t out = UpfirdnOutputLength(n22, l, up, down);
     const std::string name = absl::StrCat("long: ", up, "/", down, " ", l, "t 2^22");
-    rows.push_back(b.Kernel(name, f, 1, n22, 0, out, CudaKernel::kAuto));
+    internal::CudaPlanOptions def, tc;
+    tc.kernel = CudaKernel::kTensorTf32;
+    // The FFMA kernel (the default) and the 3xTF32 tensor-core GEMM, both checked against the
+    // CPU oracle.
+    rows.push_back(b.Kernel(name, f, 1, n22, 0, out, def, true));
+    rows.push_back(b.Kernel(name, f, 1, n22, 0, out, tc, true));
     rows.push_back(b.Kernel(name, f, 1, n22, 0, out, PgOptions(1)));
+    {
+      // The de-interleaved band loop step by step (the row-wrap test per step), as before
+      // the row blocks.
+      internal::CudaPlanOptions o = PgOptions(0);
+      o.pg_row_blocks = 1;
+      Row r = b.Kernel(name, f, 1, n22, 0, out, o);
+      r.kernel = "phase_groups/norows";
+      rows.push_back(r);
+    }
     for (CudaKernel k : {CudaKernel::kSmemTile, CudaKernel::kWarpPerOutput}) {
       rows.push_back(b.Kernel(name, f, 1, n22, 0, out, k));
     }
@@ -593,8 +661,9 @@ int Main(int argc, char** argv) {
   for (int64_t p : {8, 64, 256, 1024, 2048}) {
     Polyphase f{Taps(3 * p), 3, 2};
     const int64_t out = UpfirdnOutputLength(n22, 3 * p, 3, 2);
-    for (CudaKernel k :
-         {CudaKernel::kPhaseGroups, CudaKernel::kSmemTile, CudaKernel::kWarpPerOutput}) {
+    for (CudaKernel k : {CudaKernel::kPhaseGroups, CudaKernel::kTensorTf32, CudaKernel::kSmemTile,
+                         CudaKernel::kWarpPerOutput}) {
+      if (!CudaPolyphase::Supports(k, 3, 2, p, DType::kFloat32)) continue;
       rows.push_back(b.Kernel(absl::StrCat("sweep: 3/2 P=", p, " 2^22"), f, 1, n22, 0, out, k));
     }
     if (p < 48) {  // short bands: R = 1 against the default R = 2

@@ -3,6 +3,7 @@
 // when no CUDA device is visible.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <random>
@@ -204,6 +205,14 @@ TEST_CASE("GPU upfirdn matches the CPU oracle", "[gpu][interp]") {
 }
 
 #if defined(FRESNEL_WITH_CUDA)
+// kTensorTf32's stated accuracy (relative L2 against the CPU oracle): 3xTF32 products with the
+// tensor cores' float32 accumulation, whose error grows with the band. Measured on the H200
+// (2026-12-01): 9.2e-7 at P = 128, 2.4e-6 at P = 342, 1.42e-5 at P = 2048, i.e. about 7e-9 per
+// tap per phase, against 2e-7 to 3e-7 for the FFMA kernels; the bound is twice that slope.
+double TensorTf32Tolerance(int64_t taps_per_phase) {
+  return std::max(1e-5, 1.5e-8 * static_cast<double>(taps_per_phase));
+}
+
 TEST_CASE("every CUDA kernel agrees with the CPU oracle on windows", "[gpu][interp]") {
   if (SkipWithoutGpu()) return;
   const Device& gpu = *TestGpu();
@@ -223,11 +232,15 @@ TEST_CASE("every CUDA kernel agrees with the CPU oracle on windows", "[gpu][inte
     REQUIRE(want.ok());
     // kPhaseGroups runs its default plan, then each variant (widened period or not): every
     // variant sums the same products in the same order, so they must agree bit for bit.
+    // kTensorTf32 (3xTF32 tensor-core GEMM, long filters) sums in its own order: it is held to
+    // the float32 tolerance against the oracle like the other kernels.
     struct Variant {
       CudaKernel kernel;
       int pg_widen;
       int pg_layout = 0;
       int pg_periods_per_lane = 0;
+      int pg_rotate = 0;
+      int pg_row_blocks = 0;
     };
     const Variant variants[] = {
         {CudaKernel::kRegisterBlocked, 0}, {CudaKernel::kSmemTile, 0},
@@ -236,19 +249,24 @@ TEST_CASE("every CUDA kernel agrees with the CPU oracle on windows", "[gpu][inte
         {CudaKernel::kPhaseGroups, 1, 1},  {CudaKernel::kPhaseGroups, 2, 1},
         {CudaKernel::kPhaseGroups, 0, 0, 2}, {CudaKernel::kPhaseGroups, 0, 1, 2},
         {CudaKernel::kPhaseGroups, 0, 0, 1}, {CudaKernel::kPhaseGroups, 0, 0, 8},
+        {CudaKernel::kPhaseGroups, 0, 0, 0, 1}, {CudaKernel::kPhaseGroups, 0, 0, 0, 0, 1},
+        {CudaKernel::kTensorTf32, 0},
     };
     std::optional<HostArray> pg_default;
     for (const Variant& v : variants) {
       if (!internal::CudaPolyphase::Supports(v.kernel, c.up, c.down, p, c.dtype)) continue;
       INFO(Describe(c) << " kernel " << internal::CudaKernelName(v.kernel) << " pg_widen "
                        << v.pg_widen << " pg_layout " << v.pg_layout << " R "
-                       << v.pg_periods_per_lane << " x_first " << x_first << " out_first "
+                       << v.pg_periods_per_lane << " rotate " << v.pg_rotate << " row_blocks "
+                       << v.pg_row_blocks << " x_first " << x_first << " out_first "
                        << out_first);
       internal::CudaWindowOptions opt;
       opt.plan.kernel = v.kernel;
       opt.plan.pg_widen = v.pg_widen;
       opt.plan.pg_layout = v.pg_layout;
       opt.plan.pg_periods_per_lane = v.pg_periods_per_lane;
+      opt.plan.pg_rotate = v.pg_rotate;
+      opt.plan.pg_row_blocks = v.pg_row_blocks;
       opt.poison_output = true;
       auto y = internal::UpfirdnWindowCuda(gpu, f, internal::ViewOf(x), x_first, c.cval,
                                            out_first, out_count, nullptr, opt);
@@ -256,7 +274,9 @@ TEST_CASE("every CUDA kernel agrees with the CPU oracle on windows", "[gpu][inte
       if (v.pg_periods_per_lane != 0 && absl::IsFailedPrecondition(y.status())) continue;
       REQUIRE(y.ok());
       CHECK(AllFinite(*y));
-      CHECK(RelativeError(*y, *want) <= Tolerance(c.dtype));
+      CHECK(RelativeError(*y, *want) <= (v.kernel == CudaKernel::kTensorTf32
+                                             ? TensorTf32Tolerance(p)
+                                             : Tolerance(c.dtype)));
       if (v.kernel == CudaKernel::kPhaseGroups) {
         if (!pg_default) {
           pg_default = *y;
@@ -276,6 +296,8 @@ TEST_CASE("kPhaseGroups variants agree with the CPU oracle on short windows", "[
       {160, 147, 3201, 9001, 2, DType::kFloat32, 0.5}, {3, 2, 1024, 20011, 1, DType::kFloat32, 0.0},
       {2, 1, 256, 20011, 1, DType::kFloat32, -1.0},    {1, 5, 300, 30011, 1, DType::kFloat32, 0.0},
       {5, 3, 40, 7001, 3, DType::kFloat32, 0.0},
+      // One channel: outputs from 5, so the rotated period (s = 3 for an aligned y) is used.
+      {160, 147, 3201, 9001, 1, DType::kFloat32, 0.0},
   };
   for (const Config& c : configs) {
     internal::Polyphase f{RandomTaps(c.taps), c.up, c.down};
@@ -287,22 +309,28 @@ TEST_CASE("kPhaseGroups variants agree with the CPU oracle on short windows", "[
                                               f.TapsPerPhase(), c.dtype));
     std::optional<HostArray> first;
     struct PgVariant {
-      int widen, layout, periods_per_lane;
+      int widen, layout, periods_per_lane, rotate;
     };
     std::vector<PgVariant> variants;
     for (int widen : {1, 2}) {
       for (int layout : {1, 2}) {
-        for (int r : {1, 2, 8}) variants.push_back({widen, layout, r});
+        for (int r : {1, 2, 8}) {
+          // rotate and row_blocks off together (1) or at their defaults (2): each applies to
+          // one layout only (plain / de-interleaved).
+          for (int alt : {1, 2}) variants.push_back({widen, layout, r, alt});
+        }
       }
     }
     for (const PgVariant& v : variants) {
       INFO(Describe(c) << " pg_widen " << v.widen << " pg_layout " << v.layout << " R "
-                       << v.periods_per_lane);
+                       << v.periods_per_lane << " rotate/row_blocks " << v.rotate);
       internal::CudaWindowOptions opt;
       opt.plan.kernel = internal::CudaKernel::kPhaseGroups;
       opt.plan.pg_widen = v.widen;
       opt.plan.pg_layout = v.layout;
       opt.plan.pg_periods_per_lane = v.periods_per_lane;
+      opt.plan.pg_rotate = v.rotate;
+      opt.plan.pg_row_blocks = v.rotate;
       opt.poison_output = true;
       auto y = internal::UpfirdnWindowCuda(gpu, f, internal::ViewOf(x), -3, c.cval, 5,
                                            out_count, nullptr, opt);
@@ -317,6 +345,19 @@ TEST_CASE("kPhaseGroups variants agree with the CPU oracle on short windows", "[
       } else {
         CHECK(SameValues(*y, *first));
       }
+    }
+    // The tensor-core path on the same windows (its own summation order: the tolerance).
+    if (internal::CudaPolyphase::Supports(internal::CudaKernel::kTensorTf32, c.up, c.down,
+                                          f.TapsPerPhase(), c.dtype)) {
+      INFO(Describe(c) << " tensor_tf32");
+      internal::CudaWindowOptions opt;
+      opt.plan.kernel = internal::CudaKernel::kTensorTf32;
+      opt.poison_output = true;
+      auto y = internal::UpfirdnWindowCuda(gpu, f, internal::ViewOf(x), -3, c.cval, 5,
+                                           out_count, nullptr, opt);
+      REQUIRE(y.ok());
+      CHECK(AllFinite(*y));
+      CHECK(RelativeError(*y, *want) <= TensorTf32Tolerance(f.TapsPerPhase()));
     }
   }
 }

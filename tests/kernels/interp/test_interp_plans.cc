@@ -1,0 +1,168 @@
+// Host checks of the CUDA planners' tables (no device needed): the band tables of kPhaseGroups
+// (every rotation) and the fragment-ordered filter bank of kTensorTf32 must reproduce the
+// polyphase sum y[k] = sum_m htf[t*P + m] * s[q - m] when read the way the kernels read them.
+// The kernels themselves are checked against the CPU oracle by the [gpu] cases.
+#include <catch2/catch.hpp>
+
+#if defined(FRESNEL_WITH_CUDA)
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "interp/interp_internal.h"
+#include "interp/phase_groups.h"
+#include "interp/tensor_tf32.h"
+
+namespace fresnel::interp {
+namespace {
+
+struct PlanCase {
+  int up, down, taps;
+};
+constexpr PlanCase kPlanCases[] = {
+    {160, 147, 3201}, {147, 160, 3201}, {3, 2, 1024}, {3, 2, 3072}, {2, 1, 256}, {5, 3, 333},
+    {1, 3, 400},      {8, 3, 800},      {4, 6, 90},   {11, 7, 7},   {3, 4, 500}, {4, 1, 64},
+};
+
+// A signal defined on every integer (the kernels read cval and padding outside x).
+double Signal(int64_t i) {
+  uint64_t h = static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull;
+  h ^= h >> 29;
+  h *= 0xBF58476D1CE4E5B9ull;
+  h ^= h >> 32;
+  return static_cast<double>(h >> 11) / 9007199254740992.0 - 0.5;
+}
+
+// Output k of the full upfirdn, directly.
+double Direct(const std::vector<float>& htf, int up, int down, int64_t p, int64_t k) {
+  const int64_t q = k * down / up, t = k * down - q * up;
+  double y = 0;
+  for (int64_t m = 0; m < p; ++m) y += static_cast<double>(htf[t * p + m]) * Signal(q - m);
+  return y;
+}
+
+std::vector<float> RandomHtf(const PlanCase& c, int64_t* p) {
+  std::mt19937 rng(c.up * 1009 + c.down * 31 + c.taps);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  internal::Polyphase f;
+  f.up = c.up;
+  f.down = c.down;
+  for (int i = 0; i < c.taps; ++i) f.taps.push_back(u(rng));
+  *p = f.TapsPerPhase();
+  const std::vector<double> h = f.PhaseMajorTaps();
+  return std::vector<float>(h.begin(), h.end());
+}
+
+TEST_CASE("kPhaseGroups band tables reproduce the filter in every rotation", "[interp]") {
+  for (const PlanCase& c : kPlanCases) {
+    int64_t p = 0;
+    const std::vector<float> htf = RandomHtf(c, &p);
+    for (int widen : {1, 2}) {
+      for (int layout : {1, 2}) {
+        for (int rotate : {1, 2}) {
+          internal::PhaseGroupsChoice choice;
+          choice.widen = widen;
+          choice.layout = layout;
+          choice.rotate = rotate;
+          auto pl = internal::PlanPhaseGroups(c.up, c.down, p, htf, choice);
+          if (!pl.ok()) continue;  // filters it cannot tile (the [gpu] cases cover the limits)
+          INFO(c.up << "/" << c.down << " taps " << c.taps << " widen " << widen << " layout "
+                    << layout << " rotate " << rotate);
+          REQUIRE(static_cast<int64_t>(pl->table.size()) ==
+                  static_cast<int64_t>(pl->table_floats) * pl->rotations);
+          REQUIRE(static_cast<int>(pl->zoff.size()) == pl->rotations);
+          CHECK(pl->rotations == (pl->plain && pl->u % 4 == 0 && rotate != 1 ? 4 : 1));
+          const int tap_floats = pl->groups * pl->k * pl->v;
+          for (int rs = 0; rs < pl->rotations; ++rs) {
+            const float* tab = pl->table.data() + static_cast<size_t>(pl->table_floats) * rs;
+            CHECK(pl->zoff[rs] <= 0);
+            CHECK(-pl->zoff[rs] <= pl->extra);
+            double err = 0, scale = 0;
+            for (int64_t n : {1, 2, 7}) {
+              for (int j = 0; j < pl->u; ++j) {
+                const int gr = j / pl->v, vv = j % pl->v;
+                int base = 0;
+                std::memcpy(&base, tab + tap_floats + gr, sizeof(int));
+                REQUIRE(base >= 0);
+                // The kernel: rotated period n's output j is k = n*u - rs + j, read from inputs
+                // n*d - (P-1) + zoff + base + i, i < K, with weights A[gr][i][vv].
+                const int64_t k = n * pl->u - rs + j;
+                double y = 0;
+                const float* a = tab + static_cast<size_t>(gr) * pl->k * pl->v + vv;
+                for (int i = 0; i < pl->k; ++i) {
+                  y += static_cast<double>(a[i * pl->v]) *
+                       Signal(n * pl->d - (p - 1) + pl->zoff[rs] + base + i);
+                }
+                const double want = Direct(htf, c.up, c.down, p, k);
+                err = std::max(err, std::fabs(y - want));
+                scale = std::max(scale, std::fabs(want));
+              }
+            }
+            CHECK(err <= 1e-12 * std::max(scale, 1.0));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("kTensorTf32 fragment tables reproduce the filter", "[interp]") {
+  int planned = 0;
+  for (const PlanCase& c : kPlanCases) {
+    int64_t p = 0;
+    const std::vector<float> htf = RandomHtf(c, &p);
+    auto pl = internal::PlanTensorTf32(c.up, c.down, p, htf);
+    if (!pl.ok()) continue;  // P < 16 or more than 64 outputs per widened period
+    ++planned;
+    INFO(c.up << "/" << c.down << " taps " << c.taps);
+    CHECK(pl->u % 8 == 0);
+    CHECK(pl->d % 4 == 0);
+    CHECK(pl->kpad % 8 == 0);
+    CHECK(pl->ld % 16 == 4);
+    const int ksteps = pl->kpad / 8;
+    const int frag = ksteps * pl->nt * 32 * 4;
+    REQUIRE(static_cast<int>(pl->table.size()) == frag + 2 * ksteps);
+    // The warp-uniform A offsets: lane (g, t) adds t*ld + period, so row (8ks + t) mod d and
+    // column (8ks + t) / d must come out for t < 4 (the reason d is a multiple of 4).
+    for (int ks = 0; ks < ksteps; ++ks) {
+      int o[2];
+      std::memcpy(o, &pl->table[static_cast<size_t>(frag) + 2 * ks], sizeof(o));
+      for (int half = 0; half < 2; ++half) {
+        for (int t = 0; t < 4; ++t) {
+          const int i = 8 * ks + 4 * half + t;
+          const int addr = o[half] + t * pl->ld;
+          CHECK(addr / pl->ld == i % pl->d);
+          CHECK(addr % pl->ld == i / pl->d);
+        }
+      }
+    }
+    // B from its fragments (hi + lo), then the GEMM row of a few periods against the direct sum.
+    auto bank = [&](int i, int j) {
+      const int ks = i / 8, r = i % 8, nt = j / 8, g = j % 8;
+      const int lane = g * 4 + r % 4;
+      const float* f = &pl->table[((static_cast<size_t>(ks) * pl->nt + nt) * 32 + lane) * 4];
+      return r < 4 ? static_cast<double>(f[0]) + f[2] : static_cast<double>(f[1]) + f[3];
+    };
+    double err = 0, scale = 0;
+    for (int64_t n : {1, 3, 10}) {
+      for (int j = 0; j < pl->u; ++j) {
+        double y = 0;
+        for (int i = 0; i < pl->kpad; ++i) y += Signal(n * pl->d - (p - 1) + i) * bank(i, j);
+        const double want = Direct(htf, c.up, c.down, p, n * pl->u + j);
+        err = std::max(err, std::fabs(y - want));
+        scale = std::max(scale, std::fabs(want));
+      }
+    }
+    // hi + lo holds a float32 tap to about 2^-22 of itself.
+    CHECK(err <= 1e-6 * std::max(scale, 1.0));
+  }
+  CHECK(planned >= 6);
+}
+
+}  // namespace
+}  // namespace fresnel::interp
+
+#endif  // FRESNEL_WITH_CUDA
