@@ -969,5 +969,72 @@ TEST_CASE("fresnel interp --shm writes what the gRPC path writes", "[server][shm
   std::filesystem::remove_all(dir);
 }
 
+// Over the server's message cap, `fresnel interp` sends the signal through a staging region
+// (Client::UpfirdnArray / ResamplePolyArray), which also takes the pad modes ResampleStream
+// cannot; the result is the kernel's, byte for byte.
+TEST_CASE("fresnel interp over the message cap goes through a staging region",
+          "[server][shm][cli]") {
+  server::ServerConfig config = TestServer::CpuConfig();
+  config.max_message_bytes = 1 << 20;
+  TestServer ts(config);
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("fresnel_staged_cli_" + std::to_string(std::random_device{}()));
+  std::filesystem::create_directories(dir);
+  auto path = [&](const std::string& name) { return (dir / name).string(); };
+  HostArray x = RandomArray(DType::kFloat32, {2, 200000}, 23);  // 1.6 MB in
+  REQUIRE(WriteNpy(path("x.npy"), x).ok());
+  struct Case {
+    const char* mode;
+    const char* padtype;
+  };
+  HostArray taps = RandomArray(DType::kFloat64, {31}, 24);
+  REQUIRE(WriteNpy(path("taps.npy"), taps).ok());
+  const std::vector<double> t(taps.data<double>(), taps.data<double>() + taps.size());
+  for (const Case& c : {Case{"resample", "constant"}, Case{"upfirdn", "constant"},
+                        Case{"resample", "reflect"}, Case{"upfirdn", "edge"}}) {
+    INFO(c.mode << " " << c.padtype);
+    const bool upfirdn = std::string(c.mode) == "upfirdn";
+    const interp::PadMode pad = std::string(c.padtype) == "reflect" ? interp::PadMode::kReflect
+                                : std::string(c.padtype) == "edge"  ? interp::PadMode::kEdge
+                                                                    : interp::PadMode::kConstant;
+    std::vector<std::string> args = {"--server", ts.address, "interp", path("x.npy"),
+                                     path("y.npy"), "--up", "3", "--down", "2", "--mode", c.mode,
+                                     "--padtype", c.padtype, "--json"};
+    if (upfirdn) {
+      args.push_back("--taps");
+      args.push_back(path("taps.npy"));
+    }
+    CliResult r = RunCli(args);
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    CHECK(r.out.find("\"staged\": true") != std::string::npos);
+    CHECK(r.out.find("\"streamed\": false") != std::string::npos);
+    auto y = ReadNpy(path("y.npy"));
+    REQUIRE(y.ok());
+    absl::StatusOr<HostArray> want;
+    if (upfirdn) {
+      interp::UpfirdnOptions o;
+      o.up = 3;
+      o.down = 2;
+      o.mode = pad;
+      want = interp::Upfirdn(Device::Cpu(), t, x, o);
+    } else {
+      interp::ResamplePolyOptions o;
+      o.up = 3;
+      o.down = 2;
+      o.padtype = pad;
+      want = interp::ResamplePoly(Device::Cpu(), x, o);
+    }
+    REQUIRE(want.ok());
+    CHECK(y->shape() == want->shape());
+    CHECK(y->bytes() == want->bytes());
+  }
+  auto client = Connect(ts);
+  auto listed = client->ListRegions();
+  REQUIRE(listed.ok());
+  CHECK(listed->regions_size() == 0);
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace fresnel::testing
