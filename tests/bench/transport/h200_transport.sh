@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Issue 10's transport measurements in one device call (written in session 7, when no GPU machine
-# was lent: what it prints is the first H200 measurement of the pipelined segments, the reused
-# outputs and the ResampleStream read-ahead). Usage, with the binaries on PATH (a gpu-bundle's
+# Issue 10's transport measurements in one device call (session 7: the pipelined segments, the
+# reused outputs, the ResampleStream read-ahead; a cut-down version of it gave the H200 rows of
+# docs/BENCHMARKS.md, session 7). Usage, with the binaries on PATH (a gpu-bundle's
 # .gpu/env.sh): test_shm test_server fresnel_bench_transport, and for the hologram rows fresneld,
 # fresnel and tests/bench/e2e/hologram_fps.sh beside this script:
 #
