@@ -677,7 +677,45 @@ int RunInterp(const GlobalOptions& global, InterpOptions o, std::ostream& out,
       static_cast<int64_t>(x.nbytes()) + (taps ? static_cast<int64_t>(taps->nbytes()) : 0);
   const int64_t response_bytes = channels * OutputLength(o, n, numtaps) * item;
   int64_t chunk = o.chunk;
-  if (chunk == 0 && !o.shm && std::max(request_bytes, response_bytes) + kMessageOverheadBytes > cap) {
+  const bool over_cap = chunk == 0 && !o.shm &&
+                        std::max(request_bytes, response_bytes) + kMessageOverheadBytes > cap;
+  // Over the cap, upfirdn and resample_poly go through a staging region on the server first
+  // (Client::UpfirdnArray: chunked over parallel streams, any padtype); a server without staging
+  // regions (UNIMPLEMENTED: no SharedMemoryService; RESOURCE_EXHAUSTED: --shm-bytes 0 or full)
+  // gets ResampleStream instead, which takes --padtype constant only.
+  const bool try_staged = over_cap && (o.mode == "upfirdn" || o.mode == "resample");
+
+  // Call.
+  HostArray y;
+  v1::ExecutionInfo exec;
+  int64_t chunks = 0;
+  bool staged = false;
+  TransferReport transfer;
+  const auto start = std::chrono::steady_clock::now();
+  if (try_staged) {
+    if (!o.json) {
+      err << "fresnel: note: " << FormatBytes(std::max(request_bytes, response_bytes))
+          << " exceeds the server's message cap of " << FormatBytes(cap)
+          << ": sending it through a staging region in chunks\n";
+    }
+    absl::StatusOr<HostArray> r =
+        o.mode == "upfirdn"
+            ? (*client)->UpfirdnArray(upfirdn, x, TransferOptions(), CallOptions(), &transfer)
+            : (*client)->ResamplePolyArray(resample, x, TransferOptions(), CallOptions(),
+                                           &transfer);
+    if (r.ok()) {
+      y = *std::move(r);
+      exec = transfer.info;
+      staged = true;
+    } else if (r.status().code() != absl::StatusCode::kUnimplemented &&
+               r.status().code() != absl::StatusCode::kResourceExhausted) {
+      return ReportError(err, kExitRpc, r.status(), global.server);
+    } else if (!o.json) {
+      err << "fresnel: note: the server has no staging region for it ("
+          << r.status().message() << ")\n";
+    }
+  }
+  if (!staged && over_cap) {
     if (pad != v1::PAD_CONSTANT || o.mode == "fft" || o.mode == "decimate") {
       return ReportUsageError(
           err,
@@ -695,12 +733,9 @@ int RunInterp(const GlobalOptions& global, InterpOptions o, std::ostream& out,
     }
   }
 
-  // Call.
-  HostArray y;
-  v1::ExecutionInfo exec;
-  int64_t chunks = 0;
-  const auto start = std::chrono::steady_clock::now();
-  if (chunk > 0) {
+  if (staged) {
+    // done above
+  } else if (chunk > 0) {
     v1::ResampleStreamConfig config;
     if (o.mode == "upfirdn") {
       *config.mutable_upfirdn() = upfirdn;
@@ -797,6 +832,8 @@ int RunInterp(const GlobalOptions& global, InterpOptions o, std::ostream& out,
         .Add("sample_rate_out_hz", rate_out)
         .Add("streamed", chunk > 0)
         .Add("chunks", chunks)
+        .Add("staged", staged)
+        .Add("segments", staged ? transfer.segments : 0)
         .Add("shm", o.shm);
     AddExecutionJson(exec, round_trip_s, &json);
     out << json.Str() << "\n";
@@ -807,6 +844,9 @@ int RunInterp(const GlobalOptions& global, InterpOptions o, std::ostream& out,
              absl::StrFormat("%g", rate_in), " Hz -> ", o.output, " [", channels, " x ", m, "] ",
              absl::StrFormat("%g", rate_out), " Hz | ", op, " ", o.up, "/", o.down,
              chunk > 0 ? absl::StrCat(", streamed in ", chunks, " chunk(s)") : std::string(),
+             staged ? absl::StrCat(", through a staging region (", transfer.path, ", ",
+                                   transfer.segments, " segment(s))")
+                    : std::string(),
              o.shm ? ", through shared memory" : "",
              " | ", exec.device().empty() ? std::string("?") : exec.device(), " | server ",
              FormatSeconds(exec.total_seconds()), " (queue ",

@@ -7,8 +7,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
 #include <future>
+#include <mutex>
+#include <numeric>
 #include <random>
 #include <thread>
 #include <vector>
@@ -283,14 +286,143 @@ bool UseUnary(const HostArray& x, int64_t channels, int64_t y_samples, int64_t i
 
 }  // namespace
 
-absl::StatusOr<HostArray> Client::TransferThroughRegion(
-    const HostArray& x, int64_t channels, int64_t y_samples, int64_t item, const TransferOptions& transfer,
-    const CallOptions& call, TransferReport* report,
+// --- segments: the call cut into independent sub-calls, pipelined ---
+
+namespace {
+
+// One sub-call of a segmented transfer: `rows` channel rows from `row0`, x samples [s, e) of
+// each; it delivers y samples [ja, jb) of each row (whole rows when rows > 1), which are its own
+// output samples [ja - shift, jb - shift); its y goes to region offset `scratch`.
+struct Segment {
+  int64_t row0 = 0, rows = 1;
+  int64_t s = 0, e = 0;
+  int64_t ja = 0, jb = 0;
+  int64_t shift = 0;
+  int64_t sub_out = 0;  // the sub-call's output samples per row
+  int64_t scratch = 0;
+  int64_t x_begin = 0, x_end = 0;  // x bytes the sub-call reads
+};
+
+int64_t FloorDiv(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
+// The segments of a call of `channels` rows of n samples into y_samples each, at most `want`
+// of them; empty when it is not worth cutting (one segment) or the geometry does not allow it.
+// x rows are contiguous in the region from offset 0; the segments' y areas follow from y_off.
+std::vector<Segment> PlanSegments(const internal::FilterSplit& f, int64_t channels, int64_t n,
+                                  int64_t y_samples, int want, int64_t x_item, int64_t y_item,
+                                  int64_t y_off) {
+  std::vector<Segment> plan;
+  if (!f.ok || want <= 1 || channels <= 0 || n <= 0 || y_samples <= 0) return plan;
+  if (channels >= want) {  // blocks of whole rows: no halo, each row's y exactly
+    for (int i = 0; i < want; ++i) {
+      Segment g;
+      g.row0 = channels * i / want;
+      g.rows = channels * (i + 1) / want - g.row0;
+      if (g.rows == 0) continue;
+      g.s = 0;
+      g.e = n;
+      g.ja = 0;
+      g.jb = y_samples;
+      g.sub_out = y_samples;
+      plan.push_back(g);
+    }
+  } else {  // windows of each row's output, each with the x it reads
+    const int64_t windows = std::min<int64_t>(std::max<int64_t>(1, want / channels), y_samples);
+    const int64_t g_ud = std::gcd(f.up, f.down);
+    const int64_t align = f.down / g_ud;  // s * up / down must be whole
+    for (int64_t r = 0; r < channels; ++r) {
+      for (int64_t w = 0; w < windows; ++w) {
+        Segment g;
+        g.row0 = r;
+        g.rows = 1;
+        g.ja = y_samples * w / windows;
+        g.jb = y_samples * (w + 1) / windows;
+        if (g.jb <= g.ja) continue;
+        // Overflow-safe enough: the server caps samples far below 2^63 / (up + down).
+        int64_t lo = std::max<int64_t>(0, FloorDiv(g.ja * f.down, f.up) - f.halo);
+        g.s = lo - lo % align;
+        g.e = std::min(n, FloorDiv((g.jb - 1) * f.down, f.up) + f.halo + 2);
+        if (g.e <= g.s) return {};
+        g.shift = g.s * f.up / f.down;
+        g.sub_out = f.OutputLength(g.e - g.s);
+        // The sub-call must produce the window; the halo makes it so, checked anyway.
+        if (g.shift > g.ja || g.sub_out < g.jb - g.shift) return {};
+        plan.push_back(g);
+      }
+    }
+  }
+  if (plan.size() <= 1) return {};
+  int64_t at = y_off;
+  for (Segment& g : plan) {
+    g.x_begin = (g.row0 * n + g.s) * x_item;
+    g.x_end = ((g.row0 + g.rows - 1) * n + g.e) * x_item;
+    g.scratch = at;
+    at += (g.rows * g.sub_out * y_item + 63) / 64 * 64;
+  }
+  return plan;
+}
+
+// x's shape for a sub-call: x's rank and axis, `rows` in the first leading dimension (the others
+// 1) and `samples` along the axis.
+std::vector<int64_t> SubShape(const std::vector<int64_t>& shape, int axis, int64_t rows,
+                              int64_t samples) {
+  std::vector<int64_t> sub = shape;
+  for (int d = 0; d < axis; ++d) sub[d] = d == 0 ? rows : 1;
+  sub[axis] = samples;
+  return sub;
+}
+
+// Segment progress shared by the upload, call and download threads: the first error stops all.
+struct Pipeline {
+  std::mutex mu;
+  std::condition_variable cv;
+  int uploaded = 0;             // segments whose x is all in the region
+  std::vector<char> answered;   // per segment: its call returned OK
+  std::vector<v1::InterpolationResponse> responses;
+  absl::Status error;
+  std::atomic<bool> failed{false};
+
+  void Fail(absl::Status st) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (error.ok()) error = std::move(st);
+    failed = true;
+    cv.notify_all();
+  }
+  // Waits until pred() or a failure; false on failure.
+  template <class Pred>
+  bool Wait(Pred pred) {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return failed.load() || pred(); });
+    return !failed.load();
+  }
+};
+
+void AddInfo(const v1::ExecutionInfo& a, v1::ExecutionInfo* sum) {
+  if (sum->device().empty()) sum->set_device(a.device());
+  sum->set_queue_wait_seconds(sum->queue_wait_seconds() + a.queue_wait_seconds());
+  sum->set_h2d_seconds(sum->h2d_seconds() + a.h2d_seconds());
+  sum->set_compute_seconds(sum->compute_seconds() + a.compute_seconds());
+  sum->set_d2h_seconds(sum->d2h_seconds() + a.d2h_seconds());
+  sum->set_total_seconds(sum->total_seconds() + a.total_seconds());
+}
+
+}  // namespace
+
+int64_t internal::FilterSplit::OutputLength(int64_t n) const {
+  if (n <= 0) return 0;
+  if (resample_poly) return (n * up + down - 1) / down;  // ceil(n * up / down), reduced
+  return ((n - 1) * up + taps - 1) / down + 1;
+}
+
+absl::Status Client::TransferThroughRegion(
+    const HostArray& x, int64_t channels, int64_t y_samples, int64_t item,
+    const internal::FilterSplit& split, const TransferOptions& transfer, const CallOptions& call,
+    TransferReport* report, HostArray* y_out,
     const std::function<absl::StatusOr<v1::InterpolationResponse>(v1::NdArray x,
                                                                   const v1::ShmRef* y_shm)>&
         call_fn) {
+  if (report != nullptr) *report = TransferReport();
   if (UseUnary(x, channels, y_samples, item, transfer, MessageCap(call))) {
-    if (report != nullptr) *report = TransferReport();
     v1::NdArray inline_x;
     ToProto(x, &inline_x);
     const auto start = std::chrono::steady_clock::now();
@@ -299,7 +431,8 @@ absl::StatusOr<HostArray> Client::TransferThroughRegion(
       report->call_s = Since(start);
       report->info = r.info();
     }
-    return FromProto(std::move(*r.mutable_y()), "y");
+    FRESNEL_ASSIGN_OR_RETURN(*y_out, FromProto(std::move(*r.mutable_y()), "y"));
+    return absl::OkStatus();
   }
   if (y_samples < 0 || (y_samples > 0 && channels > INT64_MAX / y_samples / item / 2)) {
     return absl::InvalidArgumentError("x: the output would be too large to transfer");
@@ -312,15 +445,40 @@ absl::StatusOr<HostArray> Client::TransferThroughRegion(
       total >= transfer.parallel_min_bytes ? std::clamp(transfer.streams, 1, 16) : 1;
   const int64_t max_chunk = std::max<int64_t>(1 << 10, MessageCap(call) - v1::kEnvelopeBytes);
   const int64_t chunk = std::clamp<int64_t>(transfer.chunk_bytes, 1 << 10, max_chunk);
+
+  // The segments (one = the whole call).
+  const int64_t n = channels > 0 ? static_cast<int64_t>(x.size()) / channels : 0;
+  const int want = static_cast<int>(std::clamp<int64_t>(
+      total / std::max<int64_t>(1, transfer.segment_bytes), 1, std::clamp(transfer.segments, 1, 16)));
+  std::vector<Segment> plan = PlanSegments(split, channels, n, y_samples, want,
+                                           static_cast<int64_t>(DTypeSize(x.dtype())), item, y_off);
+  const bool whole = plan.empty();
+  if (whole) {
+    Segment g;
+    g.rows = channels;
+    g.s = 0;
+    g.e = n;
+    g.jb = y_samples;
+    g.sub_out = y_samples;
+    g.scratch = y_off;
+    g.x_begin = 0;
+    g.x_end = x_bytes;
+    plan.push_back(g);
+  }
+  const int segments = static_cast<int>(plan.size());
+  const int64_t region_bytes =
+      whole ? y_off + y_bytes
+            : plan.back().scratch + plan.back().rows * plan.back().sub_out * item;
   if (report != nullptr) {
     report->path = streams > 1 ? "parallel" : "stream";
     report->streams = streams;
+    report->segments = segments;
   }
 
   v1::RegisterRegionRequest reg;
   reg.set_name(absl::StrFormat("transfer-%08x%08x", std::random_device()(),
                                std::random_device()()));
-  reg.set_size_bytes(std::max<int64_t>(1, y_off + y_bytes));
+  reg.set_size_bytes(std::max<int64_t>(1, region_bytes));
   FRESNEL_RETURN_IF_ERROR(RegisterRegion(reg, call).status());
   const std::string& name = reg.name();
   absl::Cleanup unregister = [&] {
@@ -329,119 +487,259 @@ absl::StatusOr<HostArray> Client::TransferThroughRegion(
     (void)UnregisterRegion(name, quick);
   };
 
-  // y's buffer is made on its own thread while x is uploaded and the call runs (HostArray
-  // prefaults large buffers in parallel on huge pages, then std::string zero-fills it on one
-  // thread: ~100 ms per GiB on the H200 host), so the download only copies into it. The
-  // future's destructor waits for it on every early return.
-  std::future<std::string> y_buffer = std::async(std::launch::async, [y_bytes] {
-    return HostArray(DType::kUint8, {y_bytes}).TakeBytes();
-  });
+  // y's buffer: *y_out's when it has the result's dtype and size, else made on its own thread
+  // while x is uploaded (HostArray prefaults large buffers in parallel on huge pages, then
+  // std::string zero-fills it on one thread: ~100 ms per GiB on the H200 host), so that the
+  // download only copies into it. The future's destructor waits for it on every early return.
+  const DType y_dtype_expected = x.dtype();  // segments only where y keeps x's dtype
+  const bool reuse = y_out->dtype() == y_dtype_expected &&
+                     static_cast<int64_t>(y_out->nbytes()) == channels * y_samples * item;
+  std::future<std::string> y_buffer;
+  if (!reuse) {
+    y_buffer = std::async(std::launch::async, [y_bytes] {
+      return HostArray(DType::kUint8, {y_bytes}).TakeBytes();
+    });
+  }
 
-  auto start = std::chrono::steady_clock::now();
+  Pipeline pipe;
+  pipe.answered.assign(static_cast<size_t>(segments), 0);
+  pipe.responses.resize(static_cast<size_t>(segments));
   const char* x_data = static_cast<const char*>(x.raw());
-  FRESNEL_RETURN_IF_ERROR(Parallel(streams, [&](int i) -> absl::Status {
-    const auto [begin, end] = Slice(x_bytes, streams, i, chunk);
-    if (begin >= end) return absl::OkStatus();
-    grpc::ClientContext context;
-    ApplyDeadline(&context, options_, call);
-    v1::WriteRegionResponse response;
-    // Raw RegionChunk buffers whose data slice is x itself: no copy into a message or a
-    // serialisation buffer (x outlives the call).
-    const std::shared_ptr<grpc::Channel> channel = TransferChannel(i);
-    std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
-        grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(
-            channel.get(), WriteRegionMethod(), &context, &response));
-    for (int64_t off = begin; off < end; off += chunk) {
-      const grpc::ByteBuffer message = v1::RegionChunkBuffer(
-          name, off, x_data + off, static_cast<size_t>(std::min(chunk, end - off)));
-      if (!writer->Write(message)) break;  // Finish says why
-    }
-    writer->WritesDone();
-    FRESNEL_RETURN_IF_ERROR(FromGrpc(writer->Finish()));
-    if (response.bytes_written() != end - begin) {
-      return absl::DataLossError(absl::StrCat("WriteRegion stored ", response.bytes_written(),
-                                              " of ", end - begin, " bytes"));
-    }
-    return absl::OkStatus();
-  }));
-  if (report != nullptr) report->upload_s = Since(start);
 
-  start = std::chrono::steady_clock::now();
-  v1::ShmRef y_ref;
-  y_ref.set_region(name);
-  y_ref.set_offset_bytes(y_off);
-  FRESNEL_ASSIGN_OR_RETURN(v1::InterpolationResponse response,
-                           call_fn(ShmArray(x.dtype(), x.shape(), name, 0), &y_ref));
-  if (report != nullptr) {
-    report->call_s = Since(start);
-    report->info = response.info();
-  }
-  std::vector<int64_t> shape(response.y().shape().begin(), response.y().shape().end());
-  FRESNEL_ASSIGN_OR_RETURN(const int64_t got_bytes,
-                           ArrayBytes(response.y().dtype(), shape, "y"));
-  if (got_bytes > y_bytes) {
-    return absl::InternalError(absl::StrCat("y: the server answered ", got_bytes,
-                                            " bytes, more than the ", y_bytes, " reserved"));
-  }
-  FRESNEL_ASSIGN_OR_RETURN(const DType y_dtype, FromProto(response.y().dtype(), "y"));
-
-  start = std::chrono::steady_clock::now();
-  std::string y_bytes_buffer = y_buffer.get();  // usually ready by now
-  y_bytes_buffer.resize(static_cast<size_t>(got_bytes));  // never larger: checked above
-  FRESNEL_ASSIGN_OR_RETURN(HostArray y,
-                           HostArray::FromBytes(y_dtype, shape, std::move(y_bytes_buffer), "y"));
-  char* const y_data = static_cast<char*>(y.raw());
-  FRESNEL_RETURN_IF_ERROR(Parallel(streams, [&](int i) -> absl::Status {
-    const auto [begin, end] = Slice(got_bytes, streams, i, chunk);
-    if (begin >= end) return absl::OkStatus();
-    grpc::ClientContext context;
-    ApplyDeadline(&context, options_, call);
-    v1::ReadRegionRequest request;
-    request.set_region(name);
-    request.set_offset_bytes(y_off + begin);
-    request.set_length_bytes(end - begin);
-    request.set_chunk_bytes(chunk);
-    // Raw RegionChunk buffers parsed in place: each chunk's bytes are copied once, from the
-    // received slices straight to their place in y.
-    const std::shared_ptr<grpc::Channel> channel = TransferChannel(i);
-    std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
-        grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
-            channel.get(), ReadRegionMethod(), &context, request));
-    grpc::ByteBuffer buffer;
-    v1::RegionChunkView message;
-    int64_t received = 0;
-    while (reader->Read(&buffer)) {
-      absl::Status parsed = message.Parse(buffer);
-      const int64_t at = message.offset_bytes() - y_off;
-      const int64_t n = message.data_bytes();
-      if (!parsed.ok() || at < begin || n > end - at) {
-        context.TryCancel();
-        return absl::DataLossError(absl::StrCat("ReadRegion sent bytes at ", message.offset_bytes(),
-                                                " outside the range asked for ",
-                                                parsed.ToString()));
+  // x bytes [begin, end) over `streams` parallel WriteRegion streams. Raw RegionChunk buffers
+  // whose data slice is x itself: no copy into a message or a serialisation buffer (x outlives
+  // the call).
+  auto upload = [&](int64_t begin_all, int64_t end_all) {
+    return Parallel(streams, [&](int i) -> absl::Status {
+      auto [b, e] = Slice(end_all - begin_all, streams, i, chunk);
+      const int64_t begin = begin_all + b, end = begin_all + e;
+      if (begin >= end) return absl::OkStatus();
+      grpc::ClientContext context;
+      ApplyDeadline(&context, options_, call);
+      v1::WriteRegionResponse response;
+      const std::shared_ptr<grpc::Channel> channel = TransferChannel(i);
+      std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
+          grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(
+              channel.get(), WriteRegionMethod(), &context, &response));
+      for (int64_t off = begin; off < end && !pipe.failed; off += chunk) {
+        const grpc::ByteBuffer message = v1::RegionChunkBuffer(
+            name, off, x_data + off, static_cast<size_t>(std::min(chunk, end - off)));
+        if (!writer->Write(message)) break;  // Finish says why
       }
-      message.CopyData(y_data + at);
-      received += n;
+      writer->WritesDone();
+      FRESNEL_RETURN_IF_ERROR(FromGrpc(writer->Finish()));
+      if (response.bytes_written() != end - begin) {
+        return absl::DataLossError(absl::StrCat("WriteRegion stored ", response.bytes_written(),
+                                                " of ", end - begin, " bytes"));
+      }
+      return absl::OkStatus();
+    });
+  };
+  // Region bytes [src, src + len) into dst over `streams` parallel ReadRegion streams: raw
+  // RegionChunk buffers parsed in place, each chunk copied once, from the received slices
+  // straight to its place.
+  auto download = [&](int64_t src, int64_t len, char* dst) {
+    return Parallel(streams, [&](int i) -> absl::Status {
+      const auto [begin, end] = Slice(len, streams, i, chunk);
+      if (begin >= end) return absl::OkStatus();
+      grpc::ClientContext context;
+      ApplyDeadline(&context, options_, call);
+      v1::ReadRegionRequest request;
+      request.set_region(name);
+      request.set_offset_bytes(src + begin);
+      request.set_length_bytes(end - begin);
+      request.set_chunk_bytes(chunk);
+      const std::shared_ptr<grpc::Channel> channel = TransferChannel(i);
+      std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
+          grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
+              channel.get(), ReadRegionMethod(), &context, request));
+      grpc::ByteBuffer buffer;
+      v1::RegionChunkView message;
+      int64_t received = 0;
+      while (reader->Read(&buffer)) {
+        absl::Status parsed = message.Parse(buffer);
+        const int64_t at = message.offset_bytes() - src;
+        const int64_t got = message.data_bytes();
+        if (!parsed.ok() || at < begin || got > end - at || pipe.failed) {
+          context.TryCancel();
+          if (pipe.failed) return absl::CancelledError("another part of the transfer failed");
+          return absl::DataLossError(absl::StrCat("ReadRegion sent bytes at ",
+                                                  message.offset_bytes(),
+                                                  " outside the range asked for ",
+                                                  parsed.ToString()));
+        }
+        message.CopyData(dst + at);
+        received += got;
+      }
+      FRESNEL_RETURN_IF_ERROR(FromGrpc(reader->Finish()));
+      if (received != end - begin) {
+        return absl::DataLossError(absl::StrCat("ReadRegion sent ", received, " of ",
+                                                end - begin, " bytes"));
+      }
+      return absl::OkStatus();
+    });
+  };
+
+  const auto start = std::chrono::steady_clock::now();
+  double uploaded_at = 0, answered_at = 0;
+  std::vector<std::thread> threads;
+  // Joined before anything they use goes (cleanups run in reverse order: this one first).
+  absl::Cleanup join = [&] {
+    for (std::thread& t : threads) t.join();
+  };
+  // Uploads x segment by segment (each segment's x ends no earlier than the one before's).
+  threads.emplace_back([&] {
+    int64_t done = 0;
+    for (int k = 0; k < segments && !pipe.failed; ++k) {
+      const int64_t end = std::max(done, plan[k].x_end);
+      if (end > done) {
+        if (absl::Status st = upload(done, end); !st.ok()) return pipe.Fail(std::move(st));
+        done = end;
+      }
+      std::lock_guard<std::mutex> lock(pipe.mu);
+      pipe.uploaded = k + 1;
+      if (k + 1 == segments) uploaded_at = Since(start);
+      pipe.cv.notify_all();
     }
-    FRESNEL_RETURN_IF_ERROR(FromGrpc(reader->Finish()));
-    if (received != end - begin) {
-      return absl::DataLossError(absl::StrCat("ReadRegion sent ", received, " of ", end - begin,
-                                              " bytes"));
+  });
+  // One thread per segment's call, each as soon as its x is there: the server may run them
+  // concurrently (one copy engine uploading the next while another downloads the last).
+  for (int k = 0; k < segments; ++k) {
+    threads.emplace_back([&, k] {
+      if (!pipe.Wait([&] { return pipe.uploaded > k; })) return;
+      const Segment& g = plan[k];
+      v1::ShmRef y_ref;
+      y_ref.set_region(name);
+      y_ref.set_offset_bytes(g.scratch);
+      v1::NdArray sub_x = whole ? ShmArray(x.dtype(), x.shape(), name, 0)
+                                : ShmArray(x.dtype(), SubShape(x.shape(), split.axis, g.rows,
+                                                               g.e - g.s),
+                                           name, g.x_begin);
+      absl::StatusOr<v1::InterpolationResponse> r = call_fn(std::move(sub_x), &y_ref);
+      if (!r.ok()) return pipe.Fail(r.status());
+      std::lock_guard<std::mutex> lock(pipe.mu);
+      pipe.responses[k] = *std::move(r);
+      pipe.answered[k] = 1;
+      answered_at = std::max(answered_at, Since(start));
+      pipe.cv.notify_all();
+    });
+  }
+
+  // Downloads here, segment by segment, as their answers come.
+  HostArray& y = *y_out;
+  std::vector<int64_t> y_shape = x.shape();
+  int64_t got_bytes = 0;
+  for (int k = 0; k < segments; ++k) {
+    if (!pipe.Wait([&] { return pipe.answered[k] != 0; })) break;
+    const Segment& g = plan[k];
+    const v1::NdArray& ry = pipe.responses[k].y();
+    std::vector<int64_t> shape(ry.shape().begin(), ry.shape().end());
+    absl::StatusOr<int64_t> bytes = ArrayBytes(ry.dtype(), shape, "y");
+    absl::StatusOr<DType> dtype = FromProto(ry.dtype(), "y");
+    if (!bytes.ok() || !dtype.ok()) {
+      pipe.Fail(!bytes.ok() ? bytes.status() : dtype.status());
+      break;
     }
-    return absl::OkStatus();
-  }));
-  if (report != nullptr) report->download_s = Since(start);
-  return y;
+    if (k == 0) {
+      // The first answer fixes y's dtype and shape.
+      if (whole) {
+        if (*bytes > y_bytes) {
+          pipe.Fail(absl::InternalError(absl::StrCat("y: the server answered ", *bytes,
+                                                     " bytes, more than the ", y_bytes,
+                                                     " reserved")));
+          break;
+        }
+        y_shape = shape;
+        got_bytes = *bytes;
+      } else {
+        y_shape[split.axis] = y_samples;
+        got_bytes = channels * y_samples * static_cast<int64_t>(DTypeSize(*dtype));
+      }
+      if (reuse && *dtype == y.dtype() && static_cast<int64_t>(y.nbytes()) == got_bytes) {
+        if (absl::Status st = y.Reshape(y_shape); !st.ok()) {
+          pipe.Fail(st);
+          break;
+        }
+      } else {
+        std::string buffer = reuse ? std::string() : y_buffer.get();  // usually ready by now
+        buffer.resize(static_cast<size_t>(got_bytes));  // never larger: checked above
+        absl::StatusOr<HostArray> made = HostArray::FromBytes(*dtype, y_shape, std::move(buffer), "y");
+        if (!made.ok()) {
+          pipe.Fail(made.status());
+          break;
+        }
+        y = *std::move(made);
+      }
+    }
+    int64_t src = g.scratch, len = *bytes, dst = 0;
+    if (!whole) {
+      // The segment's own window of its answer, and where it goes in y.
+      const int64_t y_item = static_cast<int64_t>(DTypeSize(*dtype));
+      if (*dtype != y.dtype() || shape.empty() || shape[split.axis] != g.sub_out ||
+          *bytes != g.rows * g.sub_out * y_item) {
+        pipe.Fail(absl::InternalError(absl::StrCat(
+            "y: segment ", k, " answered ", DTypeName(*dtype), " ", ShapeString(shape),
+            ", expected ", g.sub_out, " samples of ", DTypeName(y.dtype()), " per row")));
+        break;
+      }
+      src = g.scratch + (g.ja - g.shift) * y_item;
+      len = g.rows * (g.jb - g.ja) * y_item;
+      dst = (g.row0 * y_samples + g.ja) * y_item;
+    }
+    if (len > 0) {
+      if (absl::Status st = download(src, len, static_cast<char*>(y.raw()) + dst); !st.ok()) {
+        pipe.Fail(std::move(st));
+        break;
+      }
+    }
+  }
+  std::move(join).Invoke();
+  if (pipe.failed) return pipe.error;
+  const double end_s = Since(start);
+  if (report != nullptr) {
+    report->upload_s = uploaded_at;
+    report->call_s = std::max(0.0, answered_at - uploaded_at);
+    report->download_s = std::max(0.0, end_s - std::max(uploaded_at, answered_at));
+    for (const v1::InterpolationResponse& r : pipe.responses) AddInfo(r.info(), &report->info);
+  }
+  return absl::OkStatus();
 }
 
+namespace {
 
-absl::StatusOr<HostArray> Client::UpfirdnArray(v1::UpfirdnRequest request, const HostArray& x,
-                                               const TransferOptions& transfer,
-                                               const CallOptions& call, TransferReport* report) {
-  const int64_t n = SamplesOf(x, request.has_axis() ? request.axis() : -1);
+// Whether the call's result is the same bits when cut into windows of the filtered axis (see
+// TransferOptions::segments) and x's layout allows it.
+bool Splittable(const HostArray& x, int axis, bool keep_precision, bool complex_taps,
+                v1::PadMode mode) {
+  const int nd = x.ndim();
+  const int a = axis < 0 ? axis + nd : axis;
+  if (a < 0 || a >= nd || mode != v1::PAD_CONSTANT || complex_taps || !keep_precision) {
+    return false;
+  }
+  const DType d = x.dtype();
+  if (d != DType::kFloat32 && d != DType::kFloat64 && d != DType::kComplex64 &&
+      d != DType::kComplex128) {
+    return false;
+  }
+  for (int i = a + 1; i < nd; ++i) {
+    if (x.dim(i) != 1) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::Status Client::UpfirdnArrayInto(v1::UpfirdnRequest request, const HostArray& x,
+                                      HostArray* y, const TransferOptions& transfer,
+                                      const CallOptions& call, TransferReport* report) {
+  if (y == nullptr) return absl::InvalidArgumentError("y: null");
+  request.clear_x();  // copied once per sub-call below: x travels through the region
+  const int axis = request.has_axis() ? request.axis() : -1;
+  const int64_t n = SamplesOf(x, axis);
   const int64_t channels = ChannelsOf(x, n);
-  const int64_t item = OutputItemBound(x.dtype(), request.dtype_rule() == v1::DTYPE_KEEP_PRECISION,
-                                       request.has_taps() && IsComplex(request.taps().dtype()));
+  const bool keep = request.dtype_rule() == v1::DTYPE_KEEP_PRECISION;
+  const bool complex_taps = request.has_taps() && IsComplex(request.taps().dtype());
+  const int64_t item = OutputItemBound(x.dtype(), keep, complex_taps);
   const int64_t up = std::max(1, request.up()), down = std::max(1, request.down());
   const int64_t taps = request.has_taps()
                            ? std::max<int64_t>(0, ShapeElements(std::vector<int64_t>(
@@ -450,13 +748,72 @@ absl::StatusOr<HostArray> Client::UpfirdnArray(v1::UpfirdnRequest request, const
                            : std::max(0, request.design().numtaps());
   // SciPy's full output length (interp.h UpfirdnOutputLength).
   const int64_t y_samples = n == 0 ? 0 : ((n - 1) * up + taps - 1) / down + 1;
+  internal::FilterSplit split;
+  split.ok = taps > 0 && Splittable(x, axis, keep, complex_taps, request.mode());
+  split.axis = axis < 0 ? axis + x.ndim() : axis;
+  split.up = up;
+  split.down = down;
+  // Output j reads x samples [ceil((j * down - taps + 1) / up), floor(j * down / up)].
+  split.halo = (taps + up - 1) / up + 2;
+  split.taps = taps;
   return TransferThroughRegion(
-      x, channels, y_samples, item, transfer, call, report,
+      x, channels, y_samples, item, split, transfer, call, report, y,
       [&](v1::NdArray x_wire, const v1::ShmRef* y_shm) {
-        *request.mutable_x() = std::move(x_wire);
-        if (y_shm != nullptr) *request.mutable_y_shm() = *y_shm;
-        return Upfirdn(request, call);
+        v1::UpfirdnRequest sub = request;  // one per concurrent sub-call
+        *sub.mutable_x() = std::move(x_wire);
+        if (y_shm != nullptr) *sub.mutable_y_shm() = *y_shm;
+        return Upfirdn(sub, call);
       });
+}
+
+absl::Status Client::ResamplePolyArrayInto(v1::ResamplePolyRequest request, const HostArray& x,
+                                           HostArray* y, const TransferOptions& transfer,
+                                           const CallOptions& call, TransferReport* report) {
+  if (y == nullptr) return absl::InvalidArgumentError("y: null");
+  request.clear_x();  // copied once per sub-call below: x travels through the region
+  const int axis = request.has_axis() ? request.axis() : -1;
+  const int64_t n = SamplesOf(x, axis);
+  const int64_t channels = ChannelsOf(x, n);
+  const bool keep = request.dtype_rule() == v1::DTYPE_KEEP_PRECISION;
+  const bool complex_taps = request.has_taps() && IsComplex(request.taps().dtype());
+  const int64_t item = OutputItemBound(x.dtype(), keep, complex_taps);
+  const int64_t up = std::max(1, request.up()), down = std::max(1, request.down());
+  const int64_t y_samples = (n * up + down - 1) / down;  // ceil(n * up / down)
+  const int64_t g = std::gcd(up, down);
+  internal::FilterSplit split;
+  // up/down reducing to 1/1 is a copy (no filter): nothing to gain from cutting it.
+  split.ok = up / g != down / g && Splittable(x, axis, keep, complex_taps, request.padtype());
+  split.axis = axis < 0 ? axis + x.ndim() : axis;
+  split.up = up / g;
+  split.down = down / g;
+  split.resample_poly = true;
+  // The designed filter (interp.h): explicit taps or 20 * max(up, down) + 1 of them, after up
+  // to `down` leading zeros; output j is the full upfirdn's output j + skip, skip * down at
+  // most half the filter + down. So output j reads x samples within (j * down +- (taps + down))
+  // / up.
+  const int64_t taps =
+      request.has_taps()
+          ? std::max<int64_t>(0, ShapeElements(std::vector<int64_t>(
+                                     request.taps().shape().begin(), request.taps().shape().end())))
+          : 20 * std::max(split.up, split.down) + 1;
+  split.halo = (taps + split.down + split.up - 1) / split.up + 2;
+  return TransferThroughRegion(
+      x, channels, y_samples, item, split, transfer, call, report, y,
+      [&](v1::NdArray x_wire, const v1::ShmRef* y_shm) {
+        v1::ResamplePolyRequest sub = request;
+        *sub.mutable_x() = std::move(x_wire);
+        if (y_shm != nullptr) *sub.mutable_y_shm() = *y_shm;
+        return ResamplePoly(sub, call);
+      });
+}
+
+absl::StatusOr<HostArray> Client::UpfirdnArray(v1::UpfirdnRequest request, const HostArray& x,
+                                               const TransferOptions& transfer,
+                                               const CallOptions& call, TransferReport* report) {
+  HostArray y;
+  FRESNEL_RETURN_IF_ERROR(
+      UpfirdnArrayInto(std::move(request), x, &y, transfer, call, report));
+  return y;
 }
 
 absl::StatusOr<HostArray> Client::ResamplePolyArray(v1::ResamplePolyRequest request,
@@ -464,19 +821,10 @@ absl::StatusOr<HostArray> Client::ResamplePolyArray(v1::ResamplePolyRequest requ
                                                     const TransferOptions& transfer,
                                                     const CallOptions& call,
                                                     TransferReport* report) {
-  const int64_t n = SamplesOf(x, request.has_axis() ? request.axis() : -1);
-  const int64_t channels = ChannelsOf(x, n);
-  const int64_t item = OutputItemBound(x.dtype(), request.dtype_rule() == v1::DTYPE_KEEP_PRECISION,
-                                       request.has_taps() && IsComplex(request.taps().dtype()));
-  const int64_t up = std::max(1, request.up()), down = std::max(1, request.down());
-  const int64_t y_samples = (n * up + down - 1) / down;  // ceil(n * up / down)
-  return TransferThroughRegion(
-      x, channels, y_samples, item, transfer, call, report,
-      [&](v1::NdArray x_wire, const v1::ShmRef* y_shm) {
-        *request.mutable_x() = std::move(x_wire);
-        if (y_shm != nullptr) *request.mutable_y_shm() = *y_shm;
-        return ResamplePoly(request, call);
-      });
+  HostArray y;
+  FRESNEL_RETURN_IF_ERROR(
+      ResamplePolyArrayInto(std::move(request), x, &y, transfer, call, report));
+  return y;
 }
 
 }  // namespace fresnel

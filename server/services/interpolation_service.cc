@@ -2,6 +2,7 @@
 
 #include <climits>
 #include <cstring>
+#include <deque>
 #include <mutex>
 #include <optional>
 
@@ -12,6 +13,7 @@
 #include "fresnel/v1/array_convert.h"
 #include "fresnel/v1/region_wire.h"
 #include "fresnel/interp/into.h"
+#include "server/rpc/ordered_stream.h"
 #include "server/services/interpolation_params.h"
 #include "server/shm.h"
 #include "server/status_util.h"
@@ -629,16 +631,20 @@ grpc::ServerUnaryReactor* InterpolationService::Decimate(grpc::CallbackServerCon
 
 namespace {
 
-// One ResampleStream call. Reads one message at a time: a chunk is filtered as a pool job, its
-// outputs are written, and only then is the next message read, so the resampler (the delay line)
-// is touched by one job at a time and memory per stream stays bounded.
+// One ResampleStream call, pipelined on OrderedStream (server/rpc/ordered_stream.h): up to
+// kStreamReadAhead messages are read and converted while earlier chunks compute and their
+// answers are written, so receiving chunk i+1, filtering chunk i and sending chunk i-1 overlap
+// (it used to read the next message only after the last answer was written). The chunks' jobs
+// still run one at a time, in order: the resampler (the delay line) is touched by one job at a
+// time. Memory per stream: at most kStreamReadAhead chunks and their answers.
+constexpr int kStreamReadAhead = 3;
+
 class ResampleStreamCall
-    : public RpcCall<
-          grpc::ServerBidiReactor<v1::ResampleStreamRequest, v1::ResampleStreamResponse>> {
+    : public OrderedStream<v1::ResampleStreamRequest, v1::ResampleStreamResponse> {
  public:
   ResampleStreamCall(ServiceContext* ctx, const interp::Limits& limits,
                      grpc::CallbackServerContext* context)
-      : RpcCall(ctx->metrics, kService, "ResampleStream"),
+      : OrderedStream(ctx->metrics, kService, "ResampleStream", kStreamReadAhead),
         ctx_(ctx),
         limits_(limits),
         context_(context),
@@ -646,145 +652,114 @@ class ResampleStreamCall
     absl::Status slot = ReserveStream(ctx, context, "a ResampleStream", &stream_slot_);
     if (slot.ok() && ctx->drain != nullptr) {
       // SIGTERM's drain timeout: a stream waiting for its client's next message ends at once; one
-      // with a chunk in flight has the chunk cancelled and ends when its job completes.
-      slot = ctx->drain->Register(
-          "ResampleStream",
-          [this](const absl::Status& st) {
-            bool finish_now;
-            {
-              std::lock_guard<std::mutex> lock(stop_mu_);
-              stop_ = st;
-              finish_now = waiting_for_client_ && !finished_;
-            }
-            if (finish_now) {
-              FinishWith(st);  // the pending read completes after it (gRPC holds the call)
-            } else {
-              slot_.Cancel();
-            }
-          },
-          &ticket_);
+      // with chunks in flight has them cancelled and ends when the running job completes.
+      slot = ctx->drain->Register("ResampleStream", [this](const absl::Status& st) { Abort(st); },
+                                  &ticket_);
     }
     if (!slot.ok()) {
-      FinishWith(slot);
+      End(slot);  // nothing read: finishes at once
       return;
     }
-    ReadNext();
+    StartReading();
   }
 
-  void OnReadDone(bool ok) override {
-    {
-      std::lock_guard<std::mutex> lock(stop_mu_);
-      if (finished_) return;  // the drain ended the call while this read was pending
-      waiting_for_client_ = false;
-    }
-    if (std::optional<absl::Status> stop = Stopped()) {
-      FinishWith(*stop);
-      return;
-    }
-    absl::Status st = Guarded("reading the stream's message", [&] {
-      HandleRead(ok);
-      return absl::OkStatus();
-    });
-    if (!st.ok()) FinishWith(st);
-  }
+ private:
+  // A chunk read and converted, waiting for the job before it.
+  struct Pending {
+    int64_t seq = 0;
+    int64_t index = -1;  // the response's chunk_index (-1: an end without a chunk)
+    std::optional<HostArray> chunk;
+    bool end = false;
+    Clock::time_point received;
+  };
 
-  void HandleRead(bool ok) {
-    if (!ok) {
-      // No `end` came. gRPC reports a message it could not parse the same way as a half-close,
-      // so this is never taken for the end of the signal: the outputs sent may be incomplete.
-      if (!resampler_) {
-        FinishWith(absl::InvalidArgumentError(
-            "config: the stream ended before a config message (or it could not be parsed)"));
-        return;
-      }
-      FinishWith(absl::InvalidArgumentError(absl::StrCat(
-          "end: the stream closed after ", chunk_index_,
-          " chunk(s) without a message that sets end: it was cut short or a message could not "
-          "be parsed, so the outputs sent may be incomplete")));
+  void OnRequest(int64_t seq, v1::ResampleStreamRequest* request) override {
+    if (end_seen_) {  // messages after the end are not read (as before: the stream was over)
+      Skip(seq);
       return;
     }
     if (!resampler_) {
-      if (request_.msg_case() != v1::ResampleStreamRequest::kConfig) {
-        FinishWith(absl::InvalidArgumentError("config: the first message must carry config"));
+      if (request->msg_case() != v1::ResampleStreamRequest::kConfig) {
+        Fail(seq, absl::InvalidArgumentError("config: the first message must carry config"));
         return;
       }
-      absl::Status st = Configure(request_.config());
+      absl::Status st = Configure(request->config());
       if (!st.ok()) {
-        FinishWith(st);
+        Fail(seq, st);
         return;
       }
-      if (request_.end()) {
-        RunChunk(std::nullopt, true);
+      if (request->end()) {
+        end_seen_ = true;
+        Enqueue(Pending{seq, -1, std::nullopt, true, Clock::now()});
       } else {
-        ReadNext();
+        Skip(seq);  // the config has no answer of its own
       }
       return;
     }
-    if (request_.msg_case() == v1::ResampleStreamRequest::kConfig) {
-      FinishWith(absl::InvalidArgumentError("config: only the first message may carry config"));
+    if (request->msg_case() == v1::ResampleStreamRequest::kConfig) {
+      Fail(seq, absl::InvalidArgumentError("config: only the first message may carry config"));
       return;
     }
-    std::optional<HostArray> chunk;
-    if (request_.msg_case() == v1::ResampleStreamRequest::kChunk) {
-      auto a = FromProto(std::move(*request_.mutable_chunk()), "chunk", resolver_);
+    Pending p;
+    p.seq = seq;
+    p.received = Clock::now();
+    p.end = request->end();
+    if (request->msg_case() == v1::ResampleStreamRequest::kChunk) {
+      auto a = FromProto(std::move(*request->mutable_chunk()), "chunk", resolver_);
       if (!a.ok()) {
-        FinishWith(a.status());
+        Fail(seq, a.status());
         return;
       }
       int64_t k = a->ndim() > 0 ? a->shape().back() : 0;
       const int64_t out_estimate = resampler_->MaxPushOutputSamples(k);
       absl::Status fits = CheckResponseFits(resampler_->channels(), out_estimate, a->dtype(),
-                                            ctx_->max_message_bytes,
-                                            "send smaller chunks");
+                                            ctx_->max_message_bytes, "send smaller chunks");
       if (!fits.ok()) {
-        FinishWith(fits);
+        Fail(seq, fits);
         return;
       }
-      record().Payload("in", static_cast<double>(a->nbytes()));
-      chunk = std::move(*a);
-    } else if (!request_.end()) {
-      FinishWith(absl::InvalidArgumentError("chunk: a message needs a chunk or end"));
+      p.chunk = std::move(*a);
+      p.index = chunks_read_++;
+    } else if (!p.end) {
+      Fail(seq, absl::InvalidArgumentError("chunk: a message needs a chunk or end"));
       return;
     }
-    RunChunk(std::move(chunk), request_.end());
+    end_seen_ = p.end;
+    Enqueue(std::move(p));
   }
 
-  void OnWriteDone(bool ok) override {
-    if (!ok) {
-      FinishWith(absl::CancelledError("the client stopped reading"));
+  void OnHalfClose() override {
+    if (end_seen_) return;  // the end's job finishes the stream
+    if (!resampler_) {
+      End(absl::InvalidArgumentError(
+          "config: the stream ended before a config message (or it could not be parsed)"));
       return;
     }
-    if (ended_) {
-      FinishWith(absl::OkStatus());
-      return;
-    }
-    if (std::optional<absl::Status> stop = Stopped()) {
-      FinishWith(*stop);
-      return;
-    }
-    ReadNext();
+    // No `end` came. gRPC reports a message it could not parse the same way as a half-close,
+    // so this is never taken for the end of the signal: the outputs sent may be incomplete.
+    End(absl::InvalidArgumentError(absl::StrCat(
+        "end: the stream closed after ", chunks_read_,
+        " chunk(s) without a message that sets end: it was cut short or a message could not "
+        "be parsed, so the outputs sent may be incomplete")));
   }
 
-  void OnCancel() override { slot_.Cancel(); }
-
-  void OnDone() override {
-    ticket_.Close();
-    delete this;
-  }
-
- private:
-  std::optional<absl::Status> Stopped() {
-    std::lock_guard<std::mutex> lock(stop_mu_);
-    return stop_;
-  }
-
-  // Every read of the client's next message goes through here (the drain may then end the call).
-  void ReadNext() {
+  void OnAbort() override {
+    std::deque<Pending> dropped;
     {
-      std::lock_guard<std::mutex> lock(stop_mu_);
-      waiting_for_client_ = true;
+      std::lock_guard<std::mutex> lock(mu_);
+      stopped_ = true;
+      dropped.swap(queue_);
     }
-    StartRead(&request_);
+    slot_.Cancel();
+    for (const Pending& p : dropped) Skip(p.seq);
+  }
+
+  void OnStreamDone() override { ticket_.Close(); }
+
+  // Ends the stream with `status` after the answers before `seq`; `seq` itself has none.
+  void Fail(int64_t seq, const absl::Status& status) {
+    End(status);
+    Skip(seq);
   }
 
   absl::Status Configure(const v1::ResampleStreamConfig& config) {
@@ -821,29 +796,65 @@ class ResampleStreamCall
                      "this ResampleStream's filter and delay line", &state_);
   }
 
-  void RunChunk(std::optional<HostArray> chunk, bool end) {
+  // Runs `p` now when no job is running, else after the ones before it.
+  void Enqueue(Pending p) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopped_) {
+        Skip(p.seq);
+        return;
+      }
+      if (running_) {
+        queue_.push_back(std::move(p));
+        return;
+      }
+      running_ = true;
+    }
+    RunChunk(std::move(p));
+  }
+
+  // The next queued chunk's job, from the completion of the one before; false when none is
+  // queued (running_ is then false).
+  bool RunNext() {
+    std::optional<Pending> next;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (queue_.empty() || stopped_) {
+        running_ = false;
+        return false;
+      }
+      next = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    RunChunk(*std::move(next));
+    return true;
+  }
+
+  void RunChunk(Pending p) {
     auto job = std::make_shared<Job>();
     job->service = kService;
     job->method = "ResampleStream";
     job->preference = preference_;
     job->deadline = DeadlineOf(context_);
-    auto input = std::make_shared<std::optional<HostArray>>(std::move(chunk));
+    auto input = std::make_shared<std::optional<HostArray>>(std::move(p.chunk));
     auto output = std::make_shared<HostArray>();
     if (input->has_value()) {
       const int64_t k = (*input)->ndim() > 0 ? (*input)->shape().back() : 0;
       job->device_bytes = resampler_->PushDeviceBytes(k);
     }
-    int64_t index = input->has_value() ? chunk_index_++ : -1;
-    Clock::time_point received = Clock::now();
+    const bool end = p.end;
+    const int64_t seq = p.seq, index = p.index;
+    const Clock::time_point received = p.received;
     job->run = [this, input, output, end](const Device& device, StageTimes* times) -> absl::Status {
       HostArray y;
       if (input->has_value()) {
         FRESNEL_ASSIGN_OR_RETURN(y, resampler_->Push(device, **input, times));
+        input->reset();  // the chunk is consumed: free it before the answer is built
       }
       if (end) {
         StageTimes tail_times;
         FRESNEL_ASSIGN_OR_RETURN(HostArray tail, resampler_->Finish(device, &tail_times));
-        y = input->has_value() ? ConcatLastAxis(y, tail) : std::move(tail);
+        y = y.ndim() > 0 ? ConcatLastAxis(y, tail) : std::move(tail);
         times->h2d_s += tail_times.h2d_s;
         times->compute_s += tail_times.compute_s;
         times->d2h_s += tail_times.d2h_s;
@@ -851,42 +862,38 @@ class ResampleStreamCall
       *output = std::move(y);
       return absl::OkStatus();
     };
-    job->done = [this, output, end, index, received](const absl::Status& status,
-                                                     const JobReport& report) {
-      slot_.Clear();
-      if (std::optional<absl::Status> stop = Stopped()) {
-        FinishWith(*stop);
-        return;
-      }
+    job->done = [this, output, end, seq, index, received, raw = job.get()](
+                    const absl::Status& status, const JobReport& report) {
+      slot_.Remove(raw);
       if (!status.ok()) {
-        FinishWith(status);
+        // The delay line may be half-updated: no later chunk may run.
+        OnAbort();
+        Fail(seq, status);  // the last touch of `this`
         return;
       }
-      response_.Clear();
-      response_.set_request_id(request_id_);
-      response_.set_chunk_index(index);
-      record().Payload("out", static_cast<double>(output->nbytes()));
-      ToProto(std::move(*output), response_.mutable_y());
-      response_.set_samples_out(resampler_->samples_out());
+      v1::ResampleStreamResponse response;
+      response.set_request_id(request_id_);
+      response.set_chunk_index(index);
+      ToProto(std::move(*output), response.mutable_y());
+      response.set_samples_out(resampler_->samples_out());
       double total = std::chrono::duration<double>(Clock::now() - received).count();
-      FillExecutionInfo(report, total, response_.mutable_info());
-      ToItemStatus(absl::OkStatus(), response_.mutable_status());
-      ended_ = end;
-      StartWrite(&response_);
+      FillExecutionInfo(report, total, response.mutable_info());
+      ToItemStatus(absl::OkStatus(), response.mutable_status());
+      // The next job starts before this answer is given: while it is outstanding the stream
+      // cannot finish, so `this` stays valid here. Answer / End are the last touches.
+      if (end) {
+        End(absl::OkStatus());
+      } else {
+        RunNext();
+      }
+      Answer(seq, std::move(response));
     };
     job->continues_call = true;  // a stream open when a drain began may go on
     absl::Status submitted = slot_.Submit(ctx_->pool, job);
-    if (!submitted.ok()) FinishWith(submitted);
-  }
-
-  // Once per call, from any thread.
-  void FinishWith(const absl::Status& status) {
-    {
-      std::lock_guard<std::mutex> lock(stop_mu_);
-      if (finished_) return;
-      finished_ = true;
+    if (!submitted.ok()) {
+      OnAbort();
+      Fail(seq, submitted);
     }
-    RpcCall::FinishWith(status);
   }
 
   ServiceContext* ctx_;
@@ -895,19 +902,20 @@ class ResampleStreamCall
   ShmResolver resolver_;  // chunks may lie in the client's shared-memory regions
   StreamSlot stream_slot_;
   Budget::Reservation state_;
-  v1::ResampleStreamRequest request_;
-  v1::ResampleStreamResponse response_;
+  // Configured by the first message (on a gRPC thread, before any job); then used by one job at
+  // a time.
   std::optional<interp::StreamingResampler> resampler_;
   DevicePreference preference_ = DevicePreference::kAny;
   std::string request_id_;
-  int64_t chunk_index_ = 0;
-  bool ended_ = false;
-  JobSlot slot_;  // the job in flight, for OnCancel
-  std::mutex stop_mu_;
-  std::optional<absl::Status> stop_;  // set by SIGTERM's drain timeout
-  bool waiting_for_client_ = false;   // a read of the client's next message is pending
-  bool finished_ = false;
-  DrainGate::Ticket ticket_;          // while open (server/drain.h)
+  // OnRequest / OnHalfClose only (gRPC calls them one at a time, in order).
+  int64_t chunks_read_ = 0;
+  bool end_seen_ = false;
+  JobSlot slot_;  // the job in flight, for cancellation
+  std::mutex mu_;
+  std::deque<Pending> queue_;  // read, waiting for the running job
+  bool running_ = false;       // a chunk's job is submitted and not complete
+  bool stopped_ = false;       // aborted or failed: queued chunks are dropped, no new job runs
+  DrainGate::Ticket ticket_;   // while open (server/drain.h)
 };
 
 }  // namespace

@@ -564,6 +564,122 @@ TEST_CASE("ResampleStream in chunks equals the one-shot result", "[server][inter
   }
 }
 
+// The server reads up to three messages ahead of the chunk it filters (OrderedStream): a client
+// that writes every chunk before reading an answer gets the same bytes, in order, and a chunk
+// that fails with others queued behind it ends the stream after the answers before it.
+TEST_CASE("ResampleStream read ahead: chunks written ahead, a failing chunk, cancellation",
+          "[server][interp]") {
+  TestServer ts;
+  const int64_t channels = 2, n = 60000, k = 997;
+  HostArray x = RandomArray(DType::kFloat32, {channels, n}, 77);
+  v1::ResampleStreamConfig config;
+  auto* rp = config.mutable_resample_poly();
+  rp->set_up(3);
+  rp->set_down(2);
+  rp->mutable_x()->set_dtype(v1::FLOAT32);
+  rp->mutable_x()->add_shape(channels);
+  rp->mutable_x()->add_shape(0);
+  auto chunk_message = [&](int64_t begin, int64_t len, bool end) {
+    HostArray chunk(DType::kFloat32, {channels, len});
+    for (int64_t c = 0; c < channels; ++c) {
+      std::memcpy(chunk.data<float>() + c * len, x.data<float>() + c * n + begin,
+                  static_cast<size_t>(len) * sizeof(float));
+    }
+    v1::ResampleStreamRequest req;
+    *req.mutable_chunk() = Wire(chunk);
+    req.set_end(end);
+    return req;
+  };
+  const int64_t chunks = (n + k - 1) / k;
+
+  SECTION("every chunk written before the first answer is read") {
+    auto ctx = Ctx();
+    auto stream = ts.interp->ResampleStream(ctx.get());
+    std::thread writer([&] {
+      v1::ResampleStreamRequest first;
+      *first.mutable_config() = config;
+      if (!stream->Write(first)) return;
+      for (int64_t i = 0; i < chunks; ++i) {
+        const int64_t begin = i * k;
+        if (!stream->Write(chunk_message(begin, std::min(k, n - begin), i + 1 == chunks))) return;
+      }
+      stream->WritesDone();
+    });
+    std::vector<HostArray> outs;
+    v1::ResampleStreamResponse resp;
+    int64_t expect_index = 0;
+    bool in_order = true;
+    while (stream->Read(&resp)) {
+      in_order = in_order && resp.chunk_index() == expect_index++;
+      outs.push_back(FromWire(resp.y()));
+    }
+    writer.join();
+    REQUIRE(stream->Finish().ok());
+    CHECK(in_order);
+    CHECK(static_cast<int64_t>(outs.size()) == chunks);
+    interp::ResamplePolyOptions o;
+    o.up = 3;
+    o.down = 2;
+    auto want = interp::ResamplePoly(Device::Cpu(), x, o);
+    REQUIRE(want.ok());
+    int64_t total = 0;
+    for (const HostArray& a : outs) total += a.shape().back();
+    REQUIRE(total == want->shape().back());
+    HostArray y(DType::kFloat32, {channels, total});
+    int64_t at = 0;
+    for (const HostArray& a : outs) {
+      const int64_t m = a.shape().back();
+      for (int64_t c = 0; c < channels; ++c) {
+        std::memcpy(y.data<float>() + c * total + at, a.data<float>() + c * m,
+                    static_cast<size_t>(m) * sizeof(float));
+      }
+      at += m;
+    }
+    CHECK(y.bytes() == want->bytes());
+  }
+  SECTION("a chunk the resampler refuses, with chunks queued behind it") {
+    RawBidiCall call(ts.channel, "/fresnel.v1.InterpolationService/ResampleStream");
+    v1::ResampleStreamRequest first;
+    *first.mutable_config() = config;
+    REQUIRE(call.Write(first));
+    for (int64_t i = 0; i < 6; ++i) REQUIRE(call.Write(chunk_message(i * k, k, false)));
+    v1::ResampleStreamRequest bad;  // one channel where the stream has two
+    *bad.mutable_chunk() = Wire(RandomArray(DType::kFloat32, {1, k}, 5));
+    call.Write(bad);
+    for (int64_t i = 7; i < 12; ++i) call.Write(chunk_message(i * k, k, false));
+    call.Write(chunk_message(12 * k, k, true));
+    call.WritesDone();
+    int responses = 0;
+    grpc::Status st = call.ReadAllAndFinish(&responses);
+    CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK(responses == 6);  // the answers before the bad chunk, none after it
+  }
+  SECTION("streams cancelled with chunks in flight; the server goes on") {
+    for (int round = 0; round < 10; ++round) {
+      auto ctx = Ctx();
+      auto stream = ts.interp->ResampleStream(ctx.get());
+      std::thread writer([&] {
+        v1::ResampleStreamRequest first;
+        *first.mutable_config() = config;
+        if (!stream->Write(first)) return;
+        for (int64_t i = 0; i < chunks; ++i) {
+          if (!stream->Write(chunk_message(i * k, std::min(k, n - i * k), false))) return;
+        }
+      });
+      v1::ResampleStreamResponse resp;
+      for (int i = 0; i < round % 4 && stream->Read(&resp); ++i) {
+      }
+      ctx->TryCancel();
+      while (stream->Read(&resp)) {
+      }
+      writer.join();
+      CHECK(stream->Finish().error_code() == grpc::StatusCode::CANCELLED);
+    }
+    StreamResult r = RunStream(ts, config, x, {5000});
+    CHECK(r.status.ok());
+  }
+}
+
 TEST_CASE("ResampleStream rejects a stream without config", "[server][interp]") {
   TestServer ts;
   auto ctx = Ctx();

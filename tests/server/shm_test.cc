@@ -669,6 +669,175 @@ TEST_CASE("chunked transfer: unary, one stream and parallel streams give identic
   CHECK(listed->regions_size() == 0);
 }
 
+// Segmented transfers: the call cut into sub-calls on windows of the filtered axis (each with
+// the filter's halo) or on blocks of rows, pipelined. Every geometry must give the one-shot
+// kernel's bytes: windows whose edges fall anywhere, decimation (s aligned to down), a filter
+// shorter than up, SciPy's designed resample_poly filters and explicit ones.
+TEST_CASE("segmented chunked transfer gives the one-shot result bit for bit",
+          "[server][shm][transfer]") {
+  server::ServerConfig config = TestServer::CpuConfig();
+  config.max_message_bytes = 1 << 20;
+  TestServer ts(config);
+  auto client = Connect(ts);
+  TransferOptions seg;
+  seg.unary_max_bytes = 0;
+  seg.parallel_min_bytes = 0;
+  seg.streams = 3;
+  seg.chunk_bytes = 100000;  // chunks and slices not aligned to samples
+  seg.segment_bytes = 1;
+  seg.segments = GENERATE(2, 5, 8);
+  INFO("segments " << seg.segments);
+
+  struct Shape {
+    std::vector<int64_t> dims;
+    int axis;
+  };
+  auto upfirdn_ref = [](const HostArray& x, const std::vector<double>& taps, int up, int down,
+                        int axis) {
+    interp::UpfirdnOptions o;
+    o.up = up;
+    o.down = down;
+    o.axis = axis;
+    auto y = interp::Upfirdn(Device::Cpu(), taps, x, o);
+    REQUIRE(y.ok());
+    return *std::move(y);
+  };
+  uint64_t seed = 100;
+  for (const Shape& shape : {Shape{{200003}, -1}, Shape{{3, 70001}, -1}, Shape{{1, 90001}, 1},
+                             Shape{{80001, 1}, 0}, Shape{{9, 20011}, -1}}) {
+    for (DType dtype : {DType::kFloat32, DType::kComplex128}) {
+      HostArray x = RandomArray(dtype, shape.dims, ++seed);
+      struct Filter {
+        int up, down, taps;
+      };
+      for (const Filter& f : {Filter{3, 2, 31}, Filter{1, 7, 64}, Filter{4, 1, 1},
+                              Filter{4, 1, 2}, Filter{2, 2, 9}, Filter{5, 3, 200}}) {
+        INFO("shape " << ShapeString(shape.dims) << " axis " << shape.axis << " dtype "
+                      << DTypeName(dtype) << " up " << f.up << " down " << f.down << " taps "
+                      << f.taps);
+        HostArray taps = RandomArray(DType::kFloat64, {f.taps}, ++seed);
+        v1::UpfirdnRequest req;
+        ToProto(taps, req.mutable_taps());
+        req.set_up(f.up);
+        req.set_down(f.down);
+        req.set_axis(shape.axis);
+        TransferReport report;
+        auto y = client->UpfirdnArray(req, x, seg, {}, &report);
+        REQUIRE(y.ok());
+        CHECK(report.segments > 1);
+        CHECK(report.segments <= seg.segments);
+        std::vector<double> t(taps.data<double>(), taps.data<double>() + taps.size());
+        HostArray want = upfirdn_ref(x, t, f.up, f.down, shape.axis);
+        CHECK(y->shape() == want.shape());
+        CHECK(y->dtype() == want.dtype());
+        CHECK(y->bytes() == want.bytes());
+      }
+      struct Rate {
+        int up, down, taps;  // taps 0: SciPy's designed filter
+      };
+      for (const Rate& r : {Rate{2, 5, 0}, Rate{3, 2, 0}, Rate{160, 147, 0}, Rate{4, 6, 0},
+                            Rate{3, 2, 101}, Rate{1, 3, 7}}) {
+        INFO("shape " << ShapeString(shape.dims) << " dtype " << DTypeName(dtype)
+                      << " resample_poly " << r.up << "/" << r.down << " taps " << r.taps);
+        v1::ResamplePolyRequest rp;
+        rp.set_up(r.up);
+        rp.set_down(r.down);
+        rp.set_axis(shape.axis);
+        interp::ResamplePolyOptions ro;
+        ro.up = r.up;
+        ro.down = r.down;
+        ro.axis = shape.axis;
+        if (r.taps > 0) {
+          HostArray taps = RandomArray(DType::kFloat64, {r.taps}, ++seed);
+          ToProto(taps, rp.mutable_taps());
+          ro.taps.assign(taps.data<double>(), taps.data<double>() + taps.size());
+        }
+        TransferReport report;
+        auto y = client->ResamplePolyArray(rp, x, seg, {}, &report);
+        REQUIRE(y.ok());
+        CHECK(report.segments > 1);
+        auto want = interp::ResamplePoly(Device::Cpu(), x, ro);
+        REQUIRE(want.ok());
+        CHECK(y->shape() == want->shape());
+        CHECK(y->bytes() == want->bytes());
+      }
+    }
+  }
+  auto listed = client->ListRegions();
+  REQUIRE(listed.ok());
+  CHECK(listed->regions_size() == 0);
+}
+
+TEST_CASE("segmented transfer: reused output buffers, the one-call fallback and errors",
+          "[server][shm][transfer]") {
+  server::ServerConfig config = TestServer::CpuConfig();
+  config.max_message_bytes = 1 << 20;
+  TestServer ts(config);
+  auto client = Connect(ts);
+  TransferOptions seg;
+  seg.unary_max_bytes = 0;
+  seg.parallel_min_bytes = 0;
+  seg.streams = 2;
+  seg.chunk_bytes = 1 << 18;
+  seg.segment_bytes = 1;
+  seg.segments = 4;
+  HostArray x = RandomArray(DType::kFloat32, {300000}, 41);
+  v1::UpfirdnRequest req = UpfirdnShape(x, 3, 2);
+  req.clear_x();
+  auto taps = FromProto(req.taps(), "taps");
+  REQUIRE(taps.ok());
+  std::vector<double> t(taps->data<double>(), taps->data<double>() + taps->size());
+  interp::UpfirdnOptions uo;
+  uo.up = 3;
+  uo.down = 2;
+  auto want = interp::Upfirdn(Device::Cpu(), t, x, uo);
+  REQUIRE(want.ok());
+
+  // A y of the right dtype and size is filled in place, whatever its shape was.
+  HostArray y(DType::kFloat32, {1, want->size()});
+  std::memset(y.raw(), 0x7f, y.nbytes());
+  const void* buffer = y.raw();
+  TransferReport report;
+  REQUIRE(client->UpfirdnArrayInto(req, x, &y, seg, {}, &report).ok());
+  CHECK(report.segments == 4);
+  CHECK(y.raw() == buffer);
+  CHECK(y.shape() == want->shape());
+  CHECK(y.bytes() == want->bytes());
+  // Again into the same buffer (every byte rewritten), and into one of another size.
+  REQUIRE(client->UpfirdnArrayInto(req, x, &y, seg, {}, &report).ok());
+  CHECK(y.raw() == buffer);
+  CHECK(y.bytes() == want->bytes());
+  HostArray small(DType::kFloat32, {10});
+  REQUIRE(client->UpfirdnArrayInto(req, x, &small, seg, {}, &report).ok());
+  CHECK(small.bytes() == want->bytes());
+
+  // Where cutting would change the bits (a non-constant pad mode), one call runs.
+  req.set_mode(v1::PAD_REFLECT);
+  uo.mode = interp::PadMode::kReflect;
+  auto want_reflect = interp::Upfirdn(Device::Cpu(), t, x, uo);
+  REQUIRE(want_reflect.ok());
+  auto reflect = client->UpfirdnArray(req, x, seg, {}, &report);
+  REQUIRE(reflect.ok());
+  CHECK(report.segments == 1);
+  CHECK(reflect->bytes() == want_reflect->bytes());
+  req.set_mode(v1::PAD_CONSTANT);
+
+  // A sub-call the server refuses fails the transfer with its status; nothing is left behind.
+  req.mutable_device()->set_kind(v1::DEVICE_KIND_GPU);  // this server has none
+  auto refused = client->UpfirdnArray(req, x, seg, {}, &report);
+  REQUIRE(!refused.ok());
+  auto plain = client->Upfirdn([&] {  // the same request for a small x, in one unary call
+    v1::UpfirdnRequest r = req;
+    ToProto(RandomArray(DType::kFloat32, {1000}, 42), r.mutable_x());
+    return r;
+  }());
+  REQUIRE(!plain.ok());
+  CHECK(refused.status().code() == plain.status().code());
+  auto listed = client->ListRegions();
+  REQUIRE(listed.ok());
+  CHECK(listed->regions_size() == 0);
+}
+
 TEST_CASE("raw RegionChunk buffers are the protobuf encoding, both ways",
           "[server][shm][transfer]") {
   std::string data(100000, '\0');
@@ -797,6 +966,73 @@ TEST_CASE("fresnel interp --shm writes what the gRPC path writes", "[server][shm
   CliResult bad = RunCli({"--server", ts.address, "interp", path("x.npy"), path("o.npy"), "--up",
                           "2", "--shm", "--chunk", "100"});
   CHECK(bad.code == 2);
+  std::filesystem::remove_all(dir);
+}
+
+// Over the server's message cap, `fresnel interp` sends the signal through a staging region
+// (Client::UpfirdnArray / ResamplePolyArray), which also takes the pad modes ResampleStream
+// cannot; the result is the kernel's, byte for byte.
+TEST_CASE("fresnel interp over the message cap goes through a staging region",
+          "[server][shm][cli]") {
+  server::ServerConfig config = TestServer::CpuConfig();
+  config.max_message_bytes = 1 << 20;
+  TestServer ts(config);
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("fresnel_staged_cli_" + std::to_string(std::random_device{}()));
+  std::filesystem::create_directories(dir);
+  auto path = [&](const std::string& name) { return (dir / name).string(); };
+  HostArray x = RandomArray(DType::kFloat32, {2, 200000}, 23);  // 1.6 MB in
+  REQUIRE(WriteNpy(path("x.npy"), x).ok());
+  struct Case {
+    const char* mode;
+    const char* padtype;
+  };
+  HostArray taps = RandomArray(DType::kFloat64, {31}, 24);
+  REQUIRE(WriteNpy(path("taps.npy"), taps).ok());
+  const std::vector<double> t(taps.data<double>(), taps.data<double>() + taps.size());
+  for (const Case& c : {Case{"resample", "constant"}, Case{"upfirdn", "constant"},
+                        Case{"resample", "reflect"}, Case{"upfirdn", "edge"}}) {
+    INFO(c.mode << " " << c.padtype);
+    const bool upfirdn = std::string(c.mode) == "upfirdn";
+    const interp::PadMode pad = std::string(c.padtype) == "reflect" ? interp::PadMode::kReflect
+                                : std::string(c.padtype) == "edge"  ? interp::PadMode::kEdge
+                                                                    : interp::PadMode::kConstant;
+    std::vector<std::string> args = {"--server", ts.address, "interp", path("x.npy"),
+                                     path("y.npy"), "--up", "3", "--down", "2", "--mode", c.mode,
+                                     "--padtype", c.padtype, "--json"};
+    if (upfirdn) {
+      args.push_back("--taps");
+      args.push_back(path("taps.npy"));
+    }
+    CliResult r = RunCli(args);
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    CHECK(r.out.find("\"staged\": true") != std::string::npos);
+    CHECK(r.out.find("\"streamed\": false") != std::string::npos);
+    auto y = ReadNpy(path("y.npy"));
+    REQUIRE(y.ok());
+    absl::StatusOr<HostArray> want;
+    if (upfirdn) {
+      interp::UpfirdnOptions o;
+      o.up = 3;
+      o.down = 2;
+      o.mode = pad;
+      want = interp::Upfirdn(Device::Cpu(), t, x, o);
+    } else {
+      interp::ResamplePolyOptions o;
+      o.up = 3;
+      o.down = 2;
+      o.padtype = pad;
+      want = interp::ResamplePoly(Device::Cpu(), x, o);
+    }
+    REQUIRE(want.ok());
+    CHECK(y->shape() == want->shape());
+    CHECK(y->bytes() == want->bytes());
+  }
+  auto client = Connect(ts);
+  auto listed = client->ListRegions();
+  REQUIRE(listed.ok());
+  CHECK(listed->regions_size() == 0);
   std::filesystem::remove_all(dir);
 }
 

@@ -15,14 +15,19 @@
 //   chunked echo: Echo.Stream over --streams parallel streams on separate connections, each its
 //           slice of the payload; Fresnel: Client::UpfirdnArray with its default TransferOptions
 //           (unary up to 16 MiB of x + y, one stream below 64 MiB, --streams parallel streams on
-//           separate connections from there, through a server staging region)
+//           separate connections from there, through a server staging region, cut into up to
+//           --segments pipelined sub-calls of at least --segment-mib of x + y each)
+//   reuse   the chunked path into one output array kept across calls
+//           (Client::UpfirdnArrayInto: no y allocated or zero-filled per call), against the same
+//           echo
 //   memcpy  one copy of the payload (bytes copied per second), the host's own ceiling
 //
 // and prints a table (median of --reps runs after one warm-up), or with --json one object per row:
 // {"bytes", "path", "echo_gbps", "fresnel_gbps", "ratio", "memcpy_gbps"}.
 //
 //   fresnel_bench_transport [--sizes 1,64,1024] [--reps 5] [--chunk-mib 4] [--streams 4]
-//                           [--gpus all|none] [--json] [--paths unary,stream,chunked,shm]
+//                           [--segments 8] [--segment-mib 32] [--parallel-min-mib 64]
+//                           [--gpus all|none] [--json] [--paths unary,stream,chunked,reuse,shm]
 //                           [--issue-case] [--tiny [--concurrency 64] [--seconds 3]]
 //
 // --tiny measures small-request throughput instead (issue 13, Load): --concurrency threads (64)
@@ -154,13 +159,14 @@ struct Options {
   int reps = 5;
   int64_t chunk_mib = 4;
   int streams = 4;
+  TransferOptions transfer;  // --segments, --segment-mib, --parallel-min-mib (and the above)
   std::string gpus = "all";
   bool json = false;
   bool issue_case = false;  // --issue-case: issue 10's upfirdn case instead of the size sweep
   bool tiny = false;        // --tiny: small-request throughput against the echo
   int concurrency = 64;
   double seconds = 3;
-  std::string paths = "unary,stream,chunked,shm";  // which rows to measure
+  std::string paths = "unary,stream,chunked,reuse,shm";  // which rows to measure
   bool Wants(const char* path) const {
     for (absl::string_view p : absl::StrSplit(paths, ',')) {
       if (p == path) return true;
@@ -229,16 +235,34 @@ int IssueCase(const Options& o, Client* client, int64_t chunk_bytes) {
       return r.info();
     });
   }
+  TransferOptions transfer = o.transfer;
+  transfer.streams = o.streams;
+  transfer.chunk_bytes = chunk_bytes;
+  TransferReport report;
+  auto split = [&](const char* path) {  // where the last call went (stderr)
+    std::fprintf(stderr,
+                 "%s: %d stream(s), %d segment(s): upload %.4f s, call %.4f s, download %.4f s "
+                 "(server, summed over segments: total %.4f, h2d %.4f, compute %.4f, d2h %.4f)\n",
+                 path, report.streams, report.segments, report.upload_s, report.call_s,
+                 report.download_s, report.info.total_seconds(), report.info.h2d_seconds(),
+                 report.info.compute_seconds(), report.info.d2h_seconds());
+  };
   if (o.Wants("chunked")) {
-    TransferOptions transfer;
-    transfer.streams = o.streams;
-    transfer.chunk_bytes = chunk_bytes;
     ok = ok && run("chunked", [&]() -> absl::StatusOr<v1::ExecutionInfo> {
-      TransferReport report;
       FRESNEL_ASSIGN_OR_RETURN(HostArray y, client->UpfirdnArray(request, x, transfer, {}, &report));
       if (y.size() != y_samples) return absl::InternalError("chunked: wrong output size");
       return report.info;
     });
+    split("chunked");
+  }
+  if (o.Wants("reuse")) {
+    HostArray y;
+    ok = ok && run("reuse", [&]() -> absl::StatusOr<v1::ExecutionInfo> {
+      FRESNEL_RETURN_IF_ERROR(client->UpfirdnArrayInto(request, x, &y, transfer, {}, &report));
+      if (y.size() != y_samples) return absl::InternalError("reuse: wrong output size");
+      return report.info;
+    });
+    split("reuse");
   }
   if (o.Wants("shm")) {
     const int64_t y_off = (static_cast<int64_t>(x.nbytes()) + 4095) / 4096 * 4096;
@@ -449,7 +473,7 @@ int Run(const Options& o) {
       return EchoStream(stub.get(), x_data, 0, bytes, bytes, chunk_bytes);
     });
     // chunked: the slices of --streams parallel streams, each on its own connection
-    const double echo_parallel_s = !o.Wants("chunked") ? 0 : Time(o.reps, [&] {
+    const double echo_parallel_s = !o.Wants("chunked") && !o.Wants("reuse") ? 0 : Time(o.reps, [&] {
       std::vector<bool> ok(parallel_stubs.size());
       std::vector<std::thread> threads;
       const int n = static_cast<int>(parallel_stubs.size());
@@ -465,7 +489,7 @@ int Run(const Options& o) {
       for (std::thread& t : threads) t.join();
       return std::all_of(ok.begin(), ok.end(), [](bool b) { return b; });
     });
-    TransferOptions transfer;
+    TransferOptions transfer = o.transfer;
     transfer.streams = o.streams;
     transfer.chunk_bytes = chunk_bytes;
     TransferReport report;
@@ -474,19 +498,32 @@ int Run(const Options& o) {
     // faults per call, in the rows measured before 2026-12-01 15:10).
     v1::UpfirdnRequest chunked_request = request;
     chunked_request.clear_x();
+    // Where the last chunked call spent its time (stderr, so --json stays one object per row).
+    auto split = [&](const char* path) {
+      std::fprintf(stderr,
+                   "%s %lld MiB: %s, %d stream(s), %d segment(s): upload %.4f s, call %.4f s, "
+                   "download %.4f s (server, summed over segments: %.4f s: queue %.4f, h2d %.4f, "
+                   "compute %.4f, d2h %.4f)\n",
+                   path, static_cast<long long>(mib), report.path, report.streams,
+                   report.segments, report.upload_s, report.call_s, report.download_s,
+                   report.info.total_seconds(), report.info.queue_wait_seconds(),
+                   report.info.h2d_seconds(), report.info.compute_seconds(),
+                   report.info.d2h_seconds());
+    };
     const double fresnel_parallel_s = !o.Wants("chunked") ? 0 : Time(o.reps, [&] {
       auto r = (*client)->UpfirdnArray(chunked_request, x, transfer, {}, &report);
       if (!r.ok()) error = r.status().ToString();
       return r.ok() && r->size() == samples;
     });
-    // Where the last chunked call spent its time (stderr, so --json stays one object per row).
-    if (o.Wants("chunked")) std::fprintf(stderr,
-                 "chunked %lld MiB: %s, %d stream(s): upload %.4f s, call %.4f s (server %.4f s: "
-                 "queue %.4f, h2d %.4f, compute %.4f, d2h %.4f), download %.4f s\n",
-                 static_cast<long long>(mib), report.path, report.streams, report.upload_s,
-                 report.call_s, report.info.total_seconds(), report.info.queue_wait_seconds(),
-                 report.info.h2d_seconds(), report.info.compute_seconds(),
-                 report.info.d2h_seconds(), report.download_s);
+    if (o.Wants("chunked")) split("chunked");
+    HostArray reused;  // one output array across the calls
+    const double fresnel_reuse_s = !o.Wants("reuse") ? 0 : Time(o.reps, [&] {
+      absl::Status st = (*client)->UpfirdnArrayInto(chunked_request, x, &reused, transfer, {},
+                                                     &report);
+      if (!st.ok()) error = st.ToString();
+      return st.ok() && reused.size() == samples;
+    });
+    if (o.Wants("reuse")) split("reuse");
     v1::ResampleStreamConfig stream_config;
     v1::UpfirdnRequest* up = stream_config.mutable_upfirdn();
     *up->mutable_taps() = request.taps();
@@ -527,6 +564,7 @@ int Run(const Options& o) {
     if (o.Wants("unary")) rows.push_back(Row{"unary", echo_unary_s, fresnel_unary_s});
     if (o.Wants("stream")) rows.push_back(Row{"stream", echo_stream_s, fresnel_stream_s});
     if (o.Wants("chunked")) rows.push_back(Row{"chunked", echo_parallel_s, fresnel_parallel_s});
+    if (o.Wants("reuse")) rows.push_back(Row{"reuse", echo_parallel_s, fresnel_reuse_s});
     if (fresnel_shm_s != 0) rows.push_back(Row{"shm", echo_unary_s, fresnel_shm_s});
     for (const Row& row : rows) {
       // Payload sent plus received.
@@ -590,6 +628,12 @@ int main(int argc, char** argv) {
       o.chunk_mib = std::clamp<int64_t>(std::atoi(argv[++i]), 1, 60);
     } else if (k == "--streams" && has_value) {
       o.streams = std::clamp(std::atoi(argv[++i]), 1, 16);
+    } else if (k == "--segments" && has_value) {
+      o.transfer.segments = std::clamp(std::atoi(argv[++i]), 1, 16);
+    } else if (k == "--segment-mib" && has_value) {
+      o.transfer.segment_bytes = int64_t{std::clamp(std::atoi(argv[++i]), 1, 4096)} << 20;
+    } else if (k == "--parallel-min-mib" && has_value) {
+      o.transfer.parallel_min_bytes = int64_t{std::clamp(std::atoi(argv[++i]), 0, 1 << 20)} << 20;
     } else if (k == "--paths" && has_value) {
       o.paths = argv[++i];
     } else if (k == "--gpus" && has_value) {
@@ -598,7 +642,10 @@ int main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: fresnel_bench_transport [--sizes 1,64,1024] [--reps 5] "
                    "[--chunk-mib 4] [--streams 4] [--gpus all|none] [--json]\n"
-                   "                               [--paths unary,stream,chunked,shm] [--issue-case]\n"
+                   "                               [--segments 8] [--segment-mib 32] "
+                   "[--parallel-min-mib 64]\n"
+                   "                               [--paths unary,stream,chunked,reuse,shm] "
+                   "[--issue-case]\n"
                    "                               [--tiny [--concurrency 64] [--seconds 3]]\n");
       return 2;
     }

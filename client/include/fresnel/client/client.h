@@ -80,13 +80,45 @@ struct TransferOptions {
   int64_t parallel_min_bytes = 64 << 20;
   int streams = 4;                 // 1..16, each on its own connection
   int64_t chunk_bytes = 4 << 20;   // data bytes per message
+  // Through a staging region the call is cut into at most `segments` (1..16) independent
+  // sub-calls, pipelined: x of segment k+1 is uploaded while segment k computes on the server and
+  // segment k-1 comes back, so upload, compute and download overlap instead of following each
+  // other. Segments are channel rows when x has at least `segments` of them, else windows of the
+  // filtered axis (each sub-call reads the filter's halo of x and its edge outputs are dropped).
+  // About `segment_bytes` of x + y each, at least; 1 = one call. Taken only where the result is
+  // the same bits as one call: mode / padtype constant, real taps, the result in x's dtype
+  // (float32/64, complex64/128), the filtered axis the last non-trivial one.
+  int segments = 8;
+  int64_t segment_bytes = 32 << 20;
 };
+
+namespace internal {
+// How an Upfirdn / ResamplePoly call may be cut into independent sub-calls along the filtered
+// axis (shm_client.cc). Output sample j of the whole call reads x samples within
+// [j * down / up - halo, j * down / up + halo] and is the same bits as output j - shift of a
+// sub-call on x[s, e) for any s that is a multiple of down / gcd(up, down) (shift = s * up / down),
+// when all of those samples inside the signal lie in [s, e).
+struct FilterSplit {
+  bool ok = false;       // false: one call only
+  int axis = -1;         // the filtered axis, normalised
+  int64_t up = 1, down = 1;  // ResamplePoly: reduced by their gcd
+  int64_t halo = 0;      // x samples, each side
+  int64_t taps = 0;      // Upfirdn: the filter's length
+  bool resample_poly = false;
+  int64_t OutputLength(int64_t n) const;  // the call's output samples for n input samples
+};
+}  // namespace internal
 
 // What a transfer did, for benchmarks and logs.
 struct TransferReport {
   const char* path = "unary";  // "unary", "stream" (one) or "parallel"
   int streams = 0;
+  int segments = 0;  // sub-calls through the staging region (0: unary)
+  // Wall seconds from the start to the last byte of x uploaded, from there to the last call's
+  // answer, and from there to the last byte of y received: their sum is the transfer's time
+  // (with segments the stages overlap, and each part is what the one before did not hide).
   double upload_s = 0, call_s = 0, download_s = 0;
+  // The server's stages: one call's, or with segments the sum over them (device: the first's).
   v1::ExecutionInfo info;
 };
 
@@ -218,6 +250,16 @@ class Client {
                                               const TransferOptions& transfer = {},
                                               const CallOptions& call = {},
                                               TransferReport* report = nullptr);
+  // The same into `*y`: when *y already holds the result's dtype and byte count (a caller that
+  // filters signals of one size in a loop), its buffer is reused — no allocation, no zero-fill —
+  // and only its shape is set; otherwise it is replaced. On error *y is unspecified.
+  absl::Status UpfirdnArrayInto(v1::UpfirdnRequest request, const HostArray& x, HostArray* y,
+                                const TransferOptions& transfer = {}, const CallOptions& call = {},
+                                TransferReport* report = nullptr);
+  absl::Status ResamplePolyArrayInto(v1::ResamplePolyRequest request, const HostArray& x,
+                                     HostArray* y, const TransferOptions& transfer = {},
+                                     const CallOptions& call = {},
+                                     TransferReport* report = nullptr);
 
   // SharedMemoryService (shm.proto). SharedRegion (fresnel/client/shm.h) wraps these.
   absl::StatusOr<v1::RegisterRegionResponse> RegisterRegion(
@@ -314,11 +356,13 @@ class Client {
   std::shared_ptr<grpc::Channel> TransferChannel(int index);
   // The path choice behind UpfirdnArray / ResamplePolyArray: `call_fn` runs the request with x
   // (inline, or naming the staging region) and y_shm (null: y inline).
-  // y is `channels` x `y_samples` elements of at most `item` bytes.
-  absl::StatusOr<HostArray> TransferThroughRegion(
+  // y is `channels` x `y_samples` elements of at most `item` bytes; `split` says whether and
+  // how the call may be cut into segments (TransferOptions::segments). The result goes to *y
+  // (reused when it has the right dtype and size).
+  absl::Status TransferThroughRegion(
       const HostArray& x, int64_t channels, int64_t y_samples, int64_t item,
-      const TransferOptions& transfer,
-      const CallOptions& call, TransferReport* report,
+      const internal::FilterSplit& split, const TransferOptions& transfer,
+      const CallOptions& call, TransferReport* report, HostArray* y,
       const std::function<absl::StatusOr<v1::InterpolationResponse>(v1::NdArray x,
                                                                     const v1::ShmRef* y_shm)>&
           call_fn);
