@@ -18,11 +18,12 @@ benches=(interp/fresnel_bench_interp fusion/fresnel_bench_fusion volume/fresnel_
 targets=(fresneld fresnel)
 for t in "${tests[@]}" "${benches[@]}"; do targets+=("$(basename "$t")"); done
 cmake --build "$b" -j "${FRESNEL_JOBS:-$(nproc)}" --target "${targets[@]}"
-FRESNEL_FUZZ_RUNS=1 bash scripts/fuzz.sh tiff resample_stream >/dev/null
+fuzz=${FRESNEL_GPU_FUZZ:-1}   # 0: no fuzzers in the bundle (team_a.sh then starts none)
+((fuzz)) && FRESNEL_FUZZ_RUNS=1 bash scripts/fuzz.sh tiff resample_stream >/dev/null
 bins=("$b/server/fresneld" "$b/client/fresnel")
 for t in "${tests[@]}"; do bins+=("$b/tests/$t"); done
 for t in "${benches[@]}"; do bins+=("$b/tests/bench/$t"); done
-bins+=(build-fuzz/tests/fuzz/fuzz_tiff build-fuzz/tests/fuzz/fuzz_resample_stream)
+((fuzz)) && bins+=(build-fuzz/tests/fuzz/fuzz_tiff build-fuzz/tests/fuzz/fuzz_resample_stream)
 data=()
 for d in fusion volume cgh; do [[ -d ../shared/data/$d ]] && data+=(--data "../shared/data/$d"); done
 bash scripts/gpu/bundle.sh team "${data[@]}" "${bins[@]}"
