@@ -34,6 +34,13 @@ absl::Status Session::Submit(std::shared_ptr<Job> job) {
     std::shared_ptr<Session> self = shared_from_this();
     job->done = [self, done = std::move(job->done)](const absl::Status& status,
                                                      const JobReport& report) {
+      // The job's work is over: while its answer is being sent the session may be evicted (its
+      // state is then released by JobEnded, just after). Without this a client that sends its
+      // next upload the moment it has the answer could find the previous mesh still "running".
+      {
+        std::lock_guard<std::mutex> lock(self->mu_);
+        self->finishing_ = true;
+      }
       if (done) done(status, report);
       self->JobEnded();
     };
@@ -63,6 +70,7 @@ void Session::JobEnded() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     running_ = false;
+    finishing_ = false;
     last_used_ = SteadyClock::now();
     if (!waiting_.empty()) {
       next = std::move(waiting_.front());
@@ -321,7 +329,7 @@ bool SessionStore::EvictForLocked(DeviceSlot& slot, int64_t bytes, const std::st
     Session& s = *e.session;
     if (s.device() != slot.id || !s.spec_.evictable || s.kind() != kind) continue;
     std::lock_guard<std::mutex> slock(s.mu_);
-    if (s.running_ || !s.waiting_.empty()) continue;
+    if ((s.running_ && !s.finishing_) || !s.waiting_.empty()) continue;
     idle.emplace_back(s.last_used_, e.session);
     could_free += s.reserved_bytes();
   }

@@ -121,6 +121,9 @@ class Session : public std::enable_shared_from_this<Session> {
   mutable std::mutex mu_;
   std::deque<std::shared_ptr<Job>> waiting_;
   bool running_ = false;
+  // The running job's work is done and its done callback (the answer) is on its way: eviction
+  // may take the session (EvictForLocked); the state is released when JobEnded follows.
+  bool finishing_ = false;
   bool ended_ = false;
   std::string end_reason_;
   std::chrono::steady_clock::time_point last_used_ = std::chrono::steady_clock::now();

@@ -39,8 +39,8 @@ SOAK
 setsid bash /tmp/soak/soak.sh > /tmp/soak/soak.out 2>&1 < /dev/null &
 echo "soak started $(date -u)"
 # --- fuzzers (nice 19; several processes per harness share one corpus dir; executions summed) ---
-mkdir -p /tmp/fuzz
 if [[ -x $here/.gpu/bin/fuzz_tiff ]]; then
+mkdir -p /tmp/fuzz   # only when fuzzers run: team_b.sh waits for /tmp/fuzz/done when it exists
 cat > /tmp/fuzz/fuzz.sh <<FUZZ
 cd /tmp/fuzz; export TMPDIR=/dev/shm
 run() { name=\$1; procs=\$2; runs=\$3; mkdir -p corpus-\$name art-\$name
@@ -65,6 +65,8 @@ cd "$root"
 for b in test_interp test_unwrap test_hologram test_volume test_fusion; do t 120 $b "[gpu]"; done
 t 90 test_server "[gpu]~[.]"; t 60 test_server "[sticky]"
 for b in test_sessions test_hologram_service test_unwrap_service test_fusion_service test_volume_service test_shm test_inline_staging; do t 90 $b "[gpu]"; done
-t 300 compute-sanitizer --tool racecheck --print-limit 20 test_volume "three scan conversions"
+# Catch needs the whole name or a wildcard. Under racecheck this case needs more than 200 s (cut
+# there in session 7 after 40 of its assertions, no hazard reported): give it what is left.
+t 400 compute-sanitizer --tool racecheck --print-limit 20 test_volume "*three scan conversions*"
 echo "== call A end $(date -u), $(( $(date +%s) - T0 )) s"
 cat /tmp/soak/bench.log | tail -5; tail -3 /tmp/soak/smi.log
