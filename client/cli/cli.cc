@@ -127,7 +127,10 @@ int Main(int argc, const char* const* argv, std::ostream& out, std::ostream& err
   interp_cmd->add_option("--window", interp.window,
                          "Window of the designed filter, scipy.signal.get_window's NAME[,PARAM...]"
                          " (kaiser,8.0  gaussian,3.5  chebwin,60  tukey,0.3  flattop ...; "
-                         "default: kaiser for resample, hamming for --taps-design)");
+                         "default: kaiser for resample, hamming for --taps-design; for fft the "
+                         "spectral window, periodic as SciPy's resample uses it, default none)");
+  interp_cmd->add_flag("--freq-domain", interp.freq_domain,
+                       "--mode fft: the input already is the spectrum (SciPy's domain='freq')");
   interp_cmd->add_option("--beta", interp.beta, "Kaiser window beta (default 5)")
       ->check(Positive());
   interp_cmd->add_option("--gain", interp.gain, "Gain of a designed upfirdn filter (default: up)")

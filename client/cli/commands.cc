@@ -397,13 +397,18 @@ absl::Status ValidateInterpOptions(InterpOptions* o) {
       o->mode != "decimate") {
     return absl::InvalidArgumentError("--mode must be resample, upfirdn, fft or decimate");
   }
+  if (o->freq_domain && o->mode != "fft") {
+    return absl::InvalidArgumentError("--freq-domain applies to --mode fft only");
+  }
   if (o->mode == "fft" || o->mode == "decimate") {
-    // Neither takes a filter, an extension mode or a stream.
-    if (!o->taps_file.empty() || !o->taps_design.empty() || !o->window.empty() || o->beta != 0 ||
-        o->gain != 0) {
+    // Neither takes a filter, an extension mode or a stream; fft takes a spectral window.
+    const bool window = !o->window.empty() || o->beta != 0;
+    if (!o->taps_file.empty() || !o->taps_design.empty() || o->gain != 0 ||
+        (window && o->mode == "decimate")) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--mode ", o->mode, " designs no filter from flags (no --taps, --taps-design, --window, "
-          "--beta, --gain)"));
+          "--mode ", o->mode, " designs no filter from flags (no --taps, --taps-design, --gain",
+          o->mode == "decimate" ? ", --window, --beta" : "; --window is its spectral window",
+          ")"));
     }
     if (o->padtype != "constant" || o->cval != 0) {
       return absl::InvalidArgumentError(
@@ -779,6 +784,10 @@ int RunInterp(const GlobalOptions& global, InterpOptions o, std::ostream& out,
     } else if (o.mode == "fft") {
       v1::ResampleRequest fft;
       fft.set_num(OutputLength(o, n, numtaps));
+      fft.set_window_name(o.window_name);
+      for (double p : o.window_params) fft.add_window_params(p);
+      if (o.beta != 0 && o.window_params.empty()) fft.add_window_params(o.beta);  // --beta B
+      fft.set_freq_domain(o.freq_domain);
       fft.mutable_device()->set_kind(DeviceKindFromFlag(o.device));
       ToProto(x, fft.mutable_x());
       r = (*client)->Resample(fft);

@@ -77,10 +77,11 @@ struct InterpOptions {
   std::string output;
   int up = 0;
   int down = 1;
-  std::string mode = "resample";  // resample | upfirdn
+  std::string mode = "resample";  // resample | upfirdn | fft | decimate
   std::string taps_file;          // 1-D .npy
   std::string taps_design;        // "numtaps,cutoff" (upfirdn)
-  std::string window;             // "" = the service default
+  std::string window;             // "" = the service default (fft: the spectral window, none)
+  bool freq_domain = false;       // fft: the input is the spectrum (SciPy's domain='freq')
   double beta = 0;                // Kaiser beta; 0 = default (5)
   double gain = 0;                // design gain; 0 = up
   std::string padtype = "constant";
