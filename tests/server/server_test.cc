@@ -507,8 +507,9 @@ TEST_CASE("Resample (FFT) and Decimate over gRPC equal the CPU kernels", "[serve
   }
 }
 
-// `fresnel interp --mode fft` with a spectral window and --freq-domain gives the kernel's bits.
-TEST_CASE("fresnel interp --mode fft passes the window and the domain", "[server][interp][cli]") {
+// `fresnel interp --mode fft` with a spectral window and --freq-domain, and `--taps` with complex
+// taps, give the kernel's bits.
+TEST_CASE("fresnel interp: fft window and domain; complex taps", "[server][interp][cli]") {
   TestServer ts;
   const std::string dir = std::filesystem::temp_directory_path() /
                           ("fresnel_fft_cli_" + std::to_string(::getpid()));
@@ -543,6 +544,43 @@ TEST_CASE("fresnel interp --mode fft passes the window and the domain", "[server
     CHECK(y->shape() == want->shape());
     CHECK(y->bytes() == want->bytes());
   }
+  // Complex taps from --taps: a complex result, through gRPC and through --shm alike.
+  HostArray real = RandomArray(DType::kFloat32, {2, 300});
+  HostArray taps = RandomArray(DType::kComplex64, {21});
+  REQUIRE(WriteNpy(dir + "/r.npy", real).ok());
+  REQUIRE(WriteNpy(dir + "/h.npy", taps).ok());
+  interp::UpfirdnOptions u;
+  u.up = 3;
+  u.down = 2;
+  u.taps_dtype = DType::kComplex64;
+  std::vector<double> hr, hi;
+  for (int i = 0; i < 21; ++i) {
+    hr.push_back(taps.data<std::complex<float>>()[i].real());
+    hi.push_back(taps.data<std::complex<float>>()[i].imag());
+  }
+  u.taps_imag = hi;
+  auto want = interp::Upfirdn(Device::Cpu(), hr, real, u);
+  REQUIRE(want.ok());
+  REQUIRE(want->dtype() == DType::kComplex64);
+  for (const char* shm : {"", "--shm"}) {
+    std::vector<std::string> args = {"--server", ts.address, "interp", dir + "/r.npy",
+                                     dir + "/c.npy", "--up", "3", "--down", "2", "--mode",
+                                     "upfirdn", "--taps", dir + "/h.npy"};
+    if (*shm) args.push_back(shm);
+    CliResult r = RunCli(args);
+    INFO(shm << " " << r.err);
+    REQUIRE(r.code == 0);
+    auto y = ReadNpy(dir + "/c.npy");
+    REQUIRE(y.ok());
+    CHECK(y->dtype() == DType::kComplex64);
+    CHECK(y->shape() == want->shape());
+    CHECK(y->bytes() == want->bytes());
+  }
+  CliResult chunked = RunCli({"--server", ts.address, "interp", dir + "/r.npy", dir + "/c.npy",
+                              "--up", "3", "--down", "2", "--mode", "upfirdn", "--taps",
+                              dir + "/h.npy", "--chunk", "100"});
+  CHECK(chunked.code == 2);
+  CHECK(chunked.err.find("complex --taps") != std::string::npos);
   std::filesystem::remove_all(dir);
 }
 
