@@ -12,7 +12,8 @@
 # within 30 s of the end (the machine is released after 30 s idle, and the background jobs with it).
 # Switches: TEAM_SOAK=0 (no soak), TEAM_FUZZ = "NAME:PROCS:RUNS_EACH ..." (default
 # "resample_stream:6:1700000 tiff:2:5000000"; harnesses missing from the bundle are skipped),
-# TEAM_SAN=0 (no small-case sanitizer list).
+# TEAM_SAN=0 (no small-case sanitizer list), TEAM_A_LIMIT (seconds, default 540). For one call
+# doing both: TEAM_A_LIMIT=480 bash team_a.sh; TEAM_B_WAIT=90 bash team_b.sh.
 # The tests were built with FRESNEL_SOURCE_DIR=/work/main and data under /work/shared/data: both
 # are linked to this tree and the bundle's data.
 set -u
@@ -73,7 +74,7 @@ echo "rc=\$? \$(( \$(date +%s) - s )) s" > /tmp/race/done
 RACE
 setsid bash /tmp/race/race.sh > /dev/null 2>&1 < /dev/null &
 # --- [gpu] tests, each in its own process ---
-left() { echo $(( 540 - ($(date +%s) - T0) )); }
+left() { echo $(( ${TEAM_A_LIMIT:-540} - ($(date +%s) - T0) )); }
 t() { local lim=$1; shift; local l; l=$(left); ((l < 20)) && { echo "SKIP (time) $*"; return; }
   ((lim > l)) && lim=$l
   local s=$(date +%s); timeout -k 5 $lim "$@" > /tmp/t.log 2>&1; local rc=$?

@@ -6,11 +6,12 @@ set -u
 T0=$(date +%s)
 exec > >(tee -a "$OUT/b.log") 2>&1
 echo "== $(date -u)"
-while [[ ! -e /tmp/soak/done ]] && (( $(date +%s) - T0 < 400 )); do sleep 5; done
+wait_s=${TEAM_B_WAIT:-540}   # the most this call waits for the soak (400 at most), fuzzers, racecheck
+while [[ ! -e /tmp/soak/done ]] && (( $(date +%s) - T0 < (wait_s < 400 ? wait_s : 400) )); do sleep 5; done
 echo "soak done? $(ls /tmp/soak) at $(( $(date +%s) - T0 )) s"
 cat /tmp/soak/bench.log; echo "-- smi"; cat /tmp/soak/smi.log; echo "-- server log tail"; tail -20 /tmp/soak/server.log
 while { [[ -d /tmp/fuzz && ! -e /tmp/fuzz/done ]] || [[ -d /tmp/race && ! -e /tmp/race/done ]]; } &&
-      (( $(date +%s) - T0 < 540 )); do sleep 5; done
+      (( $(date +%s) - T0 < wait_s )); do sleep 5; done
 if [[ -d /tmp/race ]]; then
   echo "-- long racecheck at $(( $(date +%s) - T0 )) s: $(cat /tmp/race/done 2>/dev/null || echo 'not done')"
   tail -n 8 /tmp/race/long.log; grep -c "Race reported\|Hazard" /tmp/race/long.log
