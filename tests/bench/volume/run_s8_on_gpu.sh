@@ -6,7 +6,12 @@
 #   fresnel_bench_volume        this branch
 #   fresnel_bench_volume_V      variants (tests/bench/volume/build_walk_variants.sh)
 # Expects a gpu-bundle (scripts/gpu/bundle.sh volume --data ../shared/data/volume ...) unpacked
-# and `source .gpu/env.sh` done, run from the folder holding .gpu; writes $OUT.
+# and `source .gpu/env.sh` done, run from the folder holding .gpu; writes $OUT. Environment:
+# FRAMES (10), MESHES (fin,6m,35m), VARIANTS / TEST_VARIANTS (suffixes of bundled
+# fresnel_bench_volume_V / test_volume_V), NCU_BINS (benches to profile), NCU=0, MEMCHECK=0,
+# MEMCHECK_BIN, MEMCHECK_CASES. Session 8's second call (41 s on the machine):
+#   FRAMES=20 VARIANTS="c0 c1 c2 c3 c4 h1 h3" TEST_VARIANTS="c1 c2 c3 c4" \
+#   NCU_BINS="fresnel_bench_volume fresnel_bench_volume_c3" MEMCHECK_BIN=test_volume_c3 bash run.sh
 set -o pipefail
 out=${OUT:-/tmp/volume-out}
 mkdir -p "$out" /work/shared
