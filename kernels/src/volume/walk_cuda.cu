@@ -108,16 +108,6 @@ struct GpuView {
     return -1;
 #endif
   }
-  // Asks L1 for tetrahedron t's geometry and neighbours (t < 0: nothing); holds no registers.
-  FRESNEL_VHD void Prefetch(int32_t t) const {
-#if defined(__CUDA_ARCH__)
-    if (t < 0) return;
-    const float4* g = walk_tets + 5 * int64_t{t};
-    asm volatile("prefetch.global.L1 [%0];" ::"l"(g));
-    asm volatile("prefetch.global.L1 [%0];" ::"l"(g + 4));
-    asm volatile("prefetch.global.L1 [%0];" ::"l"(neighbors + t));
-#endif
-  }
   FRESNEL_VHD int64_t TileFace(int64_t i) const { return faces[i]; }
   FRESNEL_VHD math::FaceBox TileBox(int64_t i) const {
     const float4 b = boxes[i];
