@@ -488,20 +488,23 @@ absl::Status Client::TransferThroughRegion(
     (void)UnregisterRegion(name, quick);
   };
 
-  // y's buffer: *y_out's when it has the result's dtype and size, else made on its own thread
-  // while x is uploaded, so that the download only copies into it. It is not zero-filled
-  // (UninitializedArray: a large one is only prefaulted on huge pages by several threads;
-  // the fill of the zero-filled constructor took ~100 ms per GiB on one thread on the H200
-  // host, and the first segment's download waited for it): the segments' windows cover every
-  // byte of y. The future's destructor waits for it on every early return.
+  // y's buffer: *y_out's when it has the result's dtype and size, else a new one that is not
+  // zero-filled (UninitializedArray; the zero-filled constructor's fill took ~100 ms per GiB on
+  // one thread on the H200 host, and the first segment's download waited for it): the
+  // segments' windows cover every byte of y. With transfer.prefault_y it is made and faulted in
+  // on its own thread while x is uploaded, so that the download only copies into it; without,
+  // it is made (no faults yet) when the first answer comes and the download threads fault its
+  // pages in as they write them. The future's destructor waits for it on every early return.
   const DType y_dtype_expected = x.dtype();  // segments only where y keeps x's dtype
   const bool reuse = y_out->dtype() == y_dtype_expected &&
                      static_cast<int64_t>(y_out->nbytes()) == channels * y_samples * item;
   std::future<std::string> y_buffer;
   if (!reuse) {
-    y_buffer = std::async(std::launch::async, [y_bytes] {
-      return UninitializedArray(DType::kUint8, {y_bytes}).TakeBytes();
-    });
+    const FirstTouch touch = transfer.prefault_y ? FirstTouch::kPrefault : FirstTouch::kOnWrite;
+    y_buffer = std::async(transfer.prefault_y ? std::launch::async : std::launch::deferred,
+                          [y_bytes, touch] {
+                            return UninitializedArray(DType::kUint8, {y_bytes}, touch).TakeBytes();
+                          });
   }
 
   Pipeline pipe;
@@ -665,7 +668,7 @@ absl::Status Client::TransferThroughRegion(
         }
       } else {
         std::string buffer =  // y_buffer is usually ready by now
-            reuse ? UninitializedArray(DType::kUint8, {got_bytes}).TakeBytes()
+            reuse ? UninitializedArray(DType::kUint8, {got_bytes}, FirstTouch::kOnWrite).TakeBytes()
                   : y_buffer.get();
         buffer.resize(static_cast<size_t>(got_bytes));  // never larger: checked above
         absl::StatusOr<HostArray> made = HostArray::FromBytes(*dtype, y_shape, std::move(buffer), "y");

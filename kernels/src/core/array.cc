@@ -81,7 +81,8 @@ namespace {
 constexpr size_t kLargeBytes = size_t{16} << 20;
 constexpr uintptr_t kHugePage = uintptr_t{2} << 20;
 
-void PrepareLargeBuffer(char* p, size_t n) {
+// Huge-page advice for [p, p + n), then (populate) its pages faulted in by up to 8 threads.
+void PrepareLargeBuffer(char* p, size_t n, bool populate) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
   const uintptr_t lo = (a + kHugePage - 1) & ~(kHugePage - 1);
@@ -89,6 +90,7 @@ void PrepareLargeBuffer(char* p, size_t n) {
   if (hi <= lo) return;
   madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE);
 #if defined(MADV_POPULATE_WRITE)
+  if (!populate) return;
   const uintptr_t span = hi - lo;
   const uintptr_t parts = std::clamp<uintptr_t>(span / (uintptr_t{32} << 20), 1, 8);
   const uintptr_t part = (span / parts + kHugePage - 1) & ~(kHugePage - 1);
@@ -100,10 +102,13 @@ void PrepareLargeBuffer(char* p, size_t n) {
   }
   madvise(reinterpret_cast<void*>(lo), std::min(part, span), MADV_POPULATE_WRITE);
   for (std::thread& t : threads) t.join();
+#else
+  (void)populate;
 #endif
 #else
   (void)p;
   (void)n;
+  (void)populate;
 #endif
 }
 
@@ -138,11 +143,11 @@ void GrowUninitialized(std::string* s, size_t n) {
 }
 
 // `bytes` of storage for an array: large ones prepared (PrepareLargeBuffer), zero-filled or not.
-std::string ArrayStorage(size_t bytes, bool zero) {
+std::string ArrayStorage(size_t bytes, bool zero, bool populate) {
   std::string s;
   if (bytes >= kLargeBytes) {
     s.reserve(bytes);
-    PrepareLargeBuffer(s.data(), bytes);
+    PrepareLargeBuffer(s.data(), bytes, populate);
   }
   if (zero) {
     s.resize(bytes);
@@ -162,11 +167,12 @@ size_t StorageBytes(DType dtype, const std::vector<int64_t>& shape) {
 
 HostArray::HostArray(DType dtype, std::vector<int64_t> shape)
     : dtype_(dtype), shape_(std::move(shape)) {
-  bytes_ = ArrayStorage(StorageBytes(dtype_, shape_), /*zero=*/true);
+  bytes_ = ArrayStorage(StorageBytes(dtype_, shape_), /*zero=*/true, /*populate=*/true);
 }
 
-HostArray UninitializedArray(DType dtype, std::vector<int64_t> shape) {
-  std::string bytes = ArrayStorage(StorageBytes(dtype, shape), /*zero=*/false);
+HostArray UninitializedArray(DType dtype, std::vector<int64_t> shape, FirstTouch touch) {
+  std::string bytes = ArrayStorage(StorageBytes(dtype, shape), /*zero=*/false,
+                                   /*populate=*/touch == FirstTouch::kPrefault);
   absl::StatusOr<HostArray> a = HostArray::FromBytes(dtype, std::move(shape), std::move(bytes));
   return a.ok() ? *std::move(a) : HostArray();  // not ok only for an invalid shape
 }

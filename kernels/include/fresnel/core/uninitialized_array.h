@@ -10,14 +10,22 @@
 
 namespace fresnel {
 
+// Who faults a large new buffer's pages in (each fault is where the kernel zeroes the page:
+// about as costly as writing it once, and on some hosts, e.g. a freshly started VM, many times
+// that).
+enum class FirstTouch {
+  kPrefault,  // before the call returns, by up to 8 threads at once (MADV_POPULATE_WRITE)
+  kOnWrite,   // whoever writes a page first, later: several writer threads fault in parallel
+};
+
 // An array whose bytes are NOT initialised, for an output that the caller overwrites in full
 // before anything reads it (a device-to-host copy, a download, a kernel writing every element).
 // Reading a byte before it is written gives an unspecified value. Like HostArray's zero-filled
-// constructor, a large array (>= 16 MiB) is backed by huge pages where the kernel allows and
-// faulted in by several threads at once (the kernel zeroes each new page as it maps it, on the
-// faulting thread); what is skipped is the constructor's single-threaded fill of the whole
-// buffer after that (~100 ms per GiB on the H200 host). `shape` must be valid (non-negative
-// dimensions). Synchronous: the prefault is done when it returns.
-HostArray UninitializedArray(DType dtype, std::vector<int64_t> shape);
+// constructor, a large array (>= 16 MiB) gets huge-page advice (used where the kernel allows)
+// and, with kPrefault, its pages faulted in by several threads at once; what is skipped is the
+// constructor's single-threaded fill of the whole buffer after that (~100 ms per GiB on the
+// H200 host). `shape` must be valid (non-negative dimensions). Synchronous.
+HostArray UninitializedArray(DType dtype, std::vector<int64_t> shape,
+                             FirstTouch touch = FirstTouch::kPrefault);
 
 }  // namespace fresnel
