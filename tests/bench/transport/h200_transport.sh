@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Issue 10's transport measurements in one device call (session 8: fresh outputs without the
-# zero-fill, against reused ones and the 4-connection echo; the hologram Stream fps). Usage,
+# zero-fill, prefaulted during the upload or faulted in by the download threads, against reused
+# ones and the 4-connection echo; the hologram Stream fps). Usage,
 # with the binaries on PATH (a gpu-bundle's .gpu/env.sh): test_shm test_inline_staging
 # fresnel_bench_transport, and for the hologram rows fresneld, fresnel and
 # tests/bench/e2e/hologram_fps.sh (HOLOGRAM_FPS, default: beside this script):
@@ -41,6 +42,8 @@ echo "=== rc test_shm $r1, test_inline_staging $r2 in $((SECONDS - start)) s" | 
 b=fresnel_bench_transport
 step 120 "sweep: pipelined segments (defaults), fresh and reused y, 4-connection echo" \
   $b --sizes 64,256,1024 --paths chunked,reuse --reps 3 --gpus all
+step 60 "fresh y faulted in by the download threads (--y-touch write)" \
+  $b --sizes 64,1024 --paths chunked --y-touch write --reps 3 --gpus all
 step 60 "issue case (256 MiB in, 1 GiB out)" $b --issue-case --paths chunked,reuse --reps 3 --gpus all
 if [[ -n $ply ]]; then
   step 60 "hologram Stream fps, 2 worker streams (one client, two clients)" \
