@@ -577,7 +577,8 @@ int RunFuseBench(const GlobalOptions& global, const FuseBenchOptions& o, std::os
     std::map<std::string, int64_t> errors, devices;
     absl::Status fatal;
     double elapsed_s = 0;
-    Clock::time_point opened, start;  // its open answered; its first frame due
+    // Its open answered; its first frame due; its close sent (after its last answer).
+    Clock::time_point opened, start, closing = Clock::time_point::max();
   };
   std::vector<Tally> tallies(static_cast<size_t>(o.sessions));
   CallOptions no_deadline;
@@ -657,6 +658,7 @@ int RunFuseBench(const GlobalOptions& global, const FuseBenchOptions& o, std::os
                     static_cast<double>(o.warmup_frames) / o.fps;
       writer.join();
       if (t.fatal.ok()) {
+        t.closing = Clock::now();
         absl::StatusOr<int64_t> closed = (*session)->Close();
         if (!closed.ok()) t.fatal = closed.status();
       }
@@ -664,12 +666,17 @@ int RunFuseBench(const GlobalOptions& global, const FuseBenchOptions& o, std::os
   }
   for (std::thread& th : threads) th.join();
 
-  // When every session had opened and sent its warm-up frames: with --phase open, frames due
-  // earlier shared the GPU with the other sessions' opening (volume creation, first frames).
-  Clock::time_point all_warm{};
-  for (const Tally& t : tallies) all_warm = std::max(all_warm, t.opened);
+  // Frames that overlapped another session's opening (due before every session had opened and
+  // sent its warm-up frames: volume creation, first frames) or closing (answered after the first
+  // session began to close: volume teardown). Sessions that start apart (--phase open) end apart,
+  // so their first and last measured frames overlap the others' opening and closing.
+  Clock::time_point all_warm{}, first_close = Clock::time_point::max();
+  for (const Tally& t : tallies) {
+    all_warm = std::max(all_warm, t.opened);
+    first_close = std::min(first_close, t.closing);
+  }
   all_warm += std::chrono::duration_cast<Clock::duration>(period * static_cast<double>(o.warmup_frames));
-  std::vector<bool> while_opening;  // by frame, in parts' order
+  std::vector<bool> while_opening, while_closing;  // by frame, in parts' order
   Tally all;
   RoundTripParts parts;
   std::vector<Clock::time_point> starts;
@@ -683,6 +690,7 @@ int RunFuseBench(const GlobalOptions& global, const FuseBenchOptions& o, std::os
       parts.Add({lag, round_trip - lag - ft.server_s, sec(ft.sent - ft.woke), ft.server_s,
                  ft.server_s - ft.run_s, ft.queue_s, ft.run_s, ft.gpu_s, round_trip});
       while_opening.push_back(ft.due < all_warm);
+      while_closing.push_back(ft.answered >= first_close);
     }
     all.track_s += t.track_s;
     all.integrate_s += t.integrate_s;
@@ -716,12 +724,14 @@ int RunFuseBench(const GlobalOptions& global, const FuseBenchOptions& o, std::os
   const double fps_all = max_elapsed > 0 ? fn / max_elapsed : 0;
   // Phases: the most sessions whose first frame falls in one 1 ms window of the period.
   const int crowded = CrowdedPhases(starts, period.count(), 1e-3);
-  int64_t early = 0, slow = 0, slow_early = 0;  // frames due while sessions were opening
+  // Frames (all, and of the slowest 1 %) in all, while sessions opened, while they closed.
+  std::array<int64_t, 3> frames_in{0, 0, 0}, slowest_in{0, 0, 0};
   for (size_t i = 0; i < while_opening.size(); ++i) {
-    const bool is_slow = round_trips[i] >= p99;
-    early += while_opening[i];
-    slow += is_slow;
-    slow_early += is_slow && while_opening[i];
+    const bool in[3] = {true, while_opening[i], while_closing[i]};
+    for (int w = 0; w < 3; ++w) {
+      frames_in[w] += in[w];
+      slowest_in[w] += in[w] && round_trips[i] >= p99;
+    }
   }
   std::vector<std::string> errors, devices;
   for (const auto& [k, v] : all.errors) errors.push_back(absl::StrCat(k, " ", v));
@@ -747,8 +757,10 @@ int RunFuseBench(const GlobalOptions& global, const FuseBenchOptions& o, std::os
         .Add("phase", o.phase)
         .Add("variant", o.variant)
         .Add("sessions_in_busiest_1ms_of_period", crowded)
-        .Add("frames_while_sessions_opened", early)
-        .Add("slowest_1pct_while_sessions_opened", slow_early)
+        .Add("frames_while_sessions_opened", frames_in[1])
+        .Add("slowest_1pct_while_sessions_opened", slowest_in[1])
+        .Add("frames_while_sessions_closed", frames_in[2])
+        .Add("slowest_1pct_while_sessions_closed", slowest_in[2])
         .Add("sessions_failed", sessions_failed)
         .Add("target_fps", o.fps)
         .Add("frames_ok", ok)
@@ -783,8 +795,11 @@ int RunFuseBench(const GlobalOptions& global, const FuseBenchOptions& o, std::os
     t.AddRow({"late sends", absl::StrCat(all.late_sends, " (held back more than a frame period)")});
     t.AddRow({"phases", absl::StrCat(o.phase, ": ", crowded, " of ", starts.size(),
                                      " sessions start within the busiest 1 ms of the period")});
-    t.AddRow({"while opening", absl::StrCat(early, " frames due before every session had opened and "
-                                            "warmed up, ", slow_early, " of the slowest ", slow)});
+    t.AddRow({"others opening", absl::StrCat(frames_in[1], " frames due before every session had "
+                                             "opened and warmed up, ", slowest_in[1], " of the slowest ",
+                                             slowest_in[0])});
+    t.AddRow({"others closing", absl::StrCat(frames_in[2], " frames answered after the first close, ",
+                                             slowest_in[2], " of the slowest ", slowest_in[0])});
     t.AddRow({"devices", absl::StrJoin(devices, ", ")});
     t.AddRow({"memory", absl::StrCat(FormatBytes(all.reserved_bytes), " reserved a session; ",
                                      all.bricks_in_use, " of ", all.brick_capacity,
