@@ -238,6 +238,15 @@ int Main(int argc, const char* const* argv, std::ostream& out, std::ostream& err
   bench_cmd->add_option("--connections", bench.connections,
                         "--op fuse: TCP connections the sessions share (default: one each)")
       ->check(AtLeast(1));
+  bench_cmd->add_option("--phase", bench.phase,
+                        "--op fuse: when in the frame period each session sends: random "
+                        "(independent cameras) or even (taking turns), once all sessions are open; "
+                        "open: each from its own open on, while the others still open")
+      ->check(CLI::IsMember({"open", "even", "random"}))
+      ->capture_default_str();
+  bench_cmd->add_option("--variant", bench.variant,
+                        "--op fuse: OFF[+ON], the sessions' cuda_disable / cuda_enable bits "
+                        "(A/B runs of the CUDA kernels; fusion.proto)");
   bench_cmd->footer(kExitCodeHelp);
 
   // fresnel fuse (fuse_cmd.cc)

@@ -130,6 +130,8 @@ struct BenchOptions {
   std::string frame_size = "848x480";
   int64_t budget_mib = 0;
   int connections = 0;  // fuse op: TCP connections the sessions share round robin; 0 = one each
+  std::string phase = "random";  // fuse op: FuseBenchOptions::phase
+  std::string variant;         // fuse op: FuseBenchOptions::variant
   // mix op (bench_mix.cc): the server's pid on this host, for its resident memory (0 = not read).
   int server_pid = 0;
 };
