@@ -35,6 +35,12 @@ absl::StatusOr<GpuProperties> GetGpuProperties(int ordinal) {
 
 absl::StatusOr<int64_t> GpuFreeMemoryBytes(int ordinal) {
   FRESNEL_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal));
+  // Stream-ordered frees (cudaFreeAsync) land once the device is idle; the default pool then
+  // gives back what it holds.
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+  cudaMemPool_t pool = nullptr;
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaDeviceGetDefaultMemPool(&pool, ordinal));
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemPoolTrimTo(pool, 0));
   size_t free_b = 0, total_b = 0;
   FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_b, &total_b));
   return static_cast<int64_t>(free_b);

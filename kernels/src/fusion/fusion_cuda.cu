@@ -9,6 +9,8 @@
 #include <cub/cub.cuh>
 
 #include <algorithm>
+#include <mutex>
+#include <map>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -787,6 +789,13 @@ constexpr unsigned kOffFreshApron = 8192;
 // --sessions, whose 32 sessions meet 90 fps with p99 1.8 ms, blocks the same way (its
 // cudaDeviceScheduleBlockingSync); this bit spins as before (2026-12-01; not measured apart).
 constexpr unsigned kOffBlockingWait = 16384;
+// A volume's device arrays come from the device's default stream-ordered pool (cudaMallocAsync
+// on the creating stream) and go back with cudaFreeAsync, and its three pinned host buffers are
+// kept for the next volume (PinnedCache), so that closing a session never calls cudaFree /
+// cudaFreeHost: both synchronise the whole device, and with 32 sessions a closing one held the
+// others' frames (session 8: the bench's slowest 1 % spent ~9 ms waiting in ProcessFrame while
+// sessions ended). This bit allocates with cudaMalloc / cudaMallocHost and frees as before.
+constexpr unsigned kOffAsyncFree = 32768;
 // cuda_enable bit: the ICP model maps at half resolution (the level-1 camera: a quarter of the
 // model rays; each frame's ray window from its level-1 depth), which the ICP of every level
 // projects into instead of the full-resolution maps. Changes tracking (not bit for bit).
@@ -1017,6 +1026,56 @@ __global__ void ReinsertKernel(VolumeView v, Counters* c, int hwm, int rehash) {
 
 // ---------------------------------------------------------------------------------------------
 
+// Pinned host buffers of closed volumes, by size, for the next ones (a few MB each; at most
+// kPinnedCacheBytes kept, the rest freed). Process-wide: pinned memory belongs to no device.
+class PinnedCache {
+ public:
+  static constexpr size_t kPinnedCacheBytes = size_t{256} << 20;
+
+  static absl::Status Get(size_t bytes, void** p) {
+    {
+      std::lock_guard<std::mutex> lock(mu());
+      auto& m = entries();
+      auto it = m.find(bytes);
+      if (it != m.end()) {
+        *p = it->second;
+        m.erase(it);
+        held() -= bytes;
+        return absl::OkStatus();
+      }
+    }
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMallocHost(p, bytes));
+    return absl::OkStatus();
+  }
+
+  static void Put(size_t bytes, void* p) {
+    if (p == nullptr) return;
+    {
+      std::lock_guard<std::mutex> lock(mu());
+      if (held() + bytes <= kPinnedCacheBytes) {
+        entries().emplace(bytes, p);
+        held() += bytes;
+        return;
+      }
+    }
+    cudaFreeHost(p);
+  }
+
+ private:
+  static std::mutex& mu() {
+    static std::mutex* m = new std::mutex;
+    return *m;
+  }
+  static size_t& held() {
+    static size_t bytes = 0;
+    return bytes;
+  }
+  static std::multimap<size_t, void*>& entries() {
+    static auto* m = new std::multimap<size_t, void*>;  // never destroyed: outlives the volumes
+    return *m;
+  }
+};
+
 class CudaBackend : public VolumeBackend {
  public:
   CudaBackend(const Device& device, const FusionConfig& config)
@@ -1027,6 +1086,17 @@ class CudaBackend : public VolumeBackend {
 
   ~CudaBackend() override {
     cudaSetDevice(ordinal_);
+    if (async_free_) {
+      // Every operation waited for its own work, so nothing of this volume is in flight; the
+      // frees are ordered on the creating stream and synchronise nothing else.
+      if (icp_graph_ != nullptr) cudaGraphExecDestroy(icp_graph_);
+      if (done_event_ != nullptr) cudaEventDestroy(done_event_);
+      for (void* p : allocations_) cudaFreeAsync(p, alloc_stream_);
+      PinnedCache::Put(sizeof(TrackState), h_state_);
+      PinnedCache::Put(sizeof(Counters), h_counters_);
+      PinnedCache::Put(staging_bytes_, h_staging_);
+      return;
+    }
     cudaDeviceSynchronize();
     if (icp_graph_ != nullptr) cudaGraphExecDestroy(icp_graph_);
     if (done_event_ != nullptr) cudaEventDestroy(done_event_);
@@ -1040,7 +1110,11 @@ class CudaBackend : public VolumeBackend {
   absl::Status Alloc(T** p, int64_t count) {
     size_t bytes = static_cast<size_t>(std::max<int64_t>(count, 1)) * sizeof(T);
     void* q = nullptr;
-    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMalloc(&q, bytes));
+    if (async_free_) {
+      FRESNEL_CUDA_RETURN_IF_ERROR(cudaMallocAsync(&q, bytes, alloc_stream_));
+    } else {
+      FRESNEL_CUDA_RETURN_IF_ERROR(cudaMalloc(&q, bytes));
+    }
     allocations_.push_back(q);
     allocated_ += static_cast<int64_t>(bytes);
     *p = static_cast<T*>(q);
@@ -1052,6 +1126,8 @@ class CudaBackend : public VolumeBackend {
     FRESNEL_CUDA_RETURN_IF_ERROR(
         cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, ordinal_));
     off_ = config_.cuda_disable;
+    async_free_ = (off_ & kOffAsyncFree) == 0;
+    alloc_stream_ = StreamOf(device);
     model_ray_opts_ = kRayDefault & ~off_;
     // The half-resolution model needs the level-1 depth of a tracked frame as its ray hint.
     model_cam_ = (config_.cuda_enable & kOnHalfModel) != 0 && config_.tracking && kLevels > 1
@@ -1090,9 +1166,20 @@ class CudaBackend : public VolumeBackend {
     FRESNEL_RETURN_IF_ERROR(Alloc(&counters_, 1));
     FRESNEL_RETURN_IF_ERROR(Alloc(&state_, 1));
     FRESNEL_RETURN_IF_ERROR(Alloc(&partials_, kMaxIcpBlocks * kIcpSums));
-    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMallocHost(reinterpret_cast<void**>(&h_state_), sizeof(TrackState)));
-    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMallocHost(reinterpret_cast<void**>(&h_counters_), sizeof(Counters)));
-    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMallocHost(&h_staging_, px * 7));
+    staging_bytes_ = static_cast<size_t>(px * 7);
+    if (async_free_) {
+      FRESNEL_RETURN_IF_ERROR(
+          PinnedCache::Get(sizeof(TrackState), reinterpret_cast<void**>(&h_state_)));
+      FRESNEL_RETURN_IF_ERROR(
+          PinnedCache::Get(sizeof(Counters), reinterpret_cast<void**>(&h_counters_)));
+      FRESNEL_RETURN_IF_ERROR(PinnedCache::Get(staging_bytes_, &h_staging_));
+    } else {
+      FRESNEL_CUDA_RETURN_IF_ERROR(
+          cudaMallocHost(reinterpret_cast<void**>(&h_state_), sizeof(TrackState)));
+      FRESNEL_CUDA_RETURN_IF_ERROR(
+          cudaMallocHost(reinterpret_cast<void**>(&h_counters_), sizeof(Counters)));
+      FRESNEL_CUDA_RETURN_IF_ERROR(cudaMallocHost(&h_staging_, staging_bytes_));
+    }
     if ((off_ & kOffBlockingWait) == 0)
       FRESNEL_CUDA_RETURN_IF_ERROR(
           cudaEventCreateWithFlags(&done_event_, cudaEventBlockingSync | cudaEventDisableTiming));
@@ -1672,6 +1759,9 @@ class CudaBackend : public VolumeBackend {
   int sms_ = 1;
   std::vector<void*> allocations_;
   int64_t allocated_ = 0;
+  bool async_free_ = true;           // !(cuda_disable & kOffAsyncFree)
+  cudaStream_t alloc_stream_ = nullptr;  // where the arrays were allocated and are freed
+  size_t staging_bytes_ = 0;
   uint64_t* keys_ = nullptr;
   int32_t* vals_ = nullptr;
   uint64_t* brick_keys_ = nullptr;

@@ -28,7 +28,9 @@ struct GpuProperties {
 };
 absl::StatusOr<GpuProperties> GetGpuProperties(int ordinal);
 
-// Free device memory in bytes, as cudaMemGetInfo reports it.
+// Free device memory in bytes, as cudaMemGetInfo reports it once the device is idle
+// (synchronises it) and the default stream-ordered pool is trimmed (what cudaFreeAsync gave back
+// is counted as free). For tests and diagnostics.
 absl::StatusOr<int64_t> GpuFreeMemoryBytes(int ordinal);
 
 // OK while the device's context is usable; otherwise the sticky error that poisoned it (an
