@@ -225,7 +225,7 @@ absl::StatusOr<PhaseGroupsChoice> PhaseGroupsChoiceFrom(const CudaPlanOptions& o
     int value;
   } switches[] = {{"pg_widen", options.pg_widen},       {"pg_layout", options.pg_layout},
                   {"pg_rotate", options.pg_rotate},     {"pg_row_blocks", options.pg_row_blocks},
-                  {"pg_prefetch", options.pg_prefetch}, {"pg_store_cs", options.pg_store_cs}};
+                  {"pg_prefetch", options.pg_prefetch}};
   for (const auto& sw : switches) {
     if (sw.value < 0 || sw.value > 2) {
       return absl::InvalidArgumentError(absl::StrCat(sw.name, ": 0, 1 or 2"));
@@ -242,7 +242,6 @@ absl::StatusOr<PhaseGroupsChoice> PhaseGroupsChoiceFrom(const CudaPlanOptions& o
   choice.rotate = options.pg_rotate;
   choice.row_blocks = options.pg_row_blocks;
   choice.prefetch = options.pg_prefetch;
-  choice.store_cs = options.pg_store_cs;
   return choice;
 }
 

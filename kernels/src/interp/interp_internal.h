@@ -193,9 +193,6 @@ struct CudaPlanOptions {
   // kPhaseGroups input tiles per block (PhaseGroupsChoice::prefetch): 1: one; 2: two, the next
   // tile's copies in flight while the block computes; 0: the default. Same bits.
   int pg_prefetch = 0;
-  // kPhaseGroups output stores (PhaseGroupsChoice::store_cs): 1: plain; 2: streaming
-  // (evict-first); 0: the default. Same bits.
-  int pg_store_cs = 0;
   // kTensorTf32: k-steps per tensor-core partial sum (tensor_tf32.h, "Accumulation"); 0: the
   // default (kTensorTf32DefaultChunk). A value at least the band's k-steps sums the whole band
   // in the tensor cores' accumulators (session 7's kernel). Changes the bits, not the products.

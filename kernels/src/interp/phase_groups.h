@@ -51,9 +51,6 @@ struct PhaseGroupsChoice {
   // from the current one (they overlap the compute too; the tile's shared memory doubles).
   // 0: the default (kPgDefaultPrefetch, phase_groups_cuda.cu). Same bits.
   int prefetch = 0;
-  // Output stores: 1: plain; 2: streaming (st.global.cs, evict-first: the outputs are not read
-  // again); 0: the default (kPgDefaultStoreCs). Same bits.
-  int store_cs = 0;
 };
 
 // The geometry of one filter's kPhaseGroups launch, fixed at plan creation.
@@ -85,7 +82,6 @@ struct PhaseGroupsPlan {
   // >= 0; extra = max(-zoff) more inputs per tile.
   bool row_blocks = false;  // PhaseGroupsChoice::row_blocks, where it applies
   bool prefetch = false;    // two input tiles (PhaseGroupsChoice::prefetch)
-  bool store_cs = false;    // streaming output stores (PhaseGroupsChoice::store_cs)
   int rotations = 1;
   std::vector<int> zoff = {0};
   int extra = 0;

@@ -61,8 +61,6 @@ constexpr int kPgShortPeriods = 2;
 constexpr int kPgDefaultWiden = 2;
 // Default of PhaseGroupsChoice::prefetch (1: one input tile, 2: two).
 constexpr int kPgDefaultPrefetch = 1;
-// Default of PhaseGroupsChoice::store_cs (1: plain stores, 2: streaming stores).
-constexpr int kPgDefaultStoreCs = 1;
 
 int AlignUp4(int v) { return (v + 3) / 4 * 4; }
 
@@ -79,7 +77,6 @@ struct PgArgs {
   int span;  // floats of the input tile (z in [0, span))
   int in_floats;  // shared floats per input tile (InputFloats)
   int prefetch;   // 1: two input tiles (PhaseGroupsPlan::prefetch)
-  int store_cs;   // 1: streaming (evict-first) stores of the outputs (PhaseGroupsPlan::store_cs)
   int zoff;  // the rotation's input origin offset (PhaseGroupsPlan::zoff), <= 0
   int rot;   // the period rotation s: tile outputs start at n_tile*u - s
   int64_t n_first;  // first period of the requested range
@@ -395,12 +392,8 @@ __global__ void __launch_bounds__(kPgThreads)
         int e = lo4 + tid;
         int n4 = 4 * e / a.u, j4 = 4 * e % a.u;
         for (; e < hi4; e += kPgThreads) {
-          const float4 v = *reinterpret_cast<const float4*>(st + n4 * a.sr + j4);
-          if (a.store_cs) {
-            __stcs(reinterpret_cast<float4*>(yt) + e, v);
-          } else {
-            reinterpret_cast<float4*>(yt)[e] = v;
-          }
+          reinterpret_cast<float4*>(yt)[e] =
+              *reinterpret_cast<const float4*>(st + n4 * a.sr + j4);
           n4 += step_n;
           j4 += step_j;
           if (j4 >= a.u) {
@@ -419,11 +412,7 @@ __global__ void __launch_bounds__(kPgThreads)
     int kl = lo + tid;
     int nl = kl / a.u, j = kl % a.u;
     for (; kl < scalar_hi; kl += kPgThreads) {
-      if (a.store_cs) {
-        __stcs(yt + kl, st[nl * a.sr + j]);
-      } else {
-        yt[kl] = st[nl * a.sr + j];
-      }
+      yt[kl] = st[nl * a.sr + j];
       nl += out_step_n;
       j += out_step_j;
       if (j >= a.u) {
@@ -491,7 +480,6 @@ absl::StatusOr<PhaseGroupsPlan> PlanFor(int up, int down, int64_t p, const std::
   const int layout = choice.layout, rotate = choice.rotate, row_blocks = choice.row_blocks;
   PhaseGroupsPlan pl;
   pl.prefetch = (choice.prefetch == 0 ? kPgDefaultPrefetch : choice.prefetch) == 2;
-  pl.store_cs = (choice.store_cs == 0 ? kPgDefaultStoreCs : choice.store_cs) == 2;
   const int g0 = std::gcd(up, down);
   pl.u = m * (up / g0);
   pl.d = m * (down / g0);
@@ -629,7 +617,6 @@ absl::Status LaunchPhaseGroups(const PhaseGroupsPlan& pl, const float* table, in
   a.xin_off = AlignUp4(pl.table_floats);
   a.in_floats = InputFloats(pl);
   a.prefetch = pl.prefetch ? 1 : 0;
-  a.store_cs = pl.store_cs ? 1 : 0;
   a.st_off = a.xin_off + a.in_floats * (pl.prefetch ? 2 : 1);
   a.wrap = (pl.d - 1) * pl.ld - 1;
   // Periods n_first .. n_last hold outputs out_first .. out_first + out_count - 1.

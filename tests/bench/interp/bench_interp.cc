@@ -205,7 +205,6 @@ class Bench {
       absl::StrAppend(&r.kernel, "/r", options.pg_periods_per_lane);
     }
     if (options.pg_prefetch != 0) absl::StrAppend(&r.kernel, "/prefetch", options.pg_prefetch);
-    if (options.pg_store_cs != 0) absl::StrAppend(&r.kernel, "/cs", options.pg_store_cs);
     if (options.kernel == CudaKernel::kTensorTf32) r.kernel = "tensor_3xtf32";
     if (r.kernel == "tensor_tf32" || r.kernel == "tensor_3xtf32") {
       r.kernel = "tensor_3xtf32";
@@ -631,12 +630,6 @@ int Main(int argc, char** argv) {
     rows.push_back(
         b.Kernel("b: (forced)", d->filter, 1, n26, d->skip, out, PgOptions(0, 0, 1, 2), true));
     rows.push_back(b.Kernel("b: (forced)", d->filter, 1, n26, d->skip, out, PgOptions(0, 0, 0, 1)));
-    // Streaming (evict-first) output stores, and explicitly plain ones.
-    for (int cs : {2, 1}) {
-      internal::CudaPlanOptions o = PgOptions(0);
-      o.pg_store_cs = cs;
-      rows.push_back(b.Kernel("b: (forced)", d->filter, 1, n26, d->skip, out, o, cs == 2));
-    }
     // R = 4: one tap load per 16 FMAs (R = 2: per 8), a tile twice as long (one block per SM).
     rows.push_back(
         b.Kernel("b: (forced)", d->filter, 1, n26, d->skip, out, PgOptions(0, 0, 4), true));
@@ -685,9 +678,6 @@ int Main(int argc, char** argv) {
                             PgOptions(0, 0, 0, 2)));
     rows.push_back(b.Kernel("c: 64ch resample 160/147 2^20", d->filter, 64, n20, d->skip, out,
                             PgOptions(0, 0, 4)));
-    internal::CudaPlanOptions cs = PgOptions(0);
-    cs.pg_store_cs = 2;
-    rows.push_back(b.Kernel("c: 64ch resample 160/147 2^20", d->filter, 64, n20, d->skip, out, cs));
   }
   // Selector sweep: taps per phase P for up/down = 3/2, kSmemTile against kWarpPerOutput (does
   // one warp per output ever win for long filters?), and the fast path against kSmemTile for

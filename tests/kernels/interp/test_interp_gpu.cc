@@ -249,7 +249,6 @@ TEST_CASE("every CUDA kernel agrees with the CPU oracle on windows", "[gpu][inte
       int pg_prefetch = 0;
       int tc_chunk = 0;
       int tc_min_blocks = 0;
-      int pg_store_cs = 0;
     };
     const Variant variants[] = {
         {CudaKernel::kRegisterBlocked, 0}, {CudaKernel::kSmemTile, 0},
@@ -265,8 +264,6 @@ TEST_CASE("every CUDA kernel agrees with the CPU oracle on windows", "[gpu][inte
         {CudaKernel::kTensorTf32, 0},  {CudaKernel::kTensorTf32, 0, 0, 0, 0, 0, 0, 1},
         {CudaKernel::kTensorTf32, 0, 0, 0, 0, 0, 0, kWholeBand},
         {CudaKernel::kTensorTf32, 0, 0, 0, 0, 0, 0, 0, 3},
-        {CudaKernel::kPhaseGroups, 0, 0, 0, 0, 0, 0, 0, 0, 2},
-        {CudaKernel::kPhaseGroups, 0, 1, 0, 0, 0, 0, 0, 0, 2},
     };
     std::optional<HostArray> pg_default;
     for (const Variant& v : variants) {
@@ -275,8 +272,7 @@ TEST_CASE("every CUDA kernel agrees with the CPU oracle on windows", "[gpu][inte
                        << v.pg_widen << " pg_layout " << v.pg_layout << " R "
                        << v.pg_periods_per_lane << " rotate " << v.pg_rotate << " row_blocks "
                        << v.pg_row_blocks << " prefetch " << v.pg_prefetch << " tc_chunk "
-                       << v.tc_chunk << " tc_min_blocks " << v.tc_min_blocks << " store_cs "
-                       << v.pg_store_cs << " x_first "
+                       << v.tc_chunk << " tc_min_blocks " << v.tc_min_blocks << " x_first "
                        << x_first << " out_first " << out_first);
       internal::CudaWindowOptions opt;
       opt.plan.kernel = v.kernel;
@@ -288,7 +284,6 @@ TEST_CASE("every CUDA kernel agrees with the CPU oracle on windows", "[gpu][inte
       opt.plan.pg_prefetch = v.pg_prefetch;
       opt.plan.tc_chunk_ksteps = v.tc_chunk;
       opt.plan.tc_min_blocks = v.tc_min_blocks;
-      opt.plan.pg_store_cs = v.pg_store_cs;
       opt.poison_output = true;
       auto y = internal::UpfirdnWindowCuda(gpu, f, internal::ViewOf(x), x_first, c.cval,
                                            out_first, out_count, nullptr, opt);
@@ -351,8 +346,8 @@ TEST_CASE("kPhaseGroups variants agree with the CPU oracle on short windows", "[
     }
     for (const PgVariant& v : variants) {
       INFO(Describe(c) << " pg_widen " << v.widen << " pg_layout " << v.layout << " R "
-                       << v.periods_per_lane << " rotate/row_blocks " << v.rotate
-                       << " prefetch/store_cs " << v.prefetch);
+                       << v.periods_per_lane << " rotate/row_blocks " << v.rotate << " prefetch "
+                       << v.prefetch);
       internal::CudaWindowOptions opt;
       opt.plan.kernel = internal::CudaKernel::kPhaseGroups;
       opt.plan.pg_widen = v.widen;
@@ -361,7 +356,6 @@ TEST_CASE("kPhaseGroups variants agree with the CPU oracle on short windows", "[
       opt.plan.pg_rotate = v.rotate;
       opt.plan.pg_row_blocks = v.rotate;
       opt.plan.pg_prefetch = v.prefetch;
-      opt.plan.pg_store_cs = v.prefetch;  // streaming stores with the second tile, plain without
       opt.poison_output = true;
       auto y = internal::UpfirdnWindowCuda(gpu, f, internal::ViewOf(x), -3, c.cval, 5,
                                            out_count, nullptr, opt);
