@@ -119,9 +119,7 @@ int Main(int argc, const char* const* argv, std::ostream& out, std::ostream& err
       ->check(CLI::IsMember({"resample", "upfirdn", "fft", "decimate"}))
       ->capture_default_str();
   CLI::Option* taps_opt = interp_cmd->add_option(
-      "--taps", interp.taps_file,
-      "Filter taps from a 1-D .npy file (float32, float64, complex64 or complex128; complex "
-      "taps give a complex result: write it to .npy)");
+      "--taps", interp.taps_file, "Filter taps from a 1-D .npy file (float32 or float64)");
   CLI::Option* design_opt = interp_cmd->add_option(
       "--taps-design", interp.taps_design,
       "Design the filter on the server: NUMTAPS,CUTOFF (cutoff relative to Nyquist; upfirdn)");

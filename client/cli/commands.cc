@@ -599,13 +599,11 @@ int RunInterp(const GlobalOptions& global, InterpOptions o, std::ostream& out,
     absl::StatusOr<HostArray> t = ReadNpy(o.taps_file);
     if (!t.ok()) return ReportError(err, kExitIo, t.status());
     if (t->ndim() != 1 || t->dim(0) < 1 ||
-        (t->dtype() != DType::kFloat32 && t->dtype() != DType::kFloat64 &&
-         t->dtype() != DType::kComplex64 && t->dtype() != DType::kComplex128)) {
+        (t->dtype() != DType::kFloat32 && t->dtype() != DType::kFloat64)) {
       return ReportError(err, kExitIo,
                          absl::InvalidArgumentError(absl::StrCat(
-                             o.taps_file, ": taps must be a non-empty 1-D float32, float64, "
-                             "complex64 or complex128 array, got ", DTypeName(t->dtype()), " ",
-                             ShapeString(t->shape()))));
+                             o.taps_file, ": taps must be a non-empty 1-D float32 or float64 "
+                             "array, got ", DTypeName(t->dtype()), " ", ShapeString(t->shape()))));
     }
     taps = *std::move(t);
   }
@@ -674,21 +672,11 @@ int RunInterp(const GlobalOptions& global, InterpOptions o, std::ostream& out,
   }
   const int64_t channels = x.ndim() == 2 ? x.dim(0) : 1;
   const int64_t n = x.dim(x.ndim() - 1);
-  // Complex taps make the result complex (the server filters with their real and imaginary
-  // parts); ResampleStream takes real taps only.
-  const bool complex_taps =
-      taps && (taps->dtype() == DType::kComplex64 || taps->dtype() == DType::kComplex128);
-  const bool complex_x = x.dtype() == DType::kComplex64 || x.dtype() == DType::kComplex128;
-  const int64_t item =
-      static_cast<int64_t>(DTypeSize(x.dtype())) * (complex_taps && !complex_x ? 2 : 1);
+  const int64_t item = static_cast<int64_t>(DTypeSize(x.dtype()));
   const int64_t request_bytes =
       static_cast<int64_t>(x.nbytes()) + (taps ? static_cast<int64_t>(taps->nbytes()) : 0);
   const int64_t response_bytes = channels * OutputLength(o, n, numtaps) * item;
   int64_t chunk = o.chunk;
-  if (chunk > 0 && complex_taps) {
-    return ReportUsageError(err, "--chunk streams through ResampleStream, which takes real taps "
-                            "only (--taps is complex)", "interp");
-  }
   const bool over_cap = chunk == 0 && !o.shm &&
                         std::max(request_bytes, response_bytes) + kMessageOverheadBytes > cap;
   // Over the cap, upfirdn and resample_poly go through a staging region on the server first
@@ -728,13 +716,13 @@ int RunInterp(const GlobalOptions& global, InterpOptions o, std::ostream& out,
     }
   }
   if (!staged && over_cap) {
-    if (pad != v1::PAD_CONSTANT || o.mode == "fft" || o.mode == "decimate" || complex_taps) {
+    if (pad != v1::PAD_CONSTANT || o.mode == "fft" || o.mode == "decimate") {
       return ReportUsageError(
           err,
           absl::StrCat("the request (", FormatBytes(std::max(request_bytes, response_bytes)),
                        ") exceeds the server's message cap of ", FormatBytes(cap),
-                       ", and only --padtype constant with real taps can be streamed (with "
-                       "--mode resample or upfirdn)"),
+                       ", and only --padtype constant can be streamed (with --mode resample "
+                       "or upfirdn)"),
           "interp");
     }
     chunk = StreamChunkSamples(cap, channels, x.dtype(), o.up, o.down);
