@@ -275,6 +275,8 @@ int RunBench(const GlobalOptions& global, const BenchOptions& o, std::ostream& o
     f.frame_size = o.frame_size;
     f.budget_mib = o.budget_mib;
     f.connections = o.connections;
+    f.phase = o.phase;
+    f.variant = o.variant;
     f.device = o.device;
     f.json = o.json;
     return RunFuseBench(global, f, out, err);

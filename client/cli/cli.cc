@@ -119,7 +119,7 @@ int Main(int argc, const char* const* argv, std::ostream& out, std::ostream& err
       ->check(CLI::IsMember({"resample", "upfirdn", "fft", "decimate"}))
       ->capture_default_str();
   CLI::Option* taps_opt = interp_cmd->add_option(
-      "--taps", interp.taps_file, "Filter taps from a 1-D .npy file (float32 or float64)");
+      "--taps", interp.taps_file, "Filter taps from a 1-D .npy file (float32, float64, complex64 or complex128)");
   CLI::Option* design_opt = interp_cmd->add_option(
       "--taps-design", interp.taps_design,
       "Design the filter on the server: NUMTAPS,CUTOFF (cutoff relative to Nyquist; upfirdn)");
@@ -127,7 +127,10 @@ int Main(int argc, const char* const* argv, std::ostream& out, std::ostream& err
   interp_cmd->add_option("--window", interp.window,
                          "Window of the designed filter, scipy.signal.get_window's NAME[,PARAM...]"
                          " (kaiser,8.0  gaussian,3.5  chebwin,60  tukey,0.3  flattop ...; "
-                         "default: kaiser for resample, hamming for --taps-design)");
+                         "default: kaiser for resample, hamming for --taps-design; for fft the "
+                         "spectral window, periodic as SciPy's resample uses it, default none)");
+  interp_cmd->add_flag("--freq-domain", interp.freq_domain,
+                       "--mode fft: the input already is the spectrum (SciPy's domain='freq')");
   interp_cmd->add_option("--beta", interp.beta, "Kaiser window beta (default 5)")
       ->check(Positive());
   interp_cmd->add_option("--gain", interp.gain, "Gain of a designed upfirdn filter (default: up)")
@@ -235,6 +238,15 @@ int Main(int argc, const char* const* argv, std::ostream& out, std::ostream& err
   bench_cmd->add_option("--connections", bench.connections,
                         "--op fuse: TCP connections the sessions share (default: one each)")
       ->check(AtLeast(1));
+  bench_cmd->add_option("--phase", bench.phase,
+                        "--op fuse: when in the frame period each session sends: random "
+                        "(independent cameras) or even (taking turns), once all sessions are open; "
+                        "open: each from its own open on, while the others still open")
+      ->check(CLI::IsMember({"open", "even", "random"}))
+      ->capture_default_str();
+  bench_cmd->add_option("--variant", bench.variant,
+                        "--op fuse: OFF[+ON], the sessions' cuda_disable / cuda_enable bits "
+                        "(A/B runs of the CUDA kernels; fusion.proto)");
   bench_cmd->footer(kExitCodeHelp);
 
   // fresnel fuse (fuse_cmd.cc)

@@ -397,13 +397,18 @@ absl::Status ValidateInterpOptions(InterpOptions* o) {
       o->mode != "decimate") {
     return absl::InvalidArgumentError("--mode must be resample, upfirdn, fft or decimate");
   }
+  if (o->freq_domain && o->mode != "fft") {
+    return absl::InvalidArgumentError("--freq-domain applies to --mode fft only");
+  }
   if (o->mode == "fft" || o->mode == "decimate") {
-    // Neither takes a filter, an extension mode or a stream.
-    if (!o->taps_file.empty() || !o->taps_design.empty() || !o->window.empty() || o->beta != 0 ||
-        o->gain != 0) {
+    // Neither takes a filter, an extension mode or a stream; fft takes a spectral window.
+    const bool window = !o->window.empty() || o->beta != 0;
+    if (!o->taps_file.empty() || !o->taps_design.empty() || o->gain != 0 ||
+        (window && o->mode == "decimate")) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--mode ", o->mode, " designs no filter from flags (no --taps, --taps-design, --window, "
-          "--beta, --gain)"));
+          "--mode ", o->mode, " designs no filter from flags (no --taps, --taps-design, --gain",
+          o->mode == "decimate" ? ", --window, --beta" : "; --window is its spectral window",
+          ")"));
     }
     if (o->padtype != "constant" || o->cval != 0) {
       return absl::InvalidArgumentError(
@@ -599,11 +604,13 @@ int RunInterp(const GlobalOptions& global, InterpOptions o, std::ostream& out,
     absl::StatusOr<HostArray> t = ReadNpy(o.taps_file);
     if (!t.ok()) return ReportError(err, kExitIo, t.status());
     if (t->ndim() != 1 || t->dim(0) < 1 ||
-        (t->dtype() != DType::kFloat32 && t->dtype() != DType::kFloat64)) {
+        (t->dtype() != DType::kFloat32 && t->dtype() != DType::kFloat64 &&
+         t->dtype() != DType::kComplex64 && t->dtype() != DType::kComplex128)) {
       return ReportError(err, kExitIo,
                          absl::InvalidArgumentError(absl::StrCat(
-                             o.taps_file, ": taps must be a non-empty 1-D float32 or float64 "
-                             "array, got ", DTypeName(t->dtype()), " ", ShapeString(t->shape()))));
+                             o.taps_file, ": taps must be a non-empty 1-D float32, float64, "
+                             "complex64 or complex128 array, got ", DTypeName(t->dtype()), " ",
+                             ShapeString(t->shape()))));
     }
     taps = *std::move(t);
   }
@@ -672,7 +679,16 @@ int RunInterp(const GlobalOptions& global, InterpOptions o, std::ostream& out,
   }
   const int64_t channels = x.ndim() == 2 ? x.dim(0) : 1;
   const int64_t n = x.dim(x.ndim() - 1);
-  const int64_t item = static_cast<int64_t>(DTypeSize(x.dtype()));
+  // The result's dtype: complex taps make it complex, --scipy-dtypes may widen it.
+  const bool filtered = o.mode == "upfirdn" || o.mode == "resample";
+  const DType y_dtype =
+      filtered ? interp::ResultDType(x.dtype(), taps ? taps->dtype() : DType::kFloat64,
+                                     o.scipy_dtypes ? interp::DTypeRule::kSciPy
+                                                    : interp::DTypeRule::kKeepPrecision)
+               : x.dtype();
+  const bool complex_taps =
+      taps && (taps->dtype() == DType::kComplex64 || taps->dtype() == DType::kComplex128);
+  const int64_t item = static_cast<int64_t>(DTypeSize(y_dtype));
   const int64_t request_bytes =
       static_cast<int64_t>(x.nbytes()) + (taps ? static_cast<int64_t>(taps->nbytes()) : 0);
   const int64_t response_bytes = channels * OutputLength(o, n, numtaps) * item;
@@ -683,6 +699,15 @@ int RunInterp(const GlobalOptions& global, InterpOptions o, std::ostream& out,
   // (Client::UpfirdnArray: chunked over parallel streams, any padtype); a server without staging
   // regions (UNIMPLEMENTED: no SharedMemoryService; RESOURCE_EXHAUSTED: --shm-bytes 0 or full)
   // gets ResampleStream instead, which takes --padtype constant only.
+  if (complex_taps && (chunk > 0 || over_cap)) {
+    return ReportUsageError(
+        err,
+        absl::StrCat("complex --taps need the whole call within the server's message cap of ",
+                     FormatBytes(cap), " (this one is ",
+                     FormatBytes(std::max(request_bytes, response_bytes)),
+                     "), or --shm; they cannot be streamed or --chunk'ed"),
+        "interp");
+  }
   const bool try_staged = over_cap && (o.mode == "upfirdn" || o.mode == "resample");
 
   // Call.
@@ -779,6 +804,10 @@ int RunInterp(const GlobalOptions& global, InterpOptions o, std::ostream& out,
     } else if (o.mode == "fft") {
       v1::ResampleRequest fft;
       fft.set_num(OutputLength(o, n, numtaps));
+      fft.set_window_name(o.window_name);
+      for (double p : o.window_params) fft.add_window_params(p);
+      if (o.beta != 0 && o.window_params.empty()) fft.add_window_params(o.beta);  // --beta B
+      fft.set_freq_domain(o.freq_domain);
       fft.mutable_device()->set_kind(DeviceKindFromFlag(o.device));
       ToProto(x, fft.mutable_x());
       r = (*client)->Resample(fft);

@@ -77,10 +77,11 @@ struct InterpOptions {
   std::string output;
   int up = 0;
   int down = 1;
-  std::string mode = "resample";  // resample | upfirdn
+  std::string mode = "resample";  // resample | upfirdn | fft | decimate
   std::string taps_file;          // 1-D .npy
   std::string taps_design;        // "numtaps,cutoff" (upfirdn)
-  std::string window;             // "" = the service default
+  std::string window;             // "" = the service default (fft: the spectral window, none)
+  bool freq_domain = false;       // fft: the input is the spectrum (SciPy's domain='freq')
   double beta = 0;                // Kaiser beta; 0 = default (5)
   double gain = 0;                // design gain; 0 = up
   std::string padtype = "constant";
@@ -129,6 +130,8 @@ struct BenchOptions {
   std::string frame_size = "848x480";
   int64_t budget_mib = 0;
   int connections = 0;  // fuse op: TCP connections the sessions share round robin; 0 = one each
+  std::string phase = "random";  // fuse op: FuseBenchOptions::phase
+  std::string variant;         // fuse op: FuseBenchOptions::variant
   // mix op (bench_mix.cc): the server's pid on this host, for its resident memory (0 = not read).
   int server_pid = 0;
 };

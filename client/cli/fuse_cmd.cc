@@ -4,12 +4,19 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
+#include <climits>
 #include <cmath>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <mutex>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -108,6 +115,129 @@ double Percentile(std::vector<double> v, double p) {
   const size_t rank = static_cast<size_t>(std::ceil(p * v.size()));
   return v[std::min(v.size() - 1, rank == 0 ? 0 : rank - 1)];
 }
+
+// bench --op fuse --variant "OFF[+ON]" (each a number, 0x... for hex): {cuda_disable, cuda_enable}.
+absl::StatusOr<std::pair<uint32_t, uint32_t>> ParseVariant(const std::string& variant) {
+  std::pair<uint32_t, uint32_t> bits{0, 0};
+  if (variant.empty()) return bits;
+  std::vector<std::string> parts = absl::StrSplit(variant, '+');
+  uint32_t* out[2] = {&bits.first, &bits.second};
+  for (size_t k = 0; k < parts.size(); ++k) {
+    char* end = nullptr;
+    const unsigned long v = std::strtoul(parts[k].c_str(), &end, 0);
+    if (k >= 2 || parts[k].empty() || *end != 0 || v > UINT32_MAX) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--variant must be OFF or OFF+ON (numbers), got '", variant, "'"));
+    }
+    *out[k] = static_cast<uint32_t>(v);
+  }
+  return bits;
+}
+
+// bench --op fuse: where in the frame period session k sends its first frame, as a fraction of
+// the period, for --phase even (k / n: the frames of the sessions take turns, the kernel bench's
+// schedule) and random (uniform, fixed seed: independent cameras); empty for open (each session
+// starts when its own open is answered: the sessions opened together start almost together).
+std::vector<double> PhaseOffsets(const std::string& phase, int n) {
+  std::vector<double> offsets;
+  if (phase == "open") return offsets;
+  std::mt19937_64 rng(20261202);
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  for (int k = 0; k < n; ++k) offsets.push_back(phase == "even" ? double(k) / n : uniform(rng));
+  return offsets;
+}
+
+// The sessions' common start: Arrive() blocks until every session has arrived (opened) or left
+// (failed), then returns the same time for all, a little after the last arrival.
+class StartGate {
+ public:
+  explicit StartGate(int n) : left_(n) {}
+  Clock::time_point Arrive() {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (--left_ == 0) Open();
+    cv_.wait(lock, [&] { return left_ == 0; });
+    return start_;
+  }
+  void Leave() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (--left_ == 0) Open();
+  }
+
+ private:
+  void Open() {
+    start_ = Clock::now() + std::chrono::milliseconds(20);
+    cv_.notify_all();
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int left_;
+  Clock::time_point start_;
+};
+
+// The most of `starts` that fall within one `window_s` of the period `period_s` (circular).
+int CrowdedPhases(const std::vector<Clock::time_point>& starts, double period_s, double window_s) {
+  std::vector<double> phase;
+  for (const Clock::time_point& t : starts) {
+    const double s = std::chrono::duration<double>(t - starts.front()).count();
+    phase.push_back(s - std::floor(s / period_s) * period_s);
+  }
+  int most = 0;
+  for (double a : phase) {
+    int n = 0;
+    for (double b : phase) {
+      const double d = b - a < 0 ? b - a + period_s : b - a;
+      n += d < window_s;
+    }
+    most = std::max(most, n);
+  }
+  return most;
+}
+
+// The parts of each frame's round trip (seconds), one column a part, and their summaries: the
+// mean, and the mean over the slowest frames (round trip >= a threshold, the p99) to show what
+// the tail is made of.
+class RoundTripParts {
+ public:
+  enum Part {
+    kLag, kTransit, kSendCall, kServer, kWaiting, kQueue, kRun, kGpu, kRoundTrip, kParts
+  };
+  static constexpr const char* kLabels[kParts] = {
+      "writer wake lag (scheduled -> woke)",
+      "transit (wire both ways, unread, parse)",
+      "  of it, the SendFrame call",
+      "server (arrival -> answer)",
+      "  waiting (session order, pool queue)",
+      "    of it, the pool queue",
+      "  ProcessFrame (worker wall)",
+      "    of it, GPU stages",
+      "round trip"};
+  static constexpr const char* kKeys[kParts] = {"lag",     "transit", "send_call",
+                                                "server",  "waiting", "queue",
+                                                "process", "gpu",     "round_trip"};
+  void Add(const std::array<double, kParts>& row) {
+    for (int k = 0; k < kParts; ++k) columns_[k].push_back(row[k]);
+  }
+  int64_t size() const { return static_cast<int64_t>(columns_[kRoundTrip].size()); }
+  const std::vector<double>& column(int k) const { return columns_[k]; }
+  double Mean(int k) const {
+    double sum = 0;
+    for (double v : columns_[k]) sum += v;
+    return columns_[k].empty() ? 0 : sum / static_cast<double>(columns_[k].size());
+  }
+  double TailMean(int k, double threshold) const {
+    double sum = 0;
+    int64_t n = 0;
+    for (size_t i = 0; i < columns_[k].size(); ++i) {
+      if (columns_[kRoundTrip][i] < threshold) continue;
+      sum += columns_[k][i];
+      ++n;
+    }
+    return n == 0 ? 0 : sum / static_cast<double>(n);
+  }
+
+ private:
+  std::array<std::vector<double>, kParts> columns_;
+};
 
 }  // namespace
 
@@ -381,6 +511,8 @@ int RunFuseBench(const GlobalOptions& global, const FuseBenchOptions& o, std::os
   if (!(o.fps > 0 && o.fps <= 10000)) {
     return ReportUsageError(err, "--fps must be in (0, 10000]", "bench");
   }
+  absl::StatusOr<std::pair<uint32_t, uint32_t>> variant = ParseVariant(o.variant);
+  if (!variant.ok()) return ReportUsageError(err, std::string(variant.status().message()), "bench");
   fusion::CameraIntrinsics camera;
   camera.width = size->first;
   camera.height = size->second;
@@ -404,6 +536,8 @@ int RunFuseBench(const GlobalOptions& global, const FuseBenchOptions& o, std::os
   SetCamera(camera, config.mutable_camera());
   if (o.budget_mib > 0) config.set_brick_budget_bytes(o.budget_mib << 20);
   config.mutable_device()->set_kind(DeviceKindFromFlag(o.device));
+  config.set_cuda_disable(variant->first);
+  config.set_cuda_enable(variant->second);
 
   // One client (TCP connection) per session unless --connections says fewer: 32 sessions of
   // 848x480 at 90 fps are 2.3 GB/s, more than one connection carries.
@@ -425,17 +559,35 @@ int RunFuseBench(const GlobalOptions& global, const FuseBenchOptions& o, std::os
         << std::flush;
   }
 
+  // What one frame's round trip was made of, all on this host's steady clock (the server's
+  // parts from its answer): scheduled send -> the writer woke -> SendFrame returned; the answer
+  // read; the server's arrival-to-answer time, its pool queue wait, the job's run (ProcessFrame's
+  // host wall on a device worker) and the GPU stage times.
+  struct FrameTimes {
+    Clock::time_point due, woke, sent, answered;
+    double server_s = 0, queue_s = 0, run_s = 0, gpu_s = 0;
+    bool ok = false;
+  };
   struct Tally {
-    std::vector<double> round_trip_s;
-    double track_s = 0, integrate_s = 0, raycast_s = 0, queue_s = 0;
+    std::vector<FrameTimes> frames;  // by frame index (seq - 1)
+    double track_s = 0, integrate_s = 0, raycast_s = 0;
     int64_t lost = 0, failed = 0, late_sends = 0;
+    // The session's memory: reserved on its device, bricks its budget buys, most bricks in use.
+    int64_t reserved_bytes = 0, brick_capacity = 0, bricks_in_use = 0;
     std::map<std::string, int64_t> errors, devices;
     absl::Status fatal;
     double elapsed_s = 0;
+    // Its open answered; its first frame due; its close sent (after its last answer).
+    Clock::time_point opened, start, closing = Clock::time_point::max();
   };
   std::vector<Tally> tallies(static_cast<size_t>(o.sessions));
   CallOptions no_deadline;
   no_deadline.timeout = std::chrono::milliseconds(-1);
+  const auto period = std::chrono::duration<double>(1.0 / o.fps);
+  // Where in the frame period each session starts (PhaseOffsets: --phase even / random); with
+  // --phase open each starts when its own open is answered.
+  const std::vector<double> offsets = PhaseOffsets(o.phase, o.sessions);
+  StartGate gate(o.sessions);
   std::vector<std::thread> threads;
   for (int s = 0; s < o.sessions; ++s) {
     threads.emplace_back([&, s] {
@@ -444,23 +596,31 @@ int RunFuseBench(const GlobalOptions& global, const FuseBenchOptions& o, std::os
           FusionSession::Open(*clients[s % connections], config, no_deadline);
       if (!session.ok()) {
         t.fatal = session.status();
+        gate.Leave();
         return;
       }
-      // The scheduled send time of each frame, by sequence number (frames start at seq 1).
-      std::vector<std::atomic<int64_t>> scheduled(static_cast<size_t>(total + 1));
-      const Clock::time_point start = Clock::now();
-      const auto period = std::chrono::duration<double>(1.0 / o.fps);
+      t.opened = Clock::now();
+      t.frames.resize(static_cast<size_t>(total));
+      t.reserved_bytes = (*session)->opened().reserved_bytes();
+      t.brick_capacity = (*session)->opened().brick_capacity();
+      const Clock::time_point start =
+          offsets.empty() ? Clock::now()
+                          : gate.Arrive() + std::chrono::duration_cast<Clock::duration>(
+                                                period * offsets[static_cast<size_t>(s)]);
+      t.start = start;
       std::thread writer([&] {
         for (int64_t i = 0; i < total; ++i) {
-          const Clock::time_point due =
-              start + std::chrono::duration_cast<Clock::duration>(period * static_cast<double>(i));
-          std::this_thread::sleep_until(due);
-          if (Clock::now() - due > period) ++t.late_sends;
-          scheduled[i + 1].store(due.time_since_epoch().count());
+          FrameTimes& ft = t.frames[static_cast<size_t>(i)];
+          ft.due = start + std::chrono::duration_cast<Clock::duration>(period * static_cast<double>(i));
+          std::this_thread::sleep_until(ft.due);
+          ft.woke = Clock::now();
+          if (ft.woke - ft.due > period) ++t.late_sends;
           v1::FusionFrame frame;
           frame.set_depth(depth[frame_of(i)]);
           if (i == 0) SetPose(poses[0], frame.mutable_fixed_pose());
-          if (!(*session)->SendFrame(frame).ok()) return;
+          const bool sent = (*session)->SendFrame(std::move(frame)).ok();
+          ft.sent = Clock::now();
+          if (!sent) return;
         }
       });
       for (int64_t i = 0; i < total; ++i) {
@@ -476,20 +636,29 @@ int RunFuseBench(const GlobalOptions& global, const FuseBenchOptions& o, std::os
           ++t.errors[absl::StatusCodeToString(static_cast<absl::StatusCode>(r->status().code()))];
           continue;
         }
-        const Clock::time_point due{Clock::duration(scheduled[r->seq()].load())};
-        t.round_trip_s.push_back(std::chrono::duration<double>(now - due).count());
+        const int64_t index = r->seq() - 1;  // frames start at seq 1
+        if (index < 0 || index >= total) continue;
+        FrameTimes& ft = t.frames[static_cast<size_t>(index)];
         const v1::FusionFrameResult& f = r->frame();
+        ft.answered = now;
+        ft.ok = true;
+        ft.server_s = f.info().total_seconds();
+        ft.queue_s = f.info().queue_wait_seconds();
+        ft.run_s = f.info().compute_seconds();
+        ft.gpu_s = f.stage_seconds().track() + f.stage_seconds().integrate() +
+                   f.stage_seconds().raycast();
         t.track_s += f.stage_seconds().track();
         t.integrate_s += f.stage_seconds().integrate();
         t.raycast_s += f.stage_seconds().raycast();
-        t.queue_s += f.info().queue_wait_seconds();
         t.lost += f.tracking() == v1::FUSION_TRACKING_LOST;
+        t.bricks_in_use = std::max(t.bricks_in_use, f.bricks_in_use());
         ++t.devices[f.info().device()];
       }
       t.elapsed_s = std::chrono::duration<double>(Clock::now() - start).count() -
                     static_cast<double>(o.warmup_frames) / o.fps;
       writer.join();
       if (t.fatal.ok()) {
+        t.closing = Clock::now();
         absl::StatusOr<int64_t> closed = (*session)->Close();
         if (!closed.ok()) t.fatal = closed.status();
       }
@@ -497,59 +666,114 @@ int RunFuseBench(const GlobalOptions& global, const FuseBenchOptions& o, std::os
   }
   for (std::thread& th : threads) th.join();
 
+  // Frames that overlapped another session's opening (due before every session had opened and
+  // sent its warm-up frames: volume creation, first frames) or closing (answered after the first
+  // session began to close: volume teardown). Sessions that start apart (--phase open) end apart,
+  // so their first and last measured frames overlap the others' opening and closing.
+  Clock::time_point all_warm{}, first_close = Clock::time_point::max();
+  for (const Tally& t : tallies) {
+    all_warm = std::max(all_warm, t.opened);
+    first_close = std::min(first_close, t.closing);
+  }
+  all_warm += std::chrono::duration_cast<Clock::duration>(period * static_cast<double>(o.warmup_frames));
+  std::vector<bool> while_opening, while_closing;  // by frame, in parts' order
   Tally all;
+  RoundTripParts parts;
+  std::vector<Clock::time_point> starts;
   double max_elapsed = 0;
   int sessions_failed = 0;
   for (const Tally& t : tallies) {
-    all.round_trip_s.insert(all.round_trip_s.end(), t.round_trip_s.begin(), t.round_trip_s.end());
+    for (const FrameTimes& ft : t.frames) {
+      if (!ft.ok) continue;
+      auto sec = [](Clock::duration d) { return std::chrono::duration<double>(d).count(); };
+      const double round_trip = sec(ft.answered - ft.due), lag = sec(ft.woke - ft.due);
+      parts.Add({lag, round_trip - lag - ft.server_s, sec(ft.sent - ft.woke), ft.server_s,
+                 ft.server_s - ft.run_s, ft.queue_s, ft.run_s, ft.gpu_s, round_trip});
+      while_opening.push_back(ft.due < all_warm);
+      while_closing.push_back(ft.answered >= first_close);
+    }
     all.track_s += t.track_s;
     all.integrate_s += t.integrate_s;
     all.raycast_s += t.raycast_s;
-    all.queue_s += t.queue_s;
     all.lost += t.lost;
     all.failed += t.failed;
     all.late_sends += t.late_sends;
+    all.reserved_bytes = std::max(all.reserved_bytes, t.reserved_bytes);
+    all.brick_capacity = std::max(all.brick_capacity, t.brick_capacity);
+    all.bricks_in_use = std::max(all.bricks_in_use, t.bricks_in_use);
     for (const auto& [k, v] : t.errors) all.errors[k] += v;
     for (const auto& [k, v] : t.devices) all.devices[k] += v;
     if (!t.fatal.ok()) {
       ++sessions_failed;
       if (all.fatal.ok()) all.fatal = t.fatal;
+    } else {
+      starts.push_back(t.start);
     }
     max_elapsed = std::max(max_elapsed, t.elapsed_s);
   }
-  const int64_t ok = static_cast<int64_t>(all.round_trip_s.size());
+  const int64_t ok = parts.size();
   if (ok == 0) {
     err << "fresnel: no frame was answered\n";
     return ReportError(err, kExitRpc, all.fatal.ok() ? absl::UnknownError("no frames") : all.fatal,
                        global.server);
   }
   const double fn = static_cast<double>(ok);
-  const double p50 = Percentile(all.round_trip_s, 0.50), p99 = Percentile(all.round_trip_s, 0.99),
-               pmax = Percentile(all.round_trip_s, 1.0);
+  const std::vector<double>& round_trips = parts.column(RoundTripParts::kRoundTrip);
+  const double p50 = Percentile(round_trips, 0.50), p99 = Percentile(round_trips, 0.99),
+               pmax = Percentile(round_trips, 1.0);
   const double fps_all = max_elapsed > 0 ? fn / max_elapsed : 0;
+  // Phases: the most sessions whose first frame falls in one 1 ms window of the period.
+  const int crowded = CrowdedPhases(starts, period.count(), 1e-3);
+  // Frames (all, and of the slowest 1 %) in all, while sessions opened, while they closed.
+  std::array<int64_t, 3> frames_in{0, 0, 0}, slowest_in{0, 0, 0};
+  for (size_t i = 0; i < while_opening.size(); ++i) {
+    const bool in[3] = {true, while_opening[i], while_closing[i]};
+    for (int w = 0; w < 3; ++w) {
+      frames_in[w] += in[w];
+      slowest_in[w] += in[w] && round_trips[i] >= p99;
+    }
+  }
   std::vector<std::string> errors, devices;
   for (const auto& [k, v] : all.errors) errors.push_back(absl::StrCat(k, " ", v));
   for (const auto& [k, v] : all.devices) devices.push_back(absl::StrCat(k, " ", v));
   if (o.json) {
-    JsonObject latency, stages, json;
+    JsonObject latency, stages, breakdown, json;
     latency.Add("p50", p50 * 1e3).Add("p99", p99 * 1e3).Add("max", pmax * 1e3);
     stages.Add("track", all.track_s / fn * 1e3)
         .Add("integrate", all.integrate_s / fn * 1e3)
         .Add("raycast", all.raycast_s / fn * 1e3)
-        .Add("queue_wait", all.queue_s / fn * 1e3);
+        .Add("queue_wait", parts.Mean(RoundTripParts::kQueue) * 1e3);
+    for (int k = 0; k < RoundTripParts::kParts; ++k) {
+      JsonObject part;
+      part.Add("mean", parts.Mean(k) * 1e3)
+          .Add("p99", Percentile(parts.column(k), 0.99) * 1e3)
+          .Add("slowest_1pct_mean", parts.TailMean(k, p99) * 1e3);
+      breakdown.Add(RoundTripParts::kKeys[k], part);
+    }
     json.Add("op", std::string("fuse"))
         .Add("frame_size", std::vector<int64_t>{camera.width, camera.height})
         .Add("sessions", o.sessions)
         .Add("connections", connections)
+        .Add("phase", o.phase)
+        .Add("variant", o.variant)
+        .Add("sessions_in_busiest_1ms_of_period", crowded)
+        .Add("frames_while_sessions_opened", frames_in[1])
+        .Add("slowest_1pct_while_sessions_opened", slowest_in[1])
+        .Add("frames_while_sessions_closed", frames_in[2])
+        .Add("slowest_1pct_while_sessions_closed", slowest_in[2])
         .Add("sessions_failed", sessions_failed)
         .Add("target_fps", o.fps)
         .Add("frames_ok", ok)
         .Add("frames_failed", all.failed)
         .Add("frames_lost", all.lost)
         .Add("late_sends", all.late_sends)
+        .Add("reserved_bytes_per_session", all.reserved_bytes)
+        .Add("brick_capacity", all.brick_capacity)
+        .Add("bricks_in_use_max", all.bricks_in_use)
         .Add("frames_per_second", fps_all)
         .Add("round_trip_ms", latency)
-        .Add("server_mean_ms", stages);
+        .Add("server_mean_ms", stages)
+        .Add("breakdown_ms", breakdown);
     out << json.Str() << "\n";
   } else {
     Table t;
@@ -564,14 +788,32 @@ int RunFuseBench(const GlobalOptions& global, const FuseBenchOptions& o, std::os
               absl::StrCat("p50 ", FormatMs(p50), "  p99 ", FormatMs(p99), "  max ",
                            FormatMs(pmax), " (scheduled send -> answer)")});
     t.AddRow({"server (ms)",
-              absl::StrCat("queue ", FormatMs(all.queue_s / fn), "; track ",
+              absl::StrCat("queue ", FormatMs(parts.Mean(RoundTripParts::kQueue)), "; track ",
                            FormatMs(all.track_s / fn), " + integrate ",
                            FormatMs(all.integrate_s / fn), " + raycast ",
                            FormatMs(all.raycast_s / fn), " (mean)")});
     t.AddRow({"late sends", absl::StrCat(all.late_sends, " (held back more than a frame period)")});
+    t.AddRow({"phases", absl::StrCat(o.phase, ": ", crowded, " of ", starts.size(),
+                                     " sessions start within the busiest 1 ms of the period")});
+    t.AddRow({"others opening", absl::StrCat(frames_in[1], " frames due before every session had "
+                                             "opened and warmed up, ", slowest_in[1], " of the slowest ",
+                                             slowest_in[0])});
+    t.AddRow({"others closing", absl::StrCat(frames_in[2], " frames answered after the first close, ",
+                                             slowest_in[2], " of the slowest ", slowest_in[0])});
     t.AddRow({"devices", absl::StrJoin(devices, ", ")});
+    t.AddRow({"memory", absl::StrCat(FormatBytes(all.reserved_bytes), " reserved a session; ",
+                                     all.bricks_in_use, " of ", all.brick_capacity,
+                                     " bricks in use at most")});
     out << "\n";
     t.Print(out);
+    Table b;
+    b.AddRow({"round trip, in parts (ms)", "mean", "p99", "slowest 1 % (mean)"});
+    for (int k = 0; k < RoundTripParts::kParts; ++k) {
+      b.AddRow({RoundTripParts::kLabels[k], FormatMs(parts.Mean(k)),
+                FormatMs(Percentile(parts.column(k), 0.99)), FormatMs(parts.TailMean(k, p99))});
+    }
+    out << "\n";
+    b.Print(out);
   }
   if (!all.fatal.ok()) {
     err << "fresnel: " << sessions_failed << " session(s) ended early: " << all.fatal.message()

@@ -57,6 +57,15 @@ struct FuseBenchOptions {
   // 0 = one per session, as separate clients would have. One connection for all (1) carries
   // ~1.9 GB/s, i.e. ~2,300 frames/s of 848x480 uint16 (docs/fusion_service.md).
   int connections = 0;
+  // Where in the frame period each session sends: "random" (uniform, fixed seed: independent
+  // cameras) or "even" (k / N of the period: the frames take turns), both once every session
+  // has opened; or "open" (each from when its own open is answered, the bench before 2026-12-02:
+  // its first measured frames then share the GPU with the later sessions' opening, volume
+  // creation and first frames, which made its p99; docs/fusion_service.md).
+  std::string phase = "random";
+  // "OFF[+ON]": FusionConfig.cuda_disable / cuda_enable bits for A/B runs (fusion.proto); empty
+  // = the defaults.
+  std::string variant;
   std::string device = "any";
   bool json = false;
 };

@@ -41,7 +41,7 @@ absl::StatusOr<std::unique_ptr<FusionSession>> FusionSession::Open(Client& clien
   v1::FusionRequest request;
   *request.mutable_config() = config;
   absl::StatusOr<int64_t> seq = (*s)->Send(request);
-  if (!seq.ok()) return seq.status();
+  if (!seq.ok()) return (*s)->RefusedStatus(seq.status());
   absl::StatusOr<v1::FusionResponse> r = (*s)->Expect(*seq);
   if (!r.ok()) return r.status();
   if (!r->has_opened()) return absl::DataLossError("the server's answer to config is not `opened`");
@@ -65,7 +65,7 @@ absl::StatusOr<std::unique_ptr<FusionSession>> FusionSession::Restore(
     offset += n;
     part->set_last(offset >= static_cast<int64_t>(snapshot.size()));
     absl::StatusOr<int64_t> sent = (*s)->Send(request);
-    if (!sent.ok()) return sent.status();
+    if (!sent.ok()) return (*s)->RefusedStatus(sent.status());
     seq = *sent;
   } while (offset < static_cast<int64_t>(snapshot.size()));
   absl::StatusOr<v1::FusionResponse> r = (*s)->Expect(seq);
@@ -101,6 +101,13 @@ absl::StatusOr<int64_t> FusionSession::Send(const v1::FusionRequest& request) {
   return next_seq_++;
 }
 
+absl::Status FusionSession::RefusedStatus(const absl::Status& send_status) {
+  // The server ended the stream at its first message (no room, a bad config): its status, not
+  // the write's.
+  absl::Status st = ReadResponse().status();
+  return st.ok() ? send_status : st;
+}
+
 absl::StatusOr<v1::FusionResponse> FusionSession::ReadResponse() {
   if (ended_) return final_;
   v1::FusionResponse r;
@@ -133,6 +140,12 @@ absl::StatusOr<v1::FusionFrameResult> FusionSession::ProcessFrame(const v1::Fusi
 absl::StatusOr<int64_t> FusionSession::SendFrame(const v1::FusionFrame& frame) {
   v1::FusionRequest request;
   *request.mutable_frame() = frame;
+  return Send(request);
+}
+
+absl::StatusOr<int64_t> FusionSession::SendFrame(v1::FusionFrame&& frame) {
+  v1::FusionRequest request;
+  *request.mutable_frame() = std::move(frame);
   return Send(request);
 }
 
@@ -212,7 +225,7 @@ absl::StatusOr<int64_t> FusionSession::Close() {
   v1::FusionRequest request;
   request.mutable_close();
   absl::StatusOr<int64_t> seq = Send(request);
-  if (!seq.ok()) return seq.status();
+  if (!seq.ok()) return RefusedStatus(seq.status());
   stream_->WritesDone();
   absl::StatusOr<v1::FusionResponse> r = Expect(*seq);
   if (!r.ok()) return r.status();

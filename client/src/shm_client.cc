@@ -22,6 +22,7 @@
 #include "absl/strings/str_format.h"
 #include "call_util.h"
 #include "fresnel/core/status.h"
+#include "fresnel/core/uninitialized_array.h"
 #include "fresnel/v1/array_convert.h"
 #include "fresnel/v1/region_wire.h"
 #include "fresnel/v1/wire_limits.h"
@@ -487,18 +488,23 @@ absl::Status Client::TransferThroughRegion(
     (void)UnregisterRegion(name, quick);
   };
 
-  // y's buffer: *y_out's when it has the result's dtype and size, else made on its own thread
-  // while x is uploaded (HostArray prefaults large buffers in parallel on huge pages, then
-  // std::string zero-fills it on one thread: ~100 ms per GiB on the H200 host), so that the
-  // download only copies into it. The future's destructor waits for it on every early return.
+  // y's buffer: *y_out's when it has the result's dtype and size, else a new one that is not
+  // zero-filled (UninitializedArray; the zero-filled constructor's fill took ~100 ms per GiB on
+  // one thread on the H200 host, and the first segment's download waited for it): the
+  // segments' windows cover every byte of y. With transfer.prefault_y it is made and faulted in
+  // on its own thread while x is uploaded, so that the download only copies into it; without,
+  // it is made (no faults yet) when the first answer comes and the download threads fault its
+  // pages in as they write them. The future's destructor waits for it on every early return.
   const DType y_dtype_expected = x.dtype();  // segments only where y keeps x's dtype
   const bool reuse = y_out->dtype() == y_dtype_expected &&
                      static_cast<int64_t>(y_out->nbytes()) == channels * y_samples * item;
   std::future<std::string> y_buffer;
   if (!reuse) {
-    y_buffer = std::async(std::launch::async, [y_bytes] {
-      return HostArray(DType::kUint8, {y_bytes}).TakeBytes();
-    });
+    const FirstTouch touch = transfer.prefault_y ? FirstTouch::kPrefault : FirstTouch::kOnWrite;
+    y_buffer = std::async(transfer.prefault_y ? std::launch::async : std::launch::deferred,
+                          [y_bytes, touch] {
+                            return UninitializedArray(DType::kUint8, {y_bytes}, touch).TakeBytes();
+                          });
   }
 
   Pipeline pipe;
@@ -661,7 +667,9 @@ absl::Status Client::TransferThroughRegion(
           break;
         }
       } else {
-        std::string buffer = reuse ? std::string() : y_buffer.get();  // usually ready by now
+        std::string buffer =  // y_buffer is usually ready by now
+            reuse ? UninitializedArray(DType::kUint8, {got_bytes}, FirstTouch::kOnWrite).TakeBytes()
+                  : y_buffer.get();
         buffer.resize(static_cast<size_t>(got_bytes));  // never larger: checked above
         absl::StatusOr<HostArray> made = HostArray::FromBytes(*dtype, y_shape, std::move(buffer), "y");
         if (!made.ok()) {
@@ -727,6 +735,49 @@ bool Splittable(const HostArray& x, int axis, bool keep_precision, bool complex_
   return true;
 }
 
+// What UpfirdnArrayInto and ResamplePolyArrayInto read off their request alike.
+struct ArrayCall {
+  int axis = -1;             // the filtered axis, normalised
+  int64_t n = 0;             // x's samples along it
+  int64_t channels = 1;      // the product of x's other dimensions
+  int64_t item = 16;         // bytes per output element, at most
+  int64_t up = 1, down = 1;  // as given (at least 1)
+  int64_t taps = -1;         // the explicit taps' count; -1 when the filter is designed
+  bool splittable = false;   // Splittable() with the request's padding
+};
+
+template <class Request>
+ArrayCall ArrayCallOf(const Request& request, const HostArray& x, v1::PadMode mode) {
+  ArrayCall c;
+  const int axis = request.has_axis() ? request.axis() : -1;
+  c.axis = axis < 0 ? axis + x.ndim() : axis;
+  c.n = SamplesOf(x, axis);
+  c.channels = ChannelsOf(x, c.n);
+  const bool keep = request.dtype_rule() == v1::DTYPE_KEEP_PRECISION;
+  const bool complex_taps = request.has_taps() && IsComplex(request.taps().dtype());
+  c.item = OutputItemBound(x.dtype(), keep, complex_taps);
+  c.up = std::max(1, request.up());
+  c.down = std::max(1, request.down());
+  if (request.has_taps()) {
+    c.taps = std::max<int64_t>(0, ShapeElements(std::vector<int64_t>(
+                                      request.taps().shape().begin(), request.taps().shape().end())));
+  }
+  c.splittable = Splittable(x, axis, keep, complex_taps, mode);
+  return c;
+}
+
+// The sub-call of a transfer: a copy of `request` (one per concurrent sub-call) with x and, when
+// given, y_shm set, sent by send(sub). `request` must outlive the transfer.
+template <class Request, class Send>
+auto SubCall(const Request& request, Send send) {
+  return [&request, send](v1::NdArray x_wire, const v1::ShmRef* y_shm) {
+    Request sub = request;
+    *sub.mutable_x() = std::move(x_wire);
+    if (y_shm != nullptr) *sub.mutable_y_shm() = *y_shm;
+    return send(sub);
+  };
+}
+
 }  // namespace
 
 absl::Status Client::UpfirdnArrayInto(v1::UpfirdnRequest request, const HostArray& x,
@@ -734,36 +785,21 @@ absl::Status Client::UpfirdnArrayInto(v1::UpfirdnRequest request, const HostArra
                                       const CallOptions& call, TransferReport* report) {
   if (y == nullptr) return absl::InvalidArgumentError("y: null");
   request.clear_x();  // copied once per sub-call below: x travels through the region
-  const int axis = request.has_axis() ? request.axis() : -1;
-  const int64_t n = SamplesOf(x, axis);
-  const int64_t channels = ChannelsOf(x, n);
-  const bool keep = request.dtype_rule() == v1::DTYPE_KEEP_PRECISION;
-  const bool complex_taps = request.has_taps() && IsComplex(request.taps().dtype());
-  const int64_t item = OutputItemBound(x.dtype(), keep, complex_taps);
-  const int64_t up = std::max(1, request.up()), down = std::max(1, request.down());
-  const int64_t taps = request.has_taps()
-                           ? std::max<int64_t>(0, ShapeElements(std::vector<int64_t>(
-                                                      request.taps().shape().begin(),
-                                                      request.taps().shape().end())))
-                           : std::max(0, request.design().numtaps());
+  const ArrayCall c = ArrayCallOf(request, x, request.mode());
+  const int64_t taps = c.taps >= 0 ? c.taps : std::max(0, request.design().numtaps());
   // SciPy's full output length (interp.h UpfirdnOutputLength).
-  const int64_t y_samples = n == 0 ? 0 : ((n - 1) * up + taps - 1) / down + 1;
+  const int64_t y_samples = c.n == 0 ? 0 : ((c.n - 1) * c.up + taps - 1) / c.down + 1;
   internal::FilterSplit split;
-  split.ok = taps > 0 && Splittable(x, axis, keep, complex_taps, request.mode());
-  split.axis = axis < 0 ? axis + x.ndim() : axis;
-  split.up = up;
-  split.down = down;
+  split.ok = taps > 0 && c.splittable;
+  split.axis = c.axis;
+  split.up = c.up;
+  split.down = c.down;
   // Output j reads x samples [ceil((j * down - taps + 1) / up), floor(j * down / up)].
-  split.halo = (taps + up - 1) / up + 2;
+  split.halo = (taps + c.up - 1) / c.up + 2;
   split.taps = taps;
   return TransferThroughRegion(
-      x, channels, y_samples, item, split, transfer, call, report, y,
-      [&](v1::NdArray x_wire, const v1::ShmRef* y_shm) {
-        v1::UpfirdnRequest sub = request;  // one per concurrent sub-call
-        *sub.mutable_x() = std::move(x_wire);
-        if (y_shm != nullptr) *sub.mutable_y_shm() = *y_shm;
-        return Upfirdn(sub, call);
-      });
+      x, c.channels, y_samples, c.item, split, transfer, call, report, y,
+      SubCall(request, [&](const v1::UpfirdnRequest& sub) { return Upfirdn(sub, call); }));
 }
 
 absl::Status Client::ResamplePolyArrayInto(v1::ResamplePolyRequest request, const HostArray& x,
@@ -771,40 +807,25 @@ absl::Status Client::ResamplePolyArrayInto(v1::ResamplePolyRequest request, cons
                                            const CallOptions& call, TransferReport* report) {
   if (y == nullptr) return absl::InvalidArgumentError("y: null");
   request.clear_x();  // copied once per sub-call below: x travels through the region
-  const int axis = request.has_axis() ? request.axis() : -1;
-  const int64_t n = SamplesOf(x, axis);
-  const int64_t channels = ChannelsOf(x, n);
-  const bool keep = request.dtype_rule() == v1::DTYPE_KEEP_PRECISION;
-  const bool complex_taps = request.has_taps() && IsComplex(request.taps().dtype());
-  const int64_t item = OutputItemBound(x.dtype(), keep, complex_taps);
-  const int64_t up = std::max(1, request.up()), down = std::max(1, request.down());
-  const int64_t y_samples = (n * up + down - 1) / down;  // ceil(n * up / down)
-  const int64_t g = std::gcd(up, down);
+  const ArrayCall c = ArrayCallOf(request, x, request.padtype());
+  const int64_t y_samples = (c.n * c.up + c.down - 1) / c.down;  // ceil(n * up / down)
+  const int64_t g = std::gcd(c.up, c.down);
   internal::FilterSplit split;
   // up/down reducing to 1/1 is a copy (no filter): nothing to gain from cutting it.
-  split.ok = up / g != down / g && Splittable(x, axis, keep, complex_taps, request.padtype());
-  split.axis = axis < 0 ? axis + x.ndim() : axis;
-  split.up = up / g;
-  split.down = down / g;
+  split.ok = c.up / g != c.down / g && c.splittable;
+  split.axis = c.axis;
+  split.up = c.up / g;
+  split.down = c.down / g;
   split.resample_poly = true;
   // The designed filter (interp.h): explicit taps or 20 * max(up, down) + 1 of them, after up
   // to `down` leading zeros; output j is the full upfirdn's output j + skip, skip * down at
   // most half the filter + down. So output j reads x samples within (j * down +- (taps + down))
   // / up.
-  const int64_t taps =
-      request.has_taps()
-          ? std::max<int64_t>(0, ShapeElements(std::vector<int64_t>(
-                                     request.taps().shape().begin(), request.taps().shape().end())))
-          : 20 * std::max(split.up, split.down) + 1;
+  const int64_t taps = c.taps >= 0 ? c.taps : 20 * std::max(split.up, split.down) + 1;
   split.halo = (taps + split.down + split.up - 1) / split.up + 2;
   return TransferThroughRegion(
-      x, channels, y_samples, item, split, transfer, call, report, y,
-      [&](v1::NdArray x_wire, const v1::ShmRef* y_shm) {
-        v1::ResamplePolyRequest sub = request;
-        *sub.mutable_x() = std::move(x_wire);
-        if (y_shm != nullptr) *sub.mutable_y_shm() = *y_shm;
-        return ResamplePoly(sub, call);
-      });
+      x, c.channels, y_samples, c.item, split, transfer, call, report, y,
+      SubCall(request, [&](const v1::ResamplePolyRequest& sub) { return ResamplePoly(sub, call); }));
 }
 
 absl::StatusOr<HostArray> Client::UpfirdnArray(v1::UpfirdnRequest request, const HostArray& x,

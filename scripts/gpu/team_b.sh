@@ -1,21 +1,27 @@
 #!/usr/bin/env bash
 # The team's GPU run, call B (after team_a.sh, within 30 s): waits up to 400 s for the soak and
-# up to 540 s for the fuzzers, prints the soak's tables, RSS and device memory timeline, and
-# the fuzzers' executions. Add benches after the soak's end if time is left.
+# up to 540 s for the fuzzers and the long racecheck, prints the soak's tables, RSS and device
+# memory timeline, the racecheck's verdict and the fuzzers' executions. TEAM_BENCH=1 adds benches.
 set -u
 T0=$(date +%s)
 exec > >(tee -a "$OUT/b.log") 2>&1
 echo "== $(date -u)"
-while [[ ! -e /tmp/soak/done ]] && (( $(date +%s) - T0 < 400 )); do sleep 5; done
+wait_s=${TEAM_B_WAIT:-540}   # the most this call waits for the soak (400 at most), fuzzers, racecheck
+while [[ ! -e /tmp/soak/done ]] && (( $(date +%s) - T0 < (wait_s < 400 ? wait_s : 400) )); do sleep 5; done
 echo "soak done? $(ls /tmp/soak) at $(( $(date +%s) - T0 )) s"
 cat /tmp/soak/bench.log; echo "-- smi"; cat /tmp/soak/smi.log; echo "-- server log tail"; tail -20 /tmp/soak/server.log
-while [[ -d /tmp/fuzz && ! -e /tmp/fuzz/done ]] && (( $(date +%s) - T0 < 540 )); do sleep 5; done
+while { [[ -d /tmp/fuzz && ! -e /tmp/fuzz/done ]] || [[ -d /tmp/race && ! -e /tmp/race/done ]]; } &&
+      (( $(date +%s) - T0 < wait_s )); do sleep 5; done
+if [[ -d /tmp/race ]]; then
+  echo "-- long racecheck at $(( $(date +%s) - T0 )) s: $(cat /tmp/race/done 2>/dev/null || echo 'not done')"
+  tail -n 8 /tmp/race/long.log; grep -c "Race reported\|Hazard" /tmp/race/long.log
+fi
 pkill -INT -f fuzz_ ; sleep 3
 for f in /tmp/fuzz/*.log; do echo "-- $f"; grep -E "^stat::number_of_executed_units|^stat::peak_rss_mb|ERROR|SUMMARY|Done" $f | head; done
 ls -la /tmp/fuzz/art-* 2>/dev/null
 echo "== end $(date -u)"
 # --- benches after the soak (TEAM_BENCH=0 skips them); each bounded by a timeout ---
-[[ ${TEAM_BENCH:-1} == 0 ]] && exit 0
+[[ ${TEAM_BENCH:-0} == 0 ]] && exit 0
 data=$PWD/.gpu/data
 root=$(cd .. && pwd)
 echo "== volume: Blunt Fin, 6 M, 35 M at 1024², the walk [$(( $(date +%s) - T0 )) s]"

@@ -19,11 +19,12 @@ targets=(fresneld fresnel)
 for t in "${tests[@]}" "${benches[@]}"; do targets+=("$(basename "$t")"); done
 cmake --build "$b" -j "${FRESNEL_JOBS:-$(nproc)}" --target "${targets[@]}"
 fuzz=${FRESNEL_GPU_FUZZ:-1}   # 0: no fuzzers in the bundle (team_a.sh then starts none)
-((fuzz)) && FRESNEL_FUZZ_RUNS=1 bash scripts/fuzz.sh tiff resample_stream >/dev/null
+fuzzers=(${FRESNEL_GPU_FUZZERS:-tiff resample_stream})   # the harnesses to bundle
+((fuzz)) && FRESNEL_FUZZ_RUNS=1 bash scripts/fuzz.sh "${fuzzers[@]}" >/dev/null
 bins=("$b/server/fresneld" "$b/client/fresnel")
 for t in "${tests[@]}"; do bins+=("$b/tests/$t"); done
 for t in "${benches[@]}"; do bins+=("$b/tests/bench/$t"); done
-((fuzz)) && bins+=(build-fuzz/tests/fuzz/fuzz_tiff build-fuzz/tests/fuzz/fuzz_resample_stream)
+if ((fuzz)); then for f in "${fuzzers[@]}"; do bins+=("build-fuzz/tests/fuzz/fuzz_$f"); done; fi
 data=()
 for d in fusion volume cgh; do [[ -d ../shared/data/$d ]] && data+=(--data "../shared/data/$d"); done
 bash scripts/gpu/bundle.sh team "${data[@]}" "${bins[@]}"

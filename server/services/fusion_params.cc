@@ -51,6 +51,8 @@ absl::StatusOr<fusion::FusionConfig> FusionConfigFromProto(const v1::FusionConfi
         "config.icp_iterations: at most 3 pyramid levels, got ", p.icp_iterations_size()));
   }
   for (int l = 0; l < p.icp_iterations_size(); ++l) c.icp_iterations[l] = p.icp_iterations(l);
+  c.cuda_disable = p.cuda_disable();
+  c.cuda_enable = p.cuda_enable();
   // Levels not given keep no iterations when some were given (a coarse-only or fine-only ICP).
   if (p.icp_iterations_size() > 0) {
     for (int l = p.icp_iterations_size(); l < 3; ++l) c.icp_iterations[l] = 0;
@@ -75,6 +77,8 @@ void FusionConfigToProto(const fusion::FusionConfig& c, v1::FusionConfig* out) {
   out->set_clearing_interval_frames(c.clearing_interval_frames);
   out->clear_icp_iterations();
   for (int it : c.icp_iterations) out->add_icp_iterations(it);
+  out->set_cuda_disable(c.cuda_disable);
+  out->set_cuda_enable(c.cuda_enable);
 }
 
 absl::StatusOr<fusion::RigidTransform> PoseFromProto(const v1::FusionPose& pose,

@@ -152,6 +152,18 @@ absl::StatusOr<UpfirdnCall> ParseUpfirdn(const v1::UpfirdnRequest& request,
   return call;
 }
 
+namespace {
+
+// A request's get_window name and tuple parameters (`window_name`, `window_params`).
+template <class Request>
+absl::StatusOr<interp::WindowSpec> NamedWindow(const Request& request) {
+  return interp::WindowFromName(request.window_name(),
+                                {request.window_params().begin(), request.window_params().end()},
+                                "window_name");
+}
+
+}  // namespace
+
 absl::StatusOr<interp::ResamplePolyOptions> ParseResamplePoly(
     const v1::ResamplePolyRequest& request) {
   interp::ResamplePolyOptions o;
@@ -164,11 +176,7 @@ absl::StatusOr<interp::ResamplePolyOptions> ParseResamplePoly(
     o.taps_dtype = taps.dtype;
   }
   if (!request.window_name().empty()) {
-    FRESNEL_ASSIGN_OR_RETURN(
-        o.window, interp::WindowFromName(request.window_name(),
-                                         {request.window_params().begin(),
-                                          request.window_params().end()},
-                                         "window_name"));
+    FRESNEL_ASSIGN_OR_RETURN(o.window, NamedWindow(request));
   } else {
     FRESNEL_ASSIGN_OR_RETURN(o.window, WindowFromProto(request.window(), request.kaiser_beta(),
                                                        interp::Window::kKaiser, "window"));
@@ -177,6 +185,20 @@ absl::StatusOr<interp::ResamplePolyOptions> ParseResamplePoly(
   o.cval = request.cval();
   FRESNEL_ASSIGN_OR_RETURN(o.dtype_rule, DTypeRuleFromProto(request.dtype_rule()));
   o.axis = request.has_axis() ? request.axis() : -1;
+  return o;
+}
+
+absl::StatusOr<interp::ResampleOptions> ParseResample(const v1::ResampleRequest& request) {
+  interp::ResampleOptions o;
+  o.num = request.num();
+  o.axis = request.has_axis() ? request.axis() : -1;
+  o.freq_domain = request.freq_domain();
+  o.window_values.assign(request.window_values().begin(), request.window_values().end());
+  if (!request.window_name().empty()) {
+    FRESNEL_ASSIGN_OR_RETURN(o.window, NamedWindow(request));
+  } else if (!request.window_params().empty()) {
+    return absl::InvalidArgumentError("window_params given without window_name");
+  }
   return o;
 }
 

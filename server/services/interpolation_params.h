@@ -34,5 +34,7 @@ struct UpfirdnCall {
 absl::StatusOr<UpfirdnCall> ParseUpfirdn(const v1::UpfirdnRequest& request,
                                          const interp::Limits& limits);
 absl::StatusOr<interp::ResamplePolyOptions> ParseResamplePoly(const v1::ResamplePolyRequest& request);
+// ResampleRequest's options (window by name or values, domain); the rest is ValidateResample's.
+absl::StatusOr<interp::ResampleOptions> ParseResample(const v1::ResampleRequest& request);
 
 }  // namespace fresnel::server

@@ -571,11 +571,10 @@ grpc::ServerUnaryReactor* InterpolationService::Resample(grpc::CallbackServerCon
                                                          const v1::ResampleRequest* request,
                                                          v1::InterpolationResponse* response) {
   auto* call = new UnaryJobCall(ctx_, context, kService, "Resample");
-  interp::ResampleOptions options;
-  options.num = request->num();
-  options.axis = request->has_axis() ? request->axis() : -1;
+  absl::StatusOr<interp::ResampleOptions> parsed = ParseResample(*request);
+  const interp::ResampleOptions options = parsed.ok() ? *parsed : interp::ResampleOptions{};
   const ShmResolver resolver = ResolverOf(ctx_, context);
-  absl::StatusOr<HostArray> x = TakeX(request->x(), resolver);
+  absl::StatusOr<HostArray> x = parsed.ok() ? TakeX(request->x(), resolver) : parsed.status();
   absl::Status valid = x.status();
   if (valid.ok()) valid = interp::ValidateResample(*x, options, limits_);
   if (!valid.ok()) {

@@ -1,11 +1,14 @@
 #include "server/services/volume_service.h"
 
 #include <array>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "fresnel/core/gpu.h"
 #include "fresnel/core/status.h"
 #include "fresnel/v1/array_convert.h"
 #include "fresnel/v1/wire_limits.h"
@@ -216,6 +219,69 @@ HostArray BlockPixels(const volume::PartialFrame& f) {
   return out;
 }
 
+// A page-locked host image per worker thread, reused by its CUDA frames (volume::RenderInto):
+// the image leaves the GPU by DMA into it and is then copied once into the reply's bytes.
+// volume::Render would allocate and zero-fill a pageable HostArray per frame and copy into it at
+// the driver's pageable rate (H200, Blunt Fin 1024² RGBA8: docs/volume.md "Session 8"). Up to
+// kMaxStagedImageBytes; a larger image, or one the buffer cannot be had for, goes through
+// Render. Not pinned (still correct, only slower) where page-locking fails.
+constexpr int64_t kMaxStagedImageBytes = int64_t{64} << 20;
+class ImageStaging {
+ public:
+  ImageStaging() = default;
+  ImageStaging(const ImageStaging&) = delete;
+  ImageStaging& operator=(const ImageStaging&) = delete;
+  ~ImageStaging() { Release(); }
+  // At least `bytes` bytes, or null.
+  void* Get(int64_t bytes) {
+    if (bytes <= bytes_) return data_;
+    Release();
+    constexpr int64_t kPage = 4096;
+    const int64_t room = (bytes + kPage - 1) / kPage * kPage;
+    data_ = std::aligned_alloc(kPage, static_cast<size_t>(room));
+    if (data_ == nullptr) return nullptr;
+    pinned_ = PinHostMemory(data_, room).ok();
+    bytes_ = room;
+    return data_;
+  }
+
+ private:
+  void Release() {
+    if (data_ != nullptr && pinned_) UnpinHostMemory(data_);
+    std::free(data_);
+    data_ = nullptr;
+    bytes_ = 0;
+    pinned_ = false;
+  }
+  void* data_ = nullptr;
+  int64_t bytes_ = 0;
+  bool pinned_ = false;
+};
+
+// The frame as an array: on CUDA through this thread's ImageStaging, else volume::Render.
+absl::StatusOr<HostArray> RenderFrame(const Device& device, const volume::DeviceMesh& mesh,
+                                      const VolumeRenderInput& input,
+                                      const volume::PartialFrameCallback& on_block,
+                                      volume::RenderStats* stats) {
+  const int64_t bytes = input.ImageBytes();
+  if (device.kind == DeviceKind::kCuda && bytes <= kMaxStagedImageBytes) {
+    thread_local ImageStaging staging;
+    if (void* image = staging.Get(bytes)) {
+      FRESNEL_ASSIGN_OR_RETURN(*stats, volume::RenderInto(device, mesh, input.tf, input.camera,
+                                                          input.options, image, bytes, on_block));
+      return HostArray::FromBytes(
+          input.options.rgba8 ? DType::kUint8 : DType::kFloat32,
+          {input.camera.height, input.camera.width, 4},
+          std::string(static_cast<const char*>(image), static_cast<size_t>(bytes)));
+    }
+  }
+  FRESNEL_ASSIGN_OR_RETURN(volume::RenderResult r, volume::Render(device, mesh, input.tf,
+                                                                  input.camera, input.options,
+                                                                  on_block));
+  *stats = r.stats;
+  return std::move(r.image);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Render: one job through the mesh's session; partial frames and the image are queued on the
 // writer as they are produced.
@@ -268,14 +334,13 @@ absl::Status StartRender(ServiceContext* ctx, grpc::CallbackServerContext* conte
         return absl::OkStatus();
       };
     }
-    FRESNEL_ASSIGN_OR_RETURN(volume::RenderResult r,
-                             volume::Render(device, *state->mesh, input->tf, input->camera,
-                                            input->options, on_block));
-    times->compute_s = r.stats.project_s + r.stats.records_s + r.stats.sort_s +
-                       r.stats.composite_s;
-    times->d2h_s = r.stats.d2h_s;
-    StatsToProto(r.stats, result->mutable_stats());
-    FRESNEL_ASSIGN_OR_RETURN(HostArray image, ImageInFormat(std::move(r.image), input->format));
+    volume::RenderStats stats;
+    FRESNEL_ASSIGN_OR_RETURN(HostArray frame,
+                             RenderFrame(device, *state->mesh, *input, on_block, &stats));
+    times->compute_s = stats.project_s + stats.records_s + stats.sort_s + stats.composite_s;
+    times->d2h_s = stats.d2h_s;
+    StatsToProto(stats, result->mutable_stats());
+    FRESNEL_ASSIGN_OR_RETURN(HostArray image, ImageInFormat(std::move(frame), input->format));
     ToProto(std::move(image), result->mutable_image());
     return absl::OkStatus();
   };

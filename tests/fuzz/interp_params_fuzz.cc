@@ -1,5 +1,6 @@
 // InterpolationService request parsing (server/services/interpolation_params.cc): the first byte
-// picks the message, the rest is an UpfirdnRequest or a ResamplePolyRequest. A request that
+// picks the message, the rest is an UpfirdnRequest (even), a ResampleRequest (255, the FFT method
+// with its window and domain) or a ResamplePolyRequest (other odd values). A request that
 // parses and validates is run on the CPU when its output is small, as the service would.
 #include <cstddef>
 #include <cstdint>
@@ -27,7 +28,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace fresnel;
   if (size < 1) return 0;
   const interp::Limits limits = FuzzLimits();
-  if (data[0] % 2 == 0) {
+  if (data[0] == 255) {
+    v1::ResampleRequest request;
+    if (!fuzz::ParseMessage(data + 1, size - 1, &request)) return 0;
+    auto options = server::ParseResample(request);
+    if (!options.ok()) return 0;
+    auto x = FromProto(request.x(), "x");
+    if (!x.ok()) return 0;
+    if (!interp::ValidateResample(*x, *options, limits).ok()) return 0;
+    (void)interp::Resample(Device::Cpu(), *x, *options);
+  } else if (data[0] % 2 == 0) {
     v1::UpfirdnRequest request;
     if (!fuzz::ParseMessage(data + 1, size - 1, &request)) return 0;
     auto call = server::ParseUpfirdn(request, limits);

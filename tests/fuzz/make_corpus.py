@@ -230,6 +230,12 @@ def corpus_requests():
         "interpolation"))
     put("interp_params", "resample_poly_taps", b"\x01" + encode(
         "ResamplePolyRequest", "x { %s } up: 1 down: 2 taps { %s }" % (x2, taps), "interpolation"))
+    put("interp_params", "resample_fft_window", b"\xff" + encode(
+        "ResampleRequest", "x { %s } num: 11 window_name: \"kaiser\" window_params: 8" % x,
+        "interpolation"))
+    put("interp_params", "resample_fft_values_freq", b"\xff" + encode(
+        "ResampleRequest", "x { %s } num: 3 window_values: [1, 0.5, 0.25, 0.5] freq_domain: true"
+        % x2, "interpolation"))
 
     cfg = encode("ResampleStreamRequest", "config { upfirdn { x { dtype: FLOAT32 shape: 1 shape: 0 }"
                  " taps { %s } up: 2 down: 3 } }" % taps, "interpolation")

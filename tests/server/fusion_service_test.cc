@@ -155,6 +155,7 @@ TEST_CASE("fusion service: a CPU session equals the kernel bit for bit", "[fusio
   CHECK((*session)->opened().device() == "cpu");
   CHECK((*session)->opened().reserved_bytes() == fusion::DeviceBytes(KernelConfig()));
   CHECK((*session)->opened().brick_capacity() == fusion::BrickCapacity(KernelConfig()));
+  CHECK((*session)->opened().config().cuda_disable() == 0);  // the defaults unless a bench asks
   CHECK(OpenFusionSessions(ts) == 1);
 
   Device cpu;
@@ -565,6 +566,24 @@ TEST_CASE("fresnel fuse: a generated sequence to trajectory, mesh and views", "[
   REQUIRE(r.code == 0);
   CHECK_THAT(r.out, Catch::Contains("\"connections\": 1"));
   CHECK_THAT(r.out, Catch::Contains("\"sessions_failed\": 0"));
+  // Sessions taking turns in the period, with A/B bits of the CUDA kernels (a CPU session ignores
+  // them; the config carries them): the round trip in parts.
+  r = RunCli({"--server", ts.address, "bench", "--op", "fuse", "--concurrency", "3", "--fps",
+              "30", "--duration", "0.3", "--warmup", "2", "--frame-size", "96x72",
+              "--budget-mib", "32", "--phase", "even", "--variant", "16384+4", "--json"});
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("\"phase\": \"even\""));
+  CHECK_THAT(r.out, Catch::Contains("\"variant\": \"16384+4\""));
+  CHECK_THAT(r.out, Catch::Contains("\"sessions_failed\": 0"));
+  for (const char* part : {"\"lag\"", "\"transit\"", "\"server\"", "\"process\"",
+                           "\"round_trip\"", "\"slowest_1pct_mean\""}) {
+    CHECK_THAT(r.out, Catch::Contains(part));
+  }
+  r = RunCli({"--server", ts.address, "bench", "--op", "fuse", "--variant", "4+x"});
+  CHECK(r.code == 2);
+  r = RunCli({"--server", ts.address, "bench", "--op", "fuse", "--phase", "sideways"});
+  CHECK(r.code == 2);
   // (4 mm voxels in 32 MiB do not hold the room: frames may be refused with RESOURCE_EXHAUSTED
   // and tracking lost; the numbers are the GPU benchmark's business, not this test's.)
   CHECK(SessionsReleased(ts));

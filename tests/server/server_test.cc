@@ -1,7 +1,9 @@
 // fresneld end to end over loopback gRPC: results equal the kernels' own, bad input gets the
 // right status naming the field, streams equal one-shot calls, health, metrics and draining.
 #include <catch2/catch.hpp>
+#include <filesystem>
 #include <fstream>
+#include <optional>
 #include <malloc.h>
 
 #include <algorithm>
@@ -20,6 +22,7 @@
 #include "fresnel/client/client.h"
 #include "fresnel/core/gpu.h"
 #include "fresnel/interp/interp.h"
+#include "fresnel/io/npy.h"
 #include "fresnel/v1/array_convert.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
@@ -430,6 +433,51 @@ TEST_CASE("Resample (FFT) and Decimate over gRPC equal the CPU kernels", "[serve
     CHECK_THAT(st.error_message(), Catch::Contains("num"));
   }
   {
+    // The spectral window by name (with parameters) and by values, and domain='freq'.
+    v1::ResampleRequest req;
+    *req.mutable_x() = Wire(x);
+    req.set_num(333);
+    req.set_window_name("kaiser");
+    req.add_window_params(8.0);
+    v1::InterpolationResponse resp;
+    auto ctx = Ctx();
+    REQUIRE(ts.interp->Resample(ctx.get(), req, &resp).ok());
+    interp::ResampleOptions o;
+    o.num = 333;
+    o.window = interp::WindowSpec{interp::Window::kKaiser, 8.0};
+    auto want = interp::Resample(Device::Cpu(), x, o);
+    REQUIRE(want.ok());
+    CHECK(MaxAbsError(FromWire(resp.y()), *want) == 0.0);
+    req.clear_window_name();
+    auto ctx2 = Ctx();
+    grpc::Status st = ts.interp->Resample(ctx2.get(), req, &resp);
+    CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(st.error_message(), Catch::Contains("window_name"));
+    req.clear_window_params();
+    for (int i = 0; i < 250; ++i) req.add_window_values(1.0 - i / 500.0);
+    req.set_freq_domain(true);
+    auto ctx3 = Ctx();
+    REQUIRE(ts.interp->Resample(ctx3.get(), req, &resp).ok());
+    o.window.reset();
+    o.window_values.assign(req.window_values().begin(), req.window_values().end());
+    o.freq_domain = true;
+    auto want2 = interp::Resample(Device::Cpu(), x, o);
+    REQUIRE(want2.ok());
+    CHECK(MaxAbsError(FromWire(resp.y()), *want2) == 0.0);
+    req.add_window_values(1.0);  // 251 values for 250 samples
+    auto ctx4 = Ctx();
+    st = ts.interp->Resample(ctx4.get(), req, &resp);
+    CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(st.error_message(), Catch::Contains("window_values"));
+    req.clear_window_values();
+    req.set_window_name(std::string(70000, 'w'));  // echoed as a bounded prefix
+    auto ctx5 = Ctx();
+    st = ts.interp->Resample(ctx5.get(), req, &resp);
+    CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(st.error_message(), Catch::Contains("window_name") && Catch::Contains("70000 bytes"));
+    CHECK(st.error_message().size() < 1000);
+  }
+  {
     v1::DecimateRequest req;
     *req.mutable_x() = Wire(x);
     req.set_q(4);
@@ -457,6 +505,83 @@ TEST_CASE("Resample (FFT) and Decimate over gRPC equal the CPU kernels", "[serve
     CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
     CHECK_THAT(st.error_message(), Catch::Contains("q"));
   }
+}
+
+// `fresnel interp --mode fft` with a spectral window and --freq-domain, and `--taps` with complex
+// taps, give the kernel's bits.
+TEST_CASE("fresnel interp: fft window and domain; complex taps", "[server][interp][cli]") {
+  TestServer ts;
+  const std::string dir = std::filesystem::temp_directory_path() /
+                          ("fresnel_fft_cli_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  HostArray x = RandomArray(DType::kComplex64, {2, 96});  // the CLI reads complex64
+  REQUIRE(WriteNpy(dir + "/x.npy", x).ok());
+  struct Case {
+    std::vector<std::string> flags;
+    std::optional<interp::WindowSpec> window;
+    bool freq;
+  };
+  const std::vector<Case> cases = {
+      {{}, std::nullopt, false},
+      {{"--window", "tukey,0.3"}, interp::WindowSpec{interp::Window::kTukey, 5.0, {0.3}}, false},
+      {{"--beta", "8"}, interp::WindowSpec{interp::Window::kKaiser, 8.0}, false},
+      {{"--window", "hann", "--freq-domain"}, interp::WindowSpec{interp::Window::kHann}, true}};
+  for (const Case& c : cases) {
+    std::vector<std::string> args = {"--server", ts.address, "interp", dir + "/x.npy",
+                                     dir + "/y.npy", "--up", "5", "--down", "3", "--mode", "fft"};
+    args.insert(args.end(), c.flags.begin(), c.flags.end());
+    CliResult r = RunCli(args);
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    auto y = ReadNpy(dir + "/y.npy");
+    REQUIRE(y.ok());
+    interp::ResampleOptions o;
+    o.num = 160;
+    o.window = c.window;
+    o.freq_domain = c.freq;
+    auto want = interp::Resample(Device::Cpu(), x, o);
+    REQUIRE(want.ok());
+    CHECK(y->shape() == want->shape());
+    CHECK(y->bytes() == want->bytes());
+  }
+  // Complex taps from --taps: a complex result, through gRPC and through --shm alike.
+  HostArray real = RandomArray(DType::kFloat32, {2, 300});
+  HostArray taps = RandomArray(DType::kComplex64, {21});
+  REQUIRE(WriteNpy(dir + "/r.npy", real).ok());
+  REQUIRE(WriteNpy(dir + "/h.npy", taps).ok());
+  interp::UpfirdnOptions u;
+  u.up = 3;
+  u.down = 2;
+  u.taps_dtype = DType::kComplex64;
+  std::vector<double> hr, hi;
+  for (int i = 0; i < 21; ++i) {
+    hr.push_back(taps.data<std::complex<float>>()[i].real());
+    hi.push_back(taps.data<std::complex<float>>()[i].imag());
+  }
+  u.taps_imag = hi;
+  auto want = interp::Upfirdn(Device::Cpu(), hr, real, u);
+  REQUIRE(want.ok());
+  REQUIRE(want->dtype() == DType::kComplex64);
+  for (const char* shm : {"", "--shm"}) {
+    std::vector<std::string> args = {"--server", ts.address, "interp", dir + "/r.npy",
+                                     dir + "/c.npy", "--up", "3", "--down", "2", "--mode",
+                                     "upfirdn", "--taps", dir + "/h.npy"};
+    if (*shm) args.push_back(shm);
+    CliResult r = RunCli(args);
+    INFO(shm << " " << r.err);
+    REQUIRE(r.code == 0);
+    auto y = ReadNpy(dir + "/c.npy");
+    REQUIRE(y.ok());
+    CHECK(y->dtype() == DType::kComplex64);
+    CHECK(y->shape() == want->shape());
+    CHECK(y->bytes() == want->bytes());
+  }
+  CliResult chunked = RunCli({"--server", ts.address, "interp", dir + "/r.npy", dir + "/c.npy",
+                              "--up", "3", "--down", "2", "--mode", "upfirdn", "--taps",
+                              dir + "/h.npy", "--chunk", "100"});
+  CHECK(chunked.code == 2);
+  CHECK(chunked.err.find("complex --taps") != std::string::npos);
+  std::filesystem::remove_all(dir);
 }
 
 struct StreamResult {

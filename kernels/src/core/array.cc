@@ -1,4 +1,5 @@
 #include "fresnel/core/array.h"
+#include "fresnel/core/uninitialized_array.h"
 
 #if defined(__linux__)
 #include <sys/mman.h>
@@ -75,10 +76,13 @@ namespace {
 // buffers of 16 MiB and more the storage is backed by huge pages where the kernel allows it
 // (transparent huge pages in "madvise" mode) and prefaulted by a few threads before the
 // zero-fill: 7-10 ms for 256 MiB there. Both calls are advice: on failure nothing changes.
+// The zero-fill itself (std::string's resize, one thread: ~100 ms per GiB there, as long as
+// the faults took before the prefault) is what UninitializedArray leaves out.
 constexpr size_t kLargeBytes = size_t{16} << 20;
 constexpr uintptr_t kHugePage = uintptr_t{2} << 20;
 
-void PrepareLargeBuffer(char* p, size_t n) {
+// Huge-page advice for [p, p + n), then (populate) its pages faulted in by up to 8 threads.
+void PrepareLargeBuffer(char* p, size_t n, bool populate) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
   const uintptr_t lo = (a + kHugePage - 1) & ~(kHugePage - 1);
@@ -86,6 +90,7 @@ void PrepareLargeBuffer(char* p, size_t n) {
   if (hi <= lo) return;
   madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE);
 #if defined(MADV_POPULATE_WRITE)
+  if (!populate) return;
   const uintptr_t span = hi - lo;
   const uintptr_t parts = std::clamp<uintptr_t>(span / (uintptr_t{32} << 20), 1, 8);
   const uintptr_t part = (span / parts + kHugePage - 1) & ~(kHugePage - 1);
@@ -97,24 +102,79 @@ void PrepareLargeBuffer(char* p, size_t n) {
   }
   madvise(reinterpret_cast<void*>(lo), std::min(part, span), MADV_POPULATE_WRITE);
   for (std::thread& t : threads) t.join();
+#else
+  (void)populate;
 #endif
 #else
   (void)p;
   (void)n;
+  (void)populate;
 #endif
+}
+
+#if defined(__GLIBCXX__) && _GLIBCXX_USE_CXX11_ABI
+// Before C++23's resize_and_overwrite a std::string cannot grow without writing every new byte:
+// libc++ has __resize_default_init, libstdc++ only its private _M_set_length. An explicit
+// instantiation may name a private member (access is not checked there, [temp.explicit]), so
+// this one hands a pointer to _M_set_length out through a friend function, as folly's
+// UninitializedMemoryHacks.h does for the same reason.
+struct StringSetLength {
+  using type = void (std::string::*)(std::string::size_type);
+  friend type Get(StringSetLength);
+};
+template <class Tag, typename Tag::type kMember>
+struct Expose {
+  friend typename Tag::type Get(Tag) { return kMember; }
+};
+template struct Expose<StringSetLength, &std::string::_M_set_length>;
+#endif
+
+// s's size becomes n (> its size, <= its capacity) without the new bytes being written.
+void GrowUninitialized(std::string* s, size_t n) {
+#if defined(__cpp_lib_string_resize_and_overwrite)
+  s->resize_and_overwrite(n, [](char*, size_t m) { return m; });
+#elif defined(_LIBCPP_VERSION)
+  s->__resize_default_init(n);
+#elif defined(__GLIBCXX__) && _GLIBCXX_USE_CXX11_ABI
+  (s->*Get(StringSetLength{}))(n);
+#else
+  s->resize(n);
+#endif
+}
+
+// `bytes` of storage for an array: large ones prepared (PrepareLargeBuffer), zero-filled or not.
+std::string ArrayStorage(size_t bytes, bool zero, bool populate) {
+  std::string s;
+  if (bytes >= kLargeBytes) {
+    s.reserve(bytes);
+    PrepareLargeBuffer(s.data(), bytes, populate);
+  }
+  if (zero) {
+    s.resize(bytes);
+  } else {
+    s.reserve(bytes);
+    GrowUninitialized(&s, bytes);
+  }
+  return s;
+}
+
+size_t StorageBytes(DType dtype, const std::vector<int64_t>& shape) {
+  const int64_t n = ShapeElements(shape);
+  return static_cast<size_t>(n < 0 ? 0 : n) * DTypeSize(dtype);
 }
 
 }  // namespace
 
 HostArray::HostArray(DType dtype, std::vector<int64_t> shape)
     : dtype_(dtype), shape_(std::move(shape)) {
-  const int64_t n = ShapeElements(shape_);
-  const size_t bytes = static_cast<size_t>(n < 0 ? 0 : n) * DTypeSize(dtype_);
-  if (bytes >= kLargeBytes) {
-    bytes_.reserve(bytes);
-    PrepareLargeBuffer(bytes_.data(), bytes);
-  }
-  bytes_.resize(bytes);
+  bytes_ = ArrayStorage(StorageBytes(dtype_, shape_), /*zero=*/true, /*populate=*/true);
+}
+
+HostArray UninitializedArray(DType dtype, std::vector<int64_t> shape, FirstTouch touch) {
+  std::string bytes = ArrayStorage(StorageBytes(dtype, shape), /*zero=*/false,
+                                   /*populate=*/touch == FirstTouch::kPrefault);
+  absl::StatusOr<HostArray> a = HostArray::FromBytes(dtype, std::move(shape), std::move(bytes));
+  return a.ok() ? *std::move(a) : HostArray();  // not ok only for an invalid shape
 }
 
 absl::StatusOr<HostArray> HostArray::FromBytes(DType dtype, std::vector<int64_t> shape,

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "fresnel/core/status.h"
+#include "fresnel/core/uninitialized_array.h"
 #include "hologram/hologram_cuda_util.cuh"
 #include "hologram/hologram_kernels.cuh"
 
@@ -342,21 +343,22 @@ absl::StatusOr<HologramResult> HologramCuda(const Device& device, const Prepared
   FRESNEL_RETURN_IF_ERROR(clock.Mark());
 
   const std::vector<int64_t> shape = {h, w};
+  // The outputs are not zero-filled: the download writes every byte of each.
   PackedDownload down;
   if (options.outputs.field) {
-    result.field = HostArray(DType::kComplex64, shape);
+    result.field = UninitializedArray(DType::kComplex64, shape);
     down.Add(field.get(), &result.field);
   }
   if (options.outputs.phase) {
-    result.phase = HostArray(DType::kUint8, shape);
+    result.phase = UninitializedArray(DType::kUint8, shape);
     down.Add(phase.get(), &result.phase);
   }
   if (options.outputs.amplitude) {
-    result.amplitude = HostArray(DType::kFloat32, shape);
+    result.amplitude = UninitializedArray(DType::kFloat32, shape);
     down.Add(amplitude.get(), &result.amplitude);
   }
   if (options.reconstruction.enabled) {
-    result.reconstruction = HostArray(DType::kUint8, shape);
+    result.reconstruction = UninitializedArray(DType::kUint8, shape);
     down.Add(recon.get(), &result.reconstruction);
   }
   FRESNEL_RETURN_IF_ERROR(down.Enqueue(device));

@@ -54,7 +54,9 @@ int64_t ResampleDeviceBytes(DType x, int64_t channels, int64_t samples,
   const int64_t signal = Bytes(channels, samples, work) + Bytes(channels, options.num, work);
   const int64_t spectra =
       Bytes(channels, samples, spectrum) + Bytes(channels, options.num, spectrum);
-  return signal + 2 * spectra;  // the spectra and cuFFT's work areas
+  const bool windowed = options.window.has_value() || !options.window_values.empty();
+  const int64_t weights = windowed ? samples * static_cast<int64_t>(sizeof(double)) : 0;
+  return signal + 2 * spectra + weights;  // the spectra, cuFFT's work areas, the window
 }
 
 int64_t DecimateDeviceBytes(DType x, int64_t channels, int64_t samples,

@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "fresnel/core/status.h"
 #include "fresnel/interp/interp.h"
 
 namespace fresnel::interp {
@@ -280,6 +281,21 @@ absl::StatusOr<std::vector<double>> Firwin(int numtaps, double cutoff, WindowSpe
   return h;
 }
 
+absl::StatusOr<std::vector<double>> GetWindow(const WindowSpec& window, int64_t m,
+                                              bool periodic) {
+  constexpr int64_t kMaxLen = (int64_t{1} << 31) - 2;  // m + 1 points must fit an int
+  if (m < 1 || m > kMaxLen) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("window: length must be in [1, ", kMaxLen, "], got ", m));
+  }
+  FRESNEL_RETURN_IF_ERROR(ValidateWindow(window, periodic ? m + 1 : m));
+  // SciPy's _len_guards: one point is [1] whatever the window; else _extend / _truncate.
+  if (m == 1) return std::vector<double>{1.0};
+  std::vector<double> w = MakeWindow(static_cast<int>(periodic ? m + 1 : m), window);
+  if (periodic) w.pop_back();
+  return w;
+}
+
 absl::StatusOr<WindowSpec> WindowFromName(const std::string& name,
                                           const std::vector<double>& params,
                                           const std::string& field) {
@@ -303,8 +319,13 @@ absl::StatusOr<WindowSpec> WindowFromName(const std::string& name,
     }
     absl::StrAppend(&names, names.empty() ? "" : ", ", w.name);
   }
+  // Echo a bounded prefix: a long name would make the status too large for its trailer.
+  constexpr size_t kEcho = 40;
+  const std::string shown =
+      name.size() <= kEcho ? name
+                           : absl::StrCat(name.substr(0, kEcho), "... (", name.size(), " bytes)");
   return absl::InvalidArgumentError(
-      absl::StrCat(field, ": unknown window '", name, "' (", names, ")"));
+      absl::StrCat(field, ": unknown window '", shown, "' (", names, ")"));
 }
 
 absl::Status ValidateWindow(const WindowSpec& window, int64_t numtaps) {

@@ -268,12 +268,19 @@ class CudaPolyphase {
   std::unique_ptr<Impl> impl_;
 };
 
+// How one resample call treats the spectrum (both back ends): the weight of each of x's n
+// spectrum bins (empty: no window; real x: SciPy's folded W_real), and whether x is the spectrum.
+struct ResampleSpectrum {
+  std::vector<double> weights;
+  bool freq_domain = false;
+};
+
 #if defined(FRESNEL_WITH_CUDA)
 // scipy.signal.resample of a validated [channels, n] view (float32, float64, complex64,
 // complex128) to num samples per channel, on device.stream with cuFFT (work area and buffers from
 // the device's pool); synchronises the stream before returning.
 absl::StatusOr<HostArray> ResampleCuda(const Device& device, const HostSignalView& x, int64_t num,
-                                       StageTimes* times);
+                                       const ResampleSpectrum& spectrum, StageTimes* times);
 #endif
 
 #if FRESNEL_WITH_CUDA

@@ -2,6 +2,7 @@
 // back end (kissfft, double) and device dispatch. The CUDA back end is resample_cuda.cu.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <complex>
 #include <cstring>
 #include <type_traits>
@@ -48,7 +49,8 @@ void Store(T* row, int64_t i, cdouble v) {
 }
 
 template <class T>
-void ResampleRows(const HostSignalView& x, int64_t num, bool real_input, HostArray& y) {
+void ResampleRows(const HostSignalView& x, int64_t num, bool real_input,
+                  const ResampleSpectrum& spectrum, HostArray& y) {
   const int64_t nx = x.len;
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, x.channels, 1),
                     [&](const tbb::blocked_range<int64_t>& r) {
@@ -59,8 +61,15 @@ void ResampleRows(const HostSignalView& x, int64_t num, bool real_input, HostArr
     std::vector<cdouble> f(static_cast<size_t>(num)), out(static_cast<size_t>(num));
     for (int64_t c = r.begin(); c < r.end(); ++c) {
       const T* row = static_cast<const T*>(x.data) + c * x.stride;
-      for (int64_t i = 0; i < nx; ++i) in[i] = Load(row, i);
-      forward.transform(in.data(), spec.data());
+      if (spectrum.freq_domain) {
+        for (int64_t i = 0; i < nx; ++i) spec[i] = Load(row, i);
+      } else {
+        for (int64_t i = 0; i < nx; ++i) in[i] = Load(row, i);
+        forward.transform(in.data(), spec.data());
+      }
+      if (!spectrum.weights.empty()) {
+        for (int64_t i = 0; i < nx; ++i) spec[i] *= spectrum.weights[i];
+      }
       for (int64_t k = 0; k < num; ++k) {
         f[k] = Apply(real_input ? RealBin(k, nx, num) : ComplexBin(k, nx, num), spec.data());
       }
@@ -72,17 +81,40 @@ void ResampleRows(const HostSignalView& x, int64_t num, bool real_input, HostArr
   });
 }
 
-absl::StatusOr<HostArray> ResampleCpu(const HostSignalView& x, int64_t num) {
+absl::StatusOr<HostArray> ResampleCpu(const HostSignalView& x, int64_t num,
+                                      const ResampleSpectrum& sp) {
   HostArray y(x.dtype, {x.channels, num});
   if (y.size() == 0) return y;
   switch (x.dtype) {
-    case DType::kFloat32: ResampleRows<float>(x, num, true, y); break;
-    case DType::kFloat64: ResampleRows<double>(x, num, true, y); break;
-    case DType::kComplex64: ResampleRows<std::complex<float>>(x, num, false, y); break;
-    case DType::kComplex128: ResampleRows<std::complex<double>>(x, num, false, y); break;
+    case DType::kFloat32: ResampleRows<float>(x, num, true, sp, y); break;
+    case DType::kFloat64: ResampleRows<double>(x, num, true, sp, y); break;
+    case DType::kComplex64: ResampleRows<std::complex<float>>(x, num, false, sp, y); break;
+    case DType::kComplex128: ResampleRows<std::complex<double>>(x, num, false, sp, y); break;
     default: return ValidateDType(x.dtype);
   }
   return y;
+}
+
+// SciPy's W (ifftshift of the periodic window, or the caller's values), folded for real x:
+// W_real[0] = W[0], W_real[k] = (W[k] + W[n - k]) / 2.
+absl::StatusOr<ResampleSpectrum> SpectrumOf(const ResampleOptions& options, int64_t nx,
+                                            bool real_input) {
+  ResampleSpectrum sp;
+  sp.freq_domain = options.freq_domain;
+  std::vector<double> w;
+  if (options.window.has_value()) {
+    FRESNEL_ASSIGN_OR_RETURN(std::vector<double> win, GetWindow(*options.window, nx, true));
+    w.resize(static_cast<size_t>(nx));
+    for (int64_t i = 0; i < nx; ++i) w[i] = win[(i + nx / 2) % nx];
+  } else {
+    w = options.window_values;
+  }
+  if (w.empty()) return sp;
+  sp.weights = w;
+  if (real_input) {
+    for (int64_t k = 1; k < nx; ++k) sp.weights[k] = 0.5 * (w[k] + w[nx - k]);
+  }
+  return sp;
 }
 
 }  // namespace
@@ -105,6 +137,30 @@ absl::Status ValidateResample(const HostArray& x, const ResampleOptions& options
         absl::StrCat("x.shape ", ShapeString(x.shape()), " must have 1 to ", kMaxLen,
                      " samples along axis ", options.axis, " (SciPy divides by zero for 0)"));
   }
+  if (options.window.has_value() && !options.window_values.empty()) {
+    return absl::InvalidArgumentError("window: give a window name or its values, not both");
+  }
+  if (options.window.has_value()) {
+    if (g.len + 1 > kMaxLen) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "window: a named window needs at most ", kMaxLen - 1, " samples along axis, got ",
+          g.len));
+    }
+    FRESNEL_RETURN_IF_ERROR(ValidateWindow(*options.window, g.len + 1));
+  }
+  if (!options.window_values.empty()) {
+    if (static_cast<int64_t>(options.window_values.size()) != g.len) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "window_values: ", options.window_values.size(),
+          " values, but the window must have one per sample along axis (", g.len, ")"));
+    }
+    for (size_t i = 0; i < options.window_values.size(); ++i) {
+      if (!std::isfinite(options.window_values[i])) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("window_values[", i, "] is not finite (", options.window_values[i], ")"));
+      }
+    }
+  }
   return internal::CheckOutputSize(g.channels(), std::max(options.num, g.len), x, limits);
 }
 
@@ -114,17 +170,20 @@ absl::StatusOr<HostArray> Resample(const Device& device, const HostArray& x,
   if (times != nullptr) *times = StageTimes{};
   const internal::AxisGeometry g = internal::GeometryOf(x, options.axis);
   internal::WorkSignal w = internal::ToWork(x, g, ResampleResultDType(x.dtype()));
+  FRESNEL_ASSIGN_OR_RETURN(
+      const internal::ResampleSpectrum spectrum,
+      internal::SpectrumOf(options, g.len, !internal::IsComplex(w.view.dtype)));
   HostArray y;
   if (device.kind == DeviceKind::kCpu) {
     auto t0 = std::chrono::steady_clock::now();
-    FRESNEL_ASSIGN_OR_RETURN(y, internal::ResampleCpu(w.view, options.num));
+    FRESNEL_ASSIGN_OR_RETURN(y, internal::ResampleCpu(w.view, options.num, spectrum));
     if (times != nullptr) {
       times->compute_s =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
   } else {
 #if defined(FRESNEL_WITH_CUDA)
-    FRESNEL_ASSIGN_OR_RETURN(y, internal::ResampleCuda(device, w.view, options.num, times));
+    FRESNEL_ASSIGN_OR_RETURN(y, internal::ResampleCuda(device, w.view, options.num, spectrum, times));
 #else
     return absl::FailedPreconditionError(
         absl::StrCat("device ", device.Name(), ": this build has no CUDA support"));

@@ -70,16 +70,21 @@ __global__ void __launch_bounds__(kThreads) LoadKernel(const T* __restrict__ x, 
   }
 }
 
-// F[c][k] from X[c][.] per resample_spectrum.h (the sums in the transform's precision).
+// F[c][k] from X[c][.] per resample_spectrum.h, each X bin times its window weight w (null: no
+// window), the sums in double.
 template <class C>
 __global__ void __launch_bounds__(kThreads)
-    SpectrumKernel(const C* __restrict__ xs, int64_t nx, int64_t num, int64_t channels,
-                   bool real_input, C* __restrict__ f) {
+    SpectrumKernel(const C* __restrict__ xs, const double* __restrict__ w, int64_t nx,
+                   int64_t num, int64_t channels, bool real_input, C* __restrict__ f) {
   const int64_t total = channels * num;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * kThreads) {
     const int64_t c = i / num, k = i - c * num;
-    const SpectrumTerm t = real_input ? RealBin(k, nx, num) : ComplexBin(k, nx, num);
+    SpectrumTerm t = real_input ? RealBin(k, nx, num) : ComplexBin(k, nx, num);
+    if (w != nullptr) {
+      if (t.j1 >= 0) t.s1 *= w[t.j1];
+      if (t.j2 >= 0) t.s2 *= w[t.j2];
+    }
     const C* row = xs + c * nx;
     double re = 0, im = 0;
     if (t.j1 >= 0) {
@@ -149,7 +154,7 @@ absl::Status Exec(const Plan& plan, C* data, int direction) {
 
 template <class T>
 absl::StatusOr<HostArray> Run(const Device& device, const HostSignalView& x, int64_t num,
-                              StageTimes* times) {
+                              const ResampleSpectrum& spectrum, StageTimes* times) {
   using C = typename WorkOf<T>::C;
   constexpr bool kReal = std::is_same_v<T, float> || std::is_same_v<T, double>;
   constexpr bool kDouble = std::is_same_v<C, double2>;
@@ -161,21 +166,31 @@ absl::StatusOr<HostArray> Run(const Device& device, const HostSignalView& x, int
   FRESNEL_RETURN_IF_ERROR(clock.Mark());
   cuda::DeviceBuffer<T> xd, yd;
   cuda::DeviceBuffer<C> xs, f;
+  cuda::DeviceBuffer<double> wd;
   FRESNEL_RETURN_IF_ERROR(xd.Allocate(device, ch * nx));
   FRESNEL_RETURN_IF_ERROR(xs.Allocate(device, ch * nx));
   FRESNEL_RETURN_IF_ERROR(f.Allocate(device, ch * num));
   FRESNEL_RETURN_IF_ERROR(yd.Allocate(device, ch * num));
   FRESNEL_RETURN_IF_ERROR(UploadRowsAsync(x, xd.get(), stream));
+  if (!spectrum.weights.empty()) {
+    FRESNEL_RETURN_IF_ERROR(wd.Allocate(device, nx));
+    // Pageable source: the copy is staged before cudaMemcpyAsync returns.
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(wd.get(), spectrum.weights.data(),
+                                                 nx * sizeof(double), cudaMemcpyHostToDevice,
+                                                 stream));
+  }
   FRESNEL_RETURN_IF_ERROR(clock.Mark());
   Plan forward, inverse;
   cuda::DeviceBuffer<unsigned char> work_f, work_i;
-  FRESNEL_RETURN_IF_ERROR(MakePlan(device, stream, nx, ch, kDouble, &forward, &work_f));
+  if (!spectrum.freq_domain) {
+    FRESNEL_RETURN_IF_ERROR(MakePlan(device, stream, nx, ch, kDouble, &forward, &work_f));
+  }
   FRESNEL_RETURN_IF_ERROR(MakePlan(device, stream, num, ch, kDouble, &inverse, &work_i));
   LoadKernel<T, C><<<GridFor(ch * nx), kThreads, 0, stream>>>(xd.get(), ch * nx, xs.get());
   FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR((LoadKernel<T, C>));
-  FRESNEL_RETURN_IF_ERROR(Exec(forward, xs.get(), CUFFT_FORWARD));
-  SpectrumKernel<C><<<GridFor(ch * num), kThreads, 0, stream>>>(xs.get(), nx, num, ch, kReal,
-                                                                 f.get());
+  if (!spectrum.freq_domain) FRESNEL_RETURN_IF_ERROR(Exec(forward, xs.get(), CUFFT_FORWARD));
+  SpectrumKernel<C><<<GridFor(ch * num), kThreads, 0, stream>>>(
+      xs.get(), spectrum.weights.empty() ? nullptr : wd.get(), nx, num, ch, kReal, f.get());
   FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(SpectrumKernel<C>);
   FRESNEL_RETURN_IF_ERROR(Exec(inverse, f.get(), CUFFT_INVERSE));
   StoreKernel<T, C><<<GridFor(ch * num), kThreads, 0, stream>>>(
@@ -188,7 +203,7 @@ absl::StatusOr<HostArray> Run(const Device& device, const HostSignalView& x, int
 }  // namespace
 
 absl::StatusOr<HostArray> ResampleCuda(const Device& device, const HostSignalView& x, int64_t num,
-                                       StageTimes* times) {
+                                       const ResampleSpectrum& spectrum, StageTimes* times) {
   if (device.kind != DeviceKind::kCuda) {
     return absl::InvalidArgumentError("ResampleCuda needs a CUDA device");
   }
@@ -198,10 +213,10 @@ absl::StatusOr<HostArray> ResampleCuda(const Device& device, const HostSignalVie
   }
   FRESNEL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device.ordinal));
   switch (x.dtype) {
-    case DType::kFloat32: return Run<float>(device, x, num, times);
-    case DType::kFloat64: return Run<double>(device, x, num, times);
-    case DType::kComplex64: return Run<float2>(device, x, num, times);
-    case DType::kComplex128: return Run<double2>(device, x, num, times);
+    case DType::kFloat32: return Run<float>(device, x, num, spectrum, times);
+    case DType::kFloat64: return Run<double>(device, x, num, spectrum, times);
+    case DType::kComplex64: return Run<float2>(device, x, num, spectrum, times);
+    case DType::kComplex128: return Run<double2>(device, x, num, spectrum, times);
     default: return ValidateDType(x.dtype);
   }
 }

@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -31,6 +32,10 @@ struct CudaMesh {
   float centre[3] = {0, 0, 0};  // bounding sphere of the points (depth quantisation range)
   float radius = 0;
   float lo[3] = {0, 0, 0}, hi[3] = {0, 0, 0};  // bounding box of the points
+  // The ray walk's room for the tiles' boundary-face lists (entries), learnt from the frames
+  // rendered so far (walk_cuda.cu): with it a frame needs no read-back of the list's length
+  // before the walk. Shared by every stream that renders the mesh; 0 until the first frame.
+  mutable std::atomic<int64_t> tile_faces_room{0};
 };
 
 // CudaMethod::kRayWalk (walk_cuda.cu): the whole frame, image to the host included.

@@ -222,6 +222,18 @@ FRESNEL_VHD int TfUpper(const TfTable& tf, float s) {
   return lo;
 }
 
+// TfUpper(tf, s) found by stepping from `hint` (any index in 0..n): the walk's next scalar is
+// mostly in the interval of the last one, where this takes two comparisons instead of the
+// binary search's dependent loads. The same index for every s (x strictly increasing: one
+// boundary between x <= s and x > s), NaN included (TfUpper gives n).
+FRESNEL_VHD int TfUpperFrom(const TfTable& tf, float s, int hint) {
+  if (!(s == s)) return tf.n;
+  int i = hint;
+  while (i < tf.n && !(tf.x[i] > s)) ++i;
+  while (i > 0 && tf.x[i - 1] > s) --i;
+  return i;
+}
+
 // Colour (r, g, b) and extinction (a) at scalar s, with upper = TfUpper(tf, s).
 FRESNEL_VHD Rgba TfEval(const TfTable& tf, float s, int upper) {
   if (upper <= 0) return {tf.r[0], tf.g[0], tf.b[0], tf.tau[0]};
@@ -292,7 +304,7 @@ FRESNEL_VHD Rgba IntegrateSegmentFrom(const TfTable& tf, const TfAt& from, float
       u1 = s1;
       last = true;
     }
-    const int up1 = TfUpper(tf, u1);
+    const int up1 = TfUpperFrom(tf, u1, up);
     const Rgba c1 = TfEval(tf, u1, up1);
     // The only piece (guard 0 and last: u0 = s0, u1 = s1) is the whole length: ds / ds is 1.
     const float piece =

@@ -10,25 +10,29 @@
 // binned per frame from the mesh's boundary-face list (CudaMesh::boundary_faces, also built at
 // upload).
 //
-// Per frame (one allocation from the device's pool holds every fixed-size buffer):
+// Per frame (one allocation from the device's pool holds every buffer, and the frame's one
+// host synchronisation is at its end):
 //   1. ProjectPointsKernel: every point to continuous pixel coordinates (NaN behind the eye).
 //   2. BinFacesKernel<false>: a thread per boundary face that faces the rays (FaceFacesRays)
 //      counts the 16×16 tiles of its projected box (math::FaceTileBox, the CPU's binning); a
-//      scan gives each tile its range; after one read-back of the total, BinFacesKernel<true>
-//      fills the ranges (face ids 4·tet + face and their projected boxes, in any order: the walk
-//      takes entries in (t, grazed, tetrahedron) order; a ray runs the exact test only on faces
-//      whose box holds it).
+//      scan gives each tile its range; BinFacesKernel<true> fills the ranges (face ids
+//      4·tet + face and their projected boxes, in any order: the walk takes entries in (t,
+//      grazed, tetrahedron) order; a ray runs the exact test only on faces whose box holds it)
+//      into room learnt from the mesh's earlier frames (CudaMesh::tile_faces_room; a frame
+//      whose lists outgrow it renders again; the first frame reads the total back first).
 //   3. WalkKernel: 16×16 threads per tile (the threads of a tile share its face list, so their
-//      loads of it coincide), each thread math::WalkRay for its pixel, the colour over the
-//      background into the image (float or RGBA8) and, with a callback, the partial frame.
-//      A step loads its tetrahedron's 5 float4 of geometry and int4 of neighbours, all indexed
-//      by the tetrahedron (one level of dependent loads: the session-6 step loaded the
-//      tetrahedron's point ids, then its points, then the neighbour). ptxas: 80 registers,
-//      592-byte stack (the neighbourhood search's queue, the entry batch), 70 / 108 bytes of
-//      spill stores / loads.
+//      loads of it coincide), block rows from the image's middle outwards (RowFromMiddle), each
+//      thread math::WalkRay for its pixel, the colour over the background into the image
+//      (float or RGBA8) and, with a callback, the partial frame. A step loads its
+//      tetrahedron's 5 float4 of geometry and int4 of neighbours, all indexed by the
+//      tetrahedron (one level of dependent loads, issued before the last segment's integral).
+//      ptxas: 115 registers, 528-byte stack (the neighbourhood search's queue, the entry
+//      batch), no spills.
 //   4. The image to the caller's host memory (RenderInto: DMA at full speed when pinned).
-// H200, 1024² RGBA8, session 6 (before the cached geometry; docs/volume.md): Blunt Fin 3.3 ms a
-// frame (walk 2.2), grid 6 M 4.8 (3.6), 35 M 8.5 (6.9); the cell projection 6.6 / 11.3 / 24.3.
+// H200, Blunt Fin 1024² RGBA8 (docs/volume.md "Session 8"): RenderInto a reused pinned buffer
+// 1.14 ms a frame (walk 0.96; main before session 8: 1.32 / 1.12), Render into a new pageable
+// image 2.09 (its copy at the pageable rate and the image's allocation); grid 6 M and 35 M
+// 2.5 and 4.6 ms (2.4e9 and 7.7e9 tets/s) in row order.
 // With a callback the pixels go one hash block at a time (x ≡ bx, y ≡ by mod 2^bits), each
 // reported when done, as the cell projection does.
 #include <cuda_runtime.h>
@@ -144,15 +148,17 @@ __device__ __forceinline__ bool FaceFacesRays(const math::CameraFrame& cam, V3 p
 
 // A thread per boundary face (CudaMesh::boundary_faces, listed once at upload). kFill false:
 // counts[tile] += 1 for each tile the face is binned into; true: the face id and its box into
-// faces[cursor[tile]++], boxes[...]. Faces turned away from every ray (FaceFacesRays) are left
-// out.
+// faces[cursor[tile]++], boxes[...], where that index is below `room` (the lists' allocation:
+// when the total exceeds it the walk does not run, RenderWalkCuda). Faces turned away from
+// every ray (FaceFacesRays) are left out.
 template <bool kFill>
 __global__ void BinFacesKernel(const int4* __restrict__ tets, const float4* __restrict__ points,
                                const int32_t* __restrict__ boundary, int64_t nb,
                                const float2* __restrict__ screen, math::CameraFrame cam,
                                int tiles_x, int tiles_y,
                                unsigned long long* __restrict__ counts,
-                               int32_t* __restrict__ faces, float4* __restrict__ boxes) {
+                               int32_t* __restrict__ faces, float4* __restrict__ boxes,
+                               unsigned long long room) {
   const int width = cam.width, height = cam.height;
   const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (i >= nb) return;
@@ -183,8 +189,10 @@ __global__ void BinFacesKernel(const int4* __restrict__ tets, const float4* __re
       unsigned long long* cnt = &counts[int64_t{ty} * tiles_x + tx];
       if (kFill) {
         const unsigned long long at = atomicAdd(cnt, 1ull);
-        faces[at] = id;
-        boxes[at] = make_float4(fb.x0, fb.x1, fb.y0, fb.y1);
+        if (at < room) {
+          faces[at] = id;
+          boxes[at] = make_float4(fb.x0, fb.x1, fb.y0, fb.y1);
+        }
       } else {
         atomicAdd(cnt, 1ull);
       }
@@ -196,26 +204,63 @@ struct WalkParams {
   int x0, y0, stride;  // the pixels x0 + i·stride, y0 + j·stride
   int gw, gh;          // i < gw, j < gh
   int tiles_x;
+  int64_t ntiles;           // tile_start[ntiles] is the lists' total
+  unsigned long long room;  // the lists' allocation: a larger total leaves the kernel at once
   int64_t max_steps;
 };
 
-// Thread blocks of 256 per SM that ptxas fits WalkKernel's registers for (__launch_bounds__'s
-// second argument; a build-time knob for measuring, FRESNEL_VOLUME_WALK_MIN_BLOCKS): 3 gives
-// 80 registers and some spills (ptxas' own choice without it), 2 gives 95 and none, 4 gives 64.
+// Build-time knobs for measuring (a -D on walk_cuda.cu, tests/bench/volume/
+// build_walk_variants.sh; no CMake option). The defaults are the fastest measured on Blunt Fin,
+// 1024², H200, 2026-12-02 (WalkKernel ms, median of 20 frames; docs/volume.md "Session 8"):
+// FRESNEL_VOLUME_WALK_MIN_BLOCKS: 256-thread blocks per SM that ptxas fits WalkKernel's registers
+//   for (__launch_bounds__'s second argument, scaled to the block size). 2 (default): 115
+//   registers, no spills, 16 warps per SM: 1.07 ms; 3: 80 registers, 214 / 232 B of spill
+//   stores / loads (the next cell's geometry held across the integral, walk_math.h): 1.17-1.20;
+//   4: 64 registers: 1.52. Without that early load, 3 gave 1.13 and 2 gave 1.15.
+// FRESNEL_VOLUME_WALK_ROWS: rows of 16 threads per block (16: a tile; 2: one warp). 16
+//   (default): 0.96 ms with the middle-first order; 4: 1.00; 2: 1.06 (1.21 in row order).
+// FRESNEL_VOLUME_WALK_ORDER: 0 = block rows in order, 1 (default) = from the middle row
+//   outwards (RowFromMiddle). The walk's cost is its longest rays, which an orbit camera puts in
+//   the middle of the image; blocks started there first no longer finish last while the rest
+//   of the GPU idles (ncu, row order: SMs active 1.48 M of 2.16 M cycles). 1.07 → 0.96 ms (and
+//   1.13 → 1.05 with session 7's walk).
 #ifndef FRESNEL_VOLUME_WALK_MIN_BLOCKS
-#define FRESNEL_VOLUME_WALK_MIN_BLOCKS 3
+#define FRESNEL_VOLUME_WALK_MIN_BLOCKS 2
 #endif
+#ifndef FRESNEL_VOLUME_WALK_ROWS
+#define FRESNEL_VOLUME_WALK_ROWS 16
+#endif
+#ifndef FRESNEL_VOLUME_WALK_ORDER
+#define FRESNEL_VOLUME_WALK_ORDER 1
+#endif
+constexpr int kWalkRows = FRESNEL_VOLUME_WALK_ROWS;
+constexpr int kWalkOrder = FRESNEL_VOLUME_WALK_ORDER;
+static_assert(kWalkRows >= 2 && kWalkRows <= kTile && kTile % kWalkRows == 0,
+              "FRESNEL_VOLUME_WALK_ROWS: 2, 4, 8 or 16");
+
+// The k-th of n rows taken from the middle outwards: c = (n − 1)/2, then c + 1, c − 1, c + 2, …
+// alternately while both sides last, then the rest of the longer side (the one above c).
+__device__ __forceinline__ int RowFromMiddle(int k, int n) {
+  const int c = (n - 1) / 2;
+  if (k == 0) return c;
+  const int m = k - 1;
+  if (m < 2 * c) return (m & 1) == 0 ? c + 1 + m / 2 : c - 1 - m / 2;
+  return c + 1 + (m - c);
+}
 
 // counters[0] += segments composited, counters[1] += neighbourhood searches.
-__global__ void __launch_bounds__(kTile * kTile, FRESNEL_VOLUME_WALK_MIN_BLOCKS)
+__global__ void __launch_bounds__(kTile * kWalkRows,
+                                  FRESNEL_VOLUME_WALK_MIN_BLOCKS * kTile / kWalkRows)
 WalkKernel(GpuView mesh, const unsigned long long* __restrict__ tile_start, math::TfTable tf_param,
            WalkParams wp, float4* __restrict__ image, uchar4* __restrict__ image8,
            float4* __restrict__ partial, unsigned long long* __restrict__ counters) {
+  if (tile_start[wp.ntiles] > wp.room) return;  // the face lists did not fit (uniform)
   __shared__ math::TfTable tf;
   const int rank = threadIdx.y * kTile + threadIdx.x;
   cuda_volume::CopyTfTable(tf_param, &tf, rank, kTile * blockDim.y);
   __syncthreads();
-  const int i = blockIdx.x * kTile + threadIdx.x, j = blockIdx.y * blockDim.y + threadIdx.y;
+  const int block_row = kWalkOrder == 1 ? RowFromMiddle(blockIdx.y, gridDim.y) : blockIdx.y;
+  const int i = blockIdx.x * kTile + threadIdx.x, j = block_row * blockDim.y + threadIdx.y;
   int64_t segments = 0, fallbacks = 0;
   if (i < wp.gw && j < wp.gh) {
     const int x = wp.x0 + i * wp.stride, y = wp.y0 + j * wp.stride;
@@ -248,10 +293,9 @@ WalkKernel(GpuView mesh, const unsigned long long* __restrict__ tile_start, math
   }
 }
 
-// Rows of 16 threads per thread block of WalkKernel: a whole tile. 8, 4 and 2 rows were measured
-// on the H200 (docs/volume.md "Ray walk") and made no difference; the knob that chose them, an
-// environment variable, was removed (kernel choices are options, never getenv).
-constexpr int WalkBlockRows() { return kTile; }
+// Rows of 16 threads per thread block of WalkKernel (kWalkRows; session 6 measured 16, 8, 4 and
+// 2 rows with the walk of then and saw no difference, session 8 the numbers above).
+constexpr int WalkBlockRows() { return kWalkRows; }
 
 }  // namespace
 
@@ -275,73 +319,86 @@ class FrameArena {
 
 }  // namespace
 
-absl::Status RenderWalkCuda(const Device& device, const CudaMesh& mesh, int64_t mesh_bytes,
-                            const RenderJob& job, RenderResult* result) {
+namespace {
+
+// One frame of the walk with room for `room` (face, tile) entries in the tiles' face lists, or,
+// with room 0, exactly as many as the frame's tiles hold, read back after the count (one host
+// synchronisation mid-frame). *needed: the entries the tiles hold. With room > 0 and
+// *needed > room the lists did not fit: the walk kernels returned at once, the image is not
+// written, and the caller renders again with room = *needed. Stage times add into
+// result->stats; *frame_bytes is the frame's device memory.
+absl::Status WalkFrame(const Device& device, const CudaMesh& mesh, const RenderJob& job,
+                       int64_t room, RenderResult* result, int64_t* needed,
+                       int64_t* frame_bytes) {
   cudaStream_t stream = cuda::StreamOf(device);
   RenderStats& stats = result->stats;
-  stats.cuda_method = CudaMethod::kRayWalk;
   const math::CameraFrame& cam = job.camera;
   const int w = cam.width, h = cam.height;
   const int64_t np = mesh.num_points, nt = mesh.num_tets, nb = mesh.num_boundary_faces;
-  if (4 * nt > INT32_MAX) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "options.cuda_method kRayWalk takes at most 2^29 tetrahedra, the mesh has ", nt));
-  }
   StageTimer timer(stream);
   const int tiles_x = (w + kTile - 1) / kTile, tiles_y = (h + kTile - 1) / kTile;
   const int64_t ntiles = int64_t{tiles_x} * tiles_y;
 
-  // The frame's fixed buffers in one allocation.
+  // The frame's buffers in one allocation; with room > 0 the face lists too. The 64-bit words
+  // are laid out [tile_start: ntiles + 1][counters: 2][counts: ntiles + 1], so that one memset
+  // clears counters and counts and one copy reads back the lists' total (tile_start[ntiles])
+  // with the counters (segments, neighbourhood searches).
   size_t scan_bytes = 0;
   FRESNEL_CUDA_RETURN_IF_ERROR(cub::DeviceScan::ExclusiveSum(
       nullptr, scan_bytes, static_cast<unsigned long long*>(nullptr),
       static_cast<unsigned long long*>(nullptr), ntiles + 1, stream));
   FrameArena arena;
   const size_t at_screen = arena.Reserve<float2>(np);
-  const size_t at_counts = arena.Reserve<unsigned long long>(ntiles + 1);
-  const size_t at_start = arena.Reserve<unsigned long long>(ntiles + 1);
-  const size_t at_counters = arena.Reserve<unsigned long long>(2);
+  const size_t at_words = arena.Reserve<unsigned long long>(2 * (ntiles + 1) + 2);
   const size_t at_image = job.rgba8 ? arena.Reserve<uchar4>(int64_t{w} * h)
                                     : arena.Reserve<float4>(int64_t{w} * h);
   const size_t at_scan = arena.Reserve<unsigned char>(static_cast<int64_t>(scan_bytes));
+  const size_t at_faces = room > 0 ? arena.Reserve<int32_t>(room) : 0;
+  const size_t at_boxes = room > 0 ? arena.Reserve<float4>(room) : 0;
   cuda::DeviceBuffer<unsigned char> frame;
   FRESNEL_RETURN_IF_ERROR(frame.Allocate(device, static_cast<int64_t>(arena.size())));
   unsigned char* base = frame.get();
   float2* screen = reinterpret_cast<float2*>(base + at_screen);
-  unsigned long long* counts = reinterpret_cast<unsigned long long*>(base + at_counts);
-  unsigned long long* tile_start = reinterpret_cast<unsigned long long*>(base + at_start);
-  unsigned long long* counters = reinterpret_cast<unsigned long long*>(base + at_counters);
+  unsigned long long* tile_start = reinterpret_cast<unsigned long long*>(base + at_words);
+  unsigned long long* counters = tile_start + ntiles + 1;
+  unsigned long long* counts = counters + 2;
   float4* image = job.rgba8 ? nullptr : reinterpret_cast<float4*>(base + at_image);
   uchar4* image8 = job.rgba8 ? reinterpret_cast<uchar4*>(base + at_image) : nullptr;
   const size_t image_bytes = int64_t{w} * h * (job.rgba8 ? sizeof(uchar4) : sizeof(float4));
-  int64_t frame_bytes = static_cast<int64_t>(arena.size());
+  *frame_bytes = static_cast<int64_t>(arena.size());
 
   // 1-2: projection and the boundary faces of every tile.
   FRESNEL_RETURN_IF_ERROR(timer.Start(&stats.project_s));
   FRESNEL_CUDA_RETURN_IF_ERROR(
-      cudaMemsetAsync(counts, 0, (ntiles + 1) * sizeof(unsigned long long), stream));
-  FRESNEL_CUDA_RETURN_IF_ERROR(
-      cudaMemsetAsync(counters, 0, 2 * sizeof(unsigned long long), stream));
+      cudaMemsetAsync(counters, 0, (2 + ntiles + 1) * sizeof(unsigned long long), stream));
   ProjectPointsKernel<<<cuda::BlocksFor(np, 256), 256, 0, stream>>>(mesh.points, np, cam, screen);
   FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(ProjectPointsKernel);
   if (nb > 0) {
     BinFacesKernel<false><<<cuda::BlocksFor(nb, 256), 256, 0, stream>>>(
         mesh.tets, mesh.points, mesh.boundary_faces, nb, screen, cam, tiles_x, tiles_y, counts,
-        nullptr, nullptr);
+        nullptr, nullptr, 0);
     FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(BinFacesKernel<false>);
   }
   FRESNEL_CUDA_RETURN_IF_ERROR(cub::DeviceScan::ExclusiveSum(
       base + at_scan, scan_bytes, counts, tile_start, ntiles + 1, stream));
   FRESNEL_RETURN_IF_ERROR(timer.Stop());
-  unsigned long long total = 0;
-  FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&total, tile_start + ntiles, sizeof(total),
-                                               cudaMemcpyDeviceToHost, stream));
-  FRESNEL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-  cuda::DeviceBuffer<int32_t> faces;
-  cuda::DeviceBuffer<float4> boxes;
-  FRESNEL_RETURN_IF_ERROR(faces.Allocate(device, static_cast<int64_t>(total)));
-  FRESNEL_RETURN_IF_ERROR(boxes.Allocate(device, static_cast<int64_t>(total)));
-  frame_bytes += faces.bytes() + boxes.bytes();
+  cuda::DeviceBuffer<int32_t> faces_exact;
+  cuda::DeviceBuffer<float4> boxes_exact;
+  int32_t* faces = reinterpret_cast<int32_t*>(base + at_faces);
+  float4* boxes = reinterpret_cast<float4*>(base + at_boxes);
+  if (room <= 0) {
+    unsigned long long total = 0;
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&total, tile_start + ntiles, sizeof(total),
+                                                 cudaMemcpyDeviceToHost, stream));
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    room = static_cast<int64_t>(total);
+    FRESNEL_RETURN_IF_ERROR(faces_exact.Allocate(device, room));
+    FRESNEL_RETURN_IF_ERROR(boxes_exact.Allocate(device, room));
+    *frame_bytes += faces_exact.bytes() + boxes_exact.bytes();
+    faces = faces_exact.get();
+    boxes = boxes_exact.get();
+  }
+  const auto fits = static_cast<unsigned long long>(room);
   FRESNEL_RETURN_IF_ERROR(timer.Start(&stats.project_s));
   if (nb > 0) {
     // counts becomes the fill cursor of each tile: its start.
@@ -350,7 +407,7 @@ absl::Status RenderWalkCuda(const Device& device, const CudaMesh& mesh, int64_t 
                                                  cudaMemcpyDeviceToDevice, stream));
     BinFacesKernel<true><<<cuda::BlocksFor(nb, 256), 256, 0, stream>>>(
         mesh.tets, mesh.points, mesh.boundary_faces, nb, screen, cam, tiles_x, tiles_y, counts,
-        faces.get(), boxes.get());
+        faces, boxes, fits);
     FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(BinFacesKernel<true>);
   }
   FRESNEL_RETURN_IF_ERROR(timer.Stop());
@@ -363,15 +420,17 @@ absl::Status RenderWalkCuda(const Device& device, const CudaMesh& mesh, int64_t 
   if (job.on_block != nullptr) {
     const int64_t most = int64_t{(w + stride - 1) / stride} * ((h + stride - 1) / stride);
     FRESNEL_RETURN_IF_ERROR(partial_dev.Allocate(device, most));
-    frame_bytes += partial_dev.bytes();
+    *frame_bytes += partial_dev.bytes();
   }
-  const GpuView view{mesh.walk_tets, mesh.neighbors, faces.get(), boxes.get()};
+  const GpuView view{mesh.walk_tets, mesh.neighbors, faces, boxes};
   for (int block = 0; block < num_blocks; ++block) {
     WalkParams wp;
     wp.cam = cam;
     wp.x0 = block % stride, wp.y0 = block / stride, wp.stride = stride;
     wp.gw = (w - wp.x0 + stride - 1) / stride, wp.gh = (h - wp.y0 + stride - 1) / stride;
     wp.tiles_x = tiles_x;
+    wp.ntiles = ntiles;
+    wp.room = fits;
     wp.max_steps = nt + 16;
     if (wp.gw > 0 && wp.gh > 0) {
       FRESNEL_RETURN_IF_ERROR(timer.Start(&stats.records_s));
@@ -395,22 +454,55 @@ absl::Status RenderWalkCuda(const Device& device, const CudaMesh& mesh, int64_t 
     }
   }
 
-  // The image into the caller's host memory (DMA at full speed where it is page-locked).
+  // The image into the caller's host memory (DMA at full speed where it is page-locked), then
+  // the lists' total and the counters.
   FRESNEL_RETURN_IF_ERROR(timer.Start(&stats.d2h_s));
   FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(job.image, job.rgba8 ? static_cast<void*>(image8)
                                                                     : static_cast<void*>(image),
                                                image_bytes, cudaMemcpyDeviceToHost, stream));
   FRESNEL_RETURN_IF_ERROR(timer.Stop());
-  unsigned long long host_counters[2] = {0, 0};
-  FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_counters, counters, sizeof(host_counters),
+  unsigned long long words[3] = {0, 0, 0};  // total, segments, neighbourhood searches
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(words, tile_start + ntiles, sizeof(words),
                                                cudaMemcpyDeviceToHost, stream));
   FRESNEL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
   FRESNEL_RETURN_IF_ERROR(timer.Collect(true));
-  stats.records = static_cast<int64_t>(host_counters[0]);
-  stats.walk_fallbacks = static_cast<int64_t>(host_counters[1]);
+  *needed = static_cast<int64_t>(words[0]);
+  stats.records = static_cast<int64_t>(words[1]);
+  stats.walk_fallbacks = static_cast<int64_t>(words[2]);
   stats.num_blocks = num_blocks;
-  stats.passes = 0;
-  stats.peak_device_bytes = frame_bytes + mesh_bytes;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status RenderWalkCuda(const Device& device, const CudaMesh& mesh, int64_t mesh_bytes,
+                            const RenderJob& job, RenderResult* result) {
+  result->stats.cuda_method = CudaMethod::kRayWalk;
+  if (4 * mesh.num_tets > INT32_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "options.cuda_method kRayWalk takes at most 2^29 tetrahedra, the mesh has ",
+        mesh.num_tets));
+  }
+  // The face lists' room: what earlier frames of this mesh needed, with a quarter more for a
+  // moving camera, so that the frame runs through without a host synchronisation; the first
+  // frame, and every frame with partial frames (delivered while the walk runs, so the lists
+  // must fit before it starts), read the count back instead. A frame whose lists outgrow the
+  // room renders once more with exactly the room it needs.
+  int64_t room = job.on_block == nullptr ? mesh.tile_faces_room.load(std::memory_order_relaxed)
+                                         : 0;
+  int64_t needed = 0, frame_bytes = 0;
+  int walks = 1;
+  FRESNEL_RETURN_IF_ERROR(WalkFrame(device, mesh, job, room, result, &needed, &frame_bytes));
+  if (room > 0 && needed > room) {
+    ++walks;
+    FRESNEL_RETURN_IF_ERROR(WalkFrame(device, mesh, job, needed, result, &needed, &frame_bytes));
+  }
+  const int64_t want = needed + needed / 4 + 256;
+  int64_t have = mesh.tile_faces_room.load(std::memory_order_relaxed);
+  while (have < want && !mesh.tile_faces_room.compare_exchange_weak(have, want)) {
+  }
+  result->stats.passes = walks;
+  result->stats.peak_device_bytes = frame_bytes + mesh_bytes;
   return absl::OkStatus();
 }
 

@@ -22,11 +22,16 @@
 //           echo
 //   memcpy  one copy of the payload (bytes copied per second), the host's own ceiling
 //
+// With the chunked row, stderr also gets what a fresh y of the payload's size costs on this host
+// by itself (FreshOutputCost). --y-touch write: the chunked row's fresh y is faulted in by the
+// download threads instead of on its own thread during the upload (TransferOptions::prefault_y).
+//
 // and prints a table (median of --reps runs after one warm-up), or with --json one object per row:
 // {"bytes", "path", "echo_gbps", "fresnel_gbps", "ratio", "memcpy_gbps"}.
 //
 //   fresnel_bench_transport [--sizes 1,64,1024] [--reps 5] [--chunk-mib 4] [--streams 4]
 //                           [--segments 8] [--segment-mib 32] [--parallel-min-mib 64]
+//                           [--y-touch prefault|write]
 //                           [--gpus all|none] [--json] [--paths unary,stream,chunked,reuse,shm]
 //                           [--issue-case] [--tiny [--concurrency 64] [--seconds 3]]
 //
@@ -57,6 +62,7 @@
 #include "fresnel/client/client.h"
 #include "fresnel/client/shm.h"
 #include "fresnel/core/status.h"
+#include "fresnel/core/uninitialized_array.h"
 #include "fresnel/v1/array_convert.h"
 #include "fresnel/v1/interpolation.grpc.pb.h"
 #include "fresnel/v1/wire_limits.h"
@@ -152,6 +158,34 @@ double Time(int reps, F&& fn) {
     if (r > 0) t.push_back(std::chrono::duration<double>(Clock::now() - start).count());
   }
   return Median(t);
+}
+
+// What a fresh y of `bytes` costs on this host by itself (stderr): the zero-filled HostArray,
+// UninitializedArray with its pages prefaulted, and UninitializedArray faulted in by 4 threads
+// writing it (what the download threads do with --y-touch write); median of `reps`, each freed
+// before the next. The chunked row pays one of the latter two per call (the reuse row none).
+void FreshOutputCost(int64_t bytes, int reps) {
+  const double zero_s = Time(reps, [&] { return HostArray(DType::kUint8, {bytes}).nbytes() > 0; });
+  const double prefault_s = Time(reps, [&] {
+    return UninitializedArray(DType::kUint8, {bytes}, FirstTouch::kPrefault).nbytes() > 0;
+  });
+  const double write_s = Time(reps, [&] {
+    HostArray a = UninitializedArray(DType::kUint8, {bytes}, FirstTouch::kOnWrite);
+    char* p = static_cast<char*>(a.raw());
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 4; ++i) {
+      threads.emplace_back([=] {
+        const int64_t b = bytes * i / 4, e = bytes * (i + 1) / 4;
+        std::memset(p + b, 1, static_cast<size_t>(e - b));
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    return true;
+  });
+  std::fprintf(stderr,
+               "fresh y of %lld MiB: zero-filled HostArray %.1f ms, UninitializedArray prefaulted "
+               "%.1f ms, UninitializedArray written by 4 threads %.1f ms\n",
+               static_cast<long long>(bytes >> 20), zero_s * 1e3, prefault_s * 1e3, write_s * 1e3);
 }
 
 struct Options {
@@ -524,6 +558,7 @@ int Run(const Options& o) {
       return st.ok() && reused.size() == samples;
     });
     if (o.Wants("reuse")) split("reuse");
+    if (o.Wants("chunked")) FreshOutputCost(bytes, o.reps);
     v1::ResampleStreamConfig stream_config;
     v1::UpfirdnRequest* up = stream_config.mutable_upfirdn();
     *up->mutable_taps() = request.taps();
@@ -634,6 +669,8 @@ int main(int argc, char** argv) {
       o.transfer.segment_bytes = int64_t{std::clamp(std::atoi(argv[++i]), 1, 4096)} << 20;
     } else if (k == "--parallel-min-mib" && has_value) {
       o.transfer.parallel_min_bytes = int64_t{std::clamp(std::atoi(argv[++i]), 0, 1 << 20)} << 20;
+    } else if (k == "--y-touch" && has_value) {
+      o.transfer.prefault_y = std::string(argv[++i]) != "write";
     } else if (k == "--paths" && has_value) {
       o.paths = argv[++i];
     } else if (k == "--gpus" && has_value) {
@@ -643,7 +680,7 @@ int main(int argc, char** argv) {
                    "usage: fresnel_bench_transport [--sizes 1,64,1024] [--reps 5] "
                    "[--chunk-mib 4] [--streams 4] [--gpus all|none] [--json]\n"
                    "                               [--segments 8] [--segment-mib 32] "
-                   "[--parallel-min-mib 64]\n"
+                   "[--parallel-min-mib 64] [--y-touch prefault|write]\n"
                    "                               [--paths unary,stream,chunked,reuse,shm] "
                    "[--issue-case]\n"
                    "                               [--tiny [--concurrency 64] [--seconds 3]]\n");

@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
-# Issue 10's transport measurements in one device call (session 7: the pipelined segments, the
-# reused outputs, the ResampleStream read-ahead; a cut-down version of it gave the H200 rows of
-# docs/BENCHMARKS.md, session 7). Usage, with the binaries on PATH (a gpu-bundle's
-# .gpu/env.sh): test_shm test_server fresnel_bench_transport, and for the hologram rows fresneld,
-# fresnel and tests/bench/e2e/hologram_fps.sh beside this script:
+# Issue 10's transport measurements in one device call (session 8: fresh outputs without the
+# zero-fill, prefaulted during the upload or faulted in by the download threads, against reused
+# ones and the 4-connection echo; the hologram Stream fps). Usage,
+# with the binaries on PATH (a gpu-bundle's .gpu/env.sh): test_shm test_inline_staging
+# fresnel_bench_transport, and for the hologram rows fresneld, fresnel and
+# tests/bench/e2e/hologram_fps.sh (HOLOGRAM_FPS, default: beside this script):
 #
 #   h200_transport.sh OUT_DIR [BUNNY_PLY]
 #
-# Every step has its own timeout; the whole sweep is ~3-5 minutes on the H200 machine (the 1 GiB
-# rows dominate). Everything goes to OUT_DIR/transport.log (and hologram_fps's files under
-# OUT_DIR/cgh when BUNNY_PLY is given).
+# ~1.5 minutes on the H200 machine (FULL=1 adds the hologram with 4 worker streams and session
+# 7's rows: one call per transfer, 8 connections, 16 MiB over 4 streams, ResampleStream; ~2
+# minutes more). Every step has its own
+# timeout; everything goes to OUT_DIR/transport.log (hologram_fps's files under OUT_DIR/cgh*).
 set -uo pipefail
 out=$1
 ply=${2:-}
 here=$(cd "$(dirname "$0")" && pwd)
+fps=${HOLOGRAM_FPS:-$here/../e2e/hologram_fps.sh}
 mkdir -p "$out"
 log=$out/transport.log
 step() {  # step SECONDS TITLE COMMAND...
@@ -25,18 +28,33 @@ step() {  # step SECONDS TITLE COMMAND...
   echo "=== rc $? in $((SECONDS - start)) s" | tee -a "$log"
 }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >>"$log" 2>&1
-step 90 "tests: shm [gpu] cases" test_shm "[gpu]"
-step 60 "tests: chunked transfer, segments" test_shm "[transfer]"
-step 60 "tests: ResampleStream read-ahead" test_server "ResampleStream*"
+# The two [gpu] test binaries at once (separate processes, separate servers): half the wall time.
+echo "=== tests: test_shm [gpu] and test_inline_staging [gpu], in parallel" | tee -a "$log"
+start=$SECONDS
+timeout 90 test_shm "[gpu]" >"$out/test_shm.log" 2>&1 &
+p1=$!
+timeout 90 test_inline_staging "[gpu]" >"$out/test_inline_staging.log" 2>&1 &
+p2=$!
+wait $p1; r1=$?
+wait $p2; r2=$?
+tail -n 3 "$out/test_shm.log" "$out/test_inline_staging.log" >>"$log"
+echo "=== rc test_shm $r1, test_inline_staging $r2 in $((SECONDS - start)) s" | tee -a "$log"
 b=fresnel_bench_transport
-step 150 "sweep: pipelined segments (defaults), fresh and reused y" \
-  $b --sizes 16,64,256,1024 --paths chunked,reuse --reps 3 --gpus all
-step 90 "before: one call (--segments 1)" $b --sizes 64,1024 --paths chunked,reuse --segments 1 --reps 3 --gpus all
-step 90 "8 connections at 1 GiB" $b --sizes 1024 --paths chunked,reuse --streams 8 --reps 3 --gpus all
-step 60 "16 MiB over 4 streams (--parallel-min-mib 16)" $b --sizes 16 --paths chunked,reuse --parallel-min-mib 16 --reps 5 --gpus all
-step 120 "issue case (256 MiB in, 1 GiB out)" $b --issue-case --paths chunked,reuse,shm --reps 3 --gpus all
-step 90 "ResampleStream with read-ahead" $b --sizes 64,256 --paths stream --reps 3 --gpus all
+step 120 "sweep: pipelined segments (defaults), fresh and reused y, 4-connection echo" \
+  $b --sizes 64,256,1024 --paths chunked,reuse --reps 3 --gpus all
+step 60 "fresh y faulted in by the download threads (--y-touch write)" \
+  $b --sizes 64,1024 --paths chunked --y-touch write --reps 3 --gpus all
+step 60 "issue case (256 MiB in, 1 GiB out)" $b --issue-case --paths chunked,reuse --reps 3 --gpus all
 if [[ -n $ply ]]; then
-  step 120 "hologram Stream fps (one client, two clients)" bash "$here/../e2e/hologram_fps.sh" "$ply" "$out/cgh" 0 100
+  step 60 "hologram Stream fps, 2 worker streams (one client, two clients)" \
+    bash "$fps" "$ply" "$out/cgh" 0 100
+fi
+if [[ ${FULL:-0} == 1 ]]; then
+  [[ -n $ply ]] && step 60 "hologram Stream fps, 4 worker streams" \
+    env HOLOGRAM_FPS_STREAMS=4 HOLOGRAM_FPS_PORT=50782 bash "$fps" "$ply" "$out/cgh4" 0 100
+  step 90 "before: one call (--segments 1)" $b --sizes 64,1024 --paths chunked,reuse --segments 1 --reps 3 --gpus all
+  step 90 "8 connections at 1 GiB" $b --sizes 1024 --paths chunked,reuse --streams 8 --reps 3 --gpus all
+  step 60 "16 MiB over 4 streams (--parallel-min-mib 16)" $b --sizes 16 --paths chunked,reuse --parallel-min-mib 16 --reps 5 --gpus all
+  step 90 "ResampleStream with read-ahead" $b --sizes 64,256 --paths stream --reps 3 --gpus all
 fi
 echo "=== done" | tee -a "$log"

@@ -209,20 +209,27 @@ inline bool SameValues(const HostArray& a, const HostArray& b) {
   return true;
 }
 
-// Every resample (FFT) and decimate golden case on `device`: SciPy's dtype and shape, values
+// Every resample (FFT; with windows and domain='freq' too) and decimate golden case on `device`: SciPy's dtype and shape, values
 // within Tolerance. Returns the count.
 inline int CheckFftGoldens(const Device& device) {
   int checked = 0;
   for (const GoldenCase& g : LoadManifest()) {
-    if (g.kind != "resample" && g.kind != "decimate") continue;
+    if (g.kind != "resample" && g.kind != "resample_win" && g.kind != "decimate") continue;
     INFO(g.name);
     const HostArray x = LoadGolden(g.Get("x"));
     const HostArray want = LoadGolden(g.Get("y"));
     absl::StatusOr<HostArray> y;
-    if (g.kind == "resample") {
+    if (g.kind == "resample" || g.kind == "resample_win") {
       ResampleOptions o;
       o.num = g.Int("num");
       o.axis = g.Int("axis");
+      o.freq_domain = g.Get("domain") == "freq";
+      const std::string& window = g.Get("window");
+      if (window == "values") {
+        o.window_values = ToDoubles(LoadGolden(g.Get("w")));
+      } else if (!window.empty() && window != "none") {
+        o.window = ParseWindow(window);
+      }
       y = Resample(device, x, o);
     } else {
       DecimateOptions o;

@@ -106,8 +106,8 @@ TEST_CASE("complex taps on real and complex signals equal the direct convolution
   }
 }
 
-TEST_CASE("resample (FFT) and decimate match SciPy", "[interp]") {
-  CHECK(CheckFftGoldens(kCpu) > 70);
+TEST_CASE("resample (FFT with windows and domain freq) and decimate match SciPy", "[interp]") {
+  CHECK(CheckFftGoldens(kCpu) > 320);
 }
 
 TEST_CASE("resample of a periodic band-limited signal samples it on the new grid", "[interp]") {
@@ -165,6 +165,25 @@ TEST_CASE("resample and decimate refuse bad input naming the field", "[interp]")
   ExpectError(ValidateResample(HostArray(DType::kFloat64, {}), r), kInvalid, "x.shape");
   r.axis = 2;
   ExpectError(ValidateResample(x, r), kInvalid, "axis");
+  r.axis = -1;
+  // The window: a name or values, not both; one finite value per sample; valid parameters.
+  r.window_values.assign(9, 1.0);
+  ExpectError(ValidateResample(x, r), kInvalid, "window_values");
+  r.window_values.assign(10, 1.0);
+  CHECK(ValidateResample(x, r).ok());
+  r.window_values[3] = std::nan("");
+  ExpectError(ValidateResample(x, r), kInvalid, "window_values[3]");
+  r.window_values.assign(10, 1.0);
+  r.window = WindowSpec{Window::kHann};
+  ExpectError(ValidateResample(x, r), kInvalid, "window");
+  r.window_values.clear();
+  CHECK(ValidateResample(x, r).ok());
+  r.window = WindowSpec{Window::kGaussian, 5.0, {-1.0}};
+  ExpectError(ValidateResample(x, r), kInvalid, "window.params[0]");
+  r.window = WindowSpec{Window::kChebwin, 5.0, {60.0}};
+  ExpectError(ValidateResample(HostArray(DType::kFloat32, {1, kMaxChebwinTaps}), r), kInvalid,
+              "window");
+  r.window.reset();
   DecimateOptions d;
   d.q = 1;
   ExpectError(ValidateDecimate(x, d), kInvalid, "q");

@@ -537,5 +537,36 @@ TEST_CASE("GPU RenderInto: pinned and pageable buffers hold Render's image", "[v
   std::free(pinned);
 }
 
+// The walk keeps room for the tiles' face lists learnt from the mesh's earlier frames
+// (CudaMesh::tile_faces_room) and renders again when a frame's lists outgrow it: a small frame
+// first (little room learnt), then big ones whose lists need far more, must give the images of
+// a fresh mesh's first frame (which reads the count back and makes exactly the room it needs).
+TEST_CASE("GPU ray walk: a frame whose face lists outgrow the learnt room", "[volume][gpu]") {
+  if (SkipWithoutGpu()) return;
+  std::mt19937_64 rng(FreshSeed());
+  // Big cells: each boundary face covers many tiles of a big frame and few of a small one.
+  auto m = GenerateGridMesh({5, 4, 4, {-1, -1, -1}, {1, 1, 1}, GridShape::kBox});
+  REQUIRE(m.ok());
+  const TransferFunction tf = DefaultTransferFunction(0, 1, 5.0f);
+  auto learnt = DeviceMesh::Create(*TestGpu(), *m);
+  REQUIRE(learnt.ok());
+  Camera small = RandomCamera((*learnt)->report(), 32, 24, rng);
+  Gpu(**learnt, tf, small, Walk());
+  for (int rep = 0; rep < 3; ++rep) {
+    Camera big = RandomCamera((*learnt)->report(), 768 + 256 * rep, 576 + 192 * rep, rng);
+    RenderStats seen, first;
+    const HostArray a = Gpu(**learnt, tf, big, Walk(), &seen);
+    auto fresh = DeviceMesh::Create(*TestGpu(), *m);
+    REQUIRE(fresh.ok());
+    const HostArray b = Gpu(**fresh, tf, big, Walk(), &first);
+    INFO("rep " << rep << ": " << big.width << " x " << big.height);
+    CHECK(first.passes == 1);
+    if (rep == 0) CHECK(seen.passes == 2);  // the room learnt from the small frame was short
+    CHECK(seen.records == first.records);
+    CHECK(seen.records > 0);
+    CHECK(MaxAbsDiff(a, b) == 0);
+  }
+}
+
 }  // namespace
 }  // namespace fresnel::volume

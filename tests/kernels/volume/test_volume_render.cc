@@ -422,6 +422,32 @@ TEST_CASE("the walk follows Blunt Fin's boundary layer (brute force at pixels on
   }
 }
 
+// math::TfUpperFrom (the segment integral's lookup from the last segment's interval) gives
+// TfUpper's index from any hint, for scalars inside, outside, on the control points and NaN.
+TEST_CASE("TfUpperFrom equals TfUpper from every hint", "[volume]") {
+  std::mt19937_64 rng(FreshSeed());
+  std::uniform_int_distribution<int> count(1, math::kTfMax);
+  std::uniform_real_distribution<float> step(1e-3f, 2.0f), u(-0.5f, 1.5f);
+  for (int rep = 0; rep < 200; ++rep) {
+    math::TfTable tf{};
+    tf.n = count(rng);
+    float x = u(rng) - 3.0f;
+    for (int i = 0; i < tf.n; ++i) tf.x[i] = x += step(rng);
+    std::vector<float> probes = {NAN, INFINITY, -INFINITY};
+    for (int i = 0; i < tf.n; ++i)
+      probes.insert(probes.end(), {tf.x[i], std::nextafter(tf.x[i], -INFINITY),
+                                   std::nextafter(tf.x[i], INFINITY)});
+    for (int k = 0; k < 32; ++k) probes.push_back(tf.x[0] + (x - tf.x[0]) * u(rng));
+    for (float s : probes) {
+      const int want = math::TfUpper(tf, s);
+      for (int hint = 0; hint <= tf.n; ++hint) {
+        INFO("n " << tf.n << ", s " << s << ", hint " << hint);
+        REQUIRE(math::TfUpperFrom(tf, s, hint) == want);
+      }
+    }
+  }
+}
+
 // math::WalkTet (BuildWalkTets): the barycentric gradients and scalar gradient of each cell
 // reproduce its corners, and its intersections agree with IntersectRayTet's from the points.
 TEST_CASE("walk geometry: barycentric and scalar gradients of random cells", "[volume]") {

@@ -90,6 +90,11 @@ struct TransferOptions {
   // (float32/64, complex64/128), the filtered axis the last non-trivial one.
   int segments = 8;
   int64_t segment_bytes = 32 << 20;
+  // A new y (not the caller's, reused) is never zero-filled. true: its pages are faulted in on a
+  // thread of its own while x is uploaded (fresnel/core/uninitialized_array.h, kPrefault); false:
+  // by the download threads as they write each segment's y (kOnWrite). Which is faster depends
+  // on the host's page-fault cost and its spare cores (docs/transport.md, session 8).
+  bool prefault_y = true;
 };
 
 namespace internal {

@@ -68,6 +68,8 @@ class FusionSession {
 
   // Pipelined frames: sends one and returns its sequence number (FusionResponse.seq).
   absl::StatusOr<int64_t> SendFrame(const v1::FusionFrame& frame);
+  // The same, moving the frame's bytes into the request instead of copying them.
+  absl::StatusOr<int64_t> SendFrame(v1::FusionFrame&& frame);
   // The next answer in order (its status may be an error for that message alone). Fails with
   // the stream's final status once it ended.
   absl::StatusOr<v1::FusionResponse> ReadResponse();
@@ -77,6 +79,9 @@ class FusionSession {
   absl::StatusOr<int64_t> Send(const v1::FusionRequest& request);
   // The stream's final status (after a failed read or write).
   absl::Status Ended();
+  // After a write failed (opening, closing): the status the server ended the stream with
+  // (`send_status` if it answered instead).
+  absl::Status RefusedStatus(const absl::Status& send_status);
   // ReadResponse for `seq`, with its item status turned into an error.
   absl::StatusOr<v1::FusionResponse> Expect(int64_t seq);
   // Reads the chunks of a mesh or snapshot answer into `bytes`; the first chunk is returned.

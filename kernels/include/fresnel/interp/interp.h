@@ -196,7 +196,22 @@ absl::StatusOr<HostArray> ResamplePoly(const Device& device, const HostArray& x,
 struct ResampleOptions {
   int64_t num = 0;  // output samples along axis, >= 1
   int axis = -1;
+  // scipy.signal.resample's `window`, applied to x's spectrum before its bins are cut or padded.
+  // `window`: a get_window name and parameters (SciPy applies ifftshift(get_window(window, n)),
+  // the periodic window centred on bin 0). `window_values`: the n values themselves in FFT bin
+  // order (SciPy's window=ndarray). At most one of the two; neither means no window. For real x
+  // SciPy folds W onto the rfft bins (W[k] and W[n - k] averaged); so does Fresnel.
+  std::optional<WindowSpec> window;
+  std::vector<double> window_values;
+  // domain='freq': x already holds the spectrum, no forward transform. Complex x: the fft's n
+  // bins; real x: read as SciPy reads a real array there, as rfft bins (the result is real).
+  bool freq_domain = false;
 };
+
+// scipy.signal.get_window(window, m, fftbins=periodic): the symmetric window (firwin's), or the
+// periodic one (the symmetric window of m + 1 points without its last). InvalidArgument for
+// m < 1 or bad parameters (ValidateWindow).
+absl::StatusOr<std::vector<double>> GetWindow(const WindowSpec& window, int64_t m, bool periodic);
 
 // The dtype Resample returns, as SciPy's: float and complex dtypes stay, integers give float64.
 DType ResampleResultDType(DType x);
@@ -204,9 +219,9 @@ DType ResampleResultDType(DType x);
 absl::Status ValidateResample(const HostArray& x, const ResampleOptions& options,
                               const Limits& limits = {});
 
-// scipy.signal.resample(x, num, axis=axis) with window=None, domain='time': the DFT of each
-// channel truncated or zero-padded to num bins (SciPy's Nyquist-bin rules) and inverted, scaled
-// by num / n. x needs n >= 1 samples along axis. CPU: kissfft in double (any length; prime
+// scipy.signal.resample(x, num, axis=axis, window=..., domain=...): the DFT of each channel
+// (or x itself for domain='freq'), times the window, truncated or zero-padded to num bins
+// (SciPy's Nyquist-bin rules) and inverted, scaled by num / n. x needs n >= 1 samples along axis. CPU: kissfft in double (any length; prime
 // lengths cost O(n^2)); CUDA: cuFFT C2C (float32/complex64) or Z2Z (float64/complex128, and
 // integers), batched over channels, work area from the device's pool.
 absl::StatusOr<HostArray> Resample(const Device& device, const HostArray& x,

@@ -179,7 +179,9 @@ struct RenderStats {
   int64_t tets_rendered = 0;  // non-degenerate tetrahedra
   int64_t warp_chunks = 0;    // CUDA: 512-pixel chunks of large tetrahedra, a warp each
   int num_blocks = 0;
-  int passes = 0;             // CUDA: record passes (RenderOptions::max_pass_records)
+  int passes = 0;             // CUDA: record passes (RenderOptions::max_pass_records); kRayWalk:
+                              // walks of the frame, 2 where its tiles' face lists outgrew the
+                              // room learnt from the mesh's earlier frames
   int64_t walk_fallbacks = 0; // CPU and CUDA kRayWalk: walks continued by a neighbourhood search
   // CUDA: bytes of per-frame device buffers at their peak, plus the mesh's persistent buffers.
   int64_t peak_device_bytes = 0;
@@ -197,7 +199,8 @@ struct RenderResult {
 // their face neighbours in persistent device buffers until destruction; CPU keeps face adjacency
 // and boundary faces. Both find the face neighbours on the host (TBB sort of 4 faces per
 // tetrahedron).
-// Thread-safe for concurrent Render calls (it is read-only after Create).
+// Thread-safe for concurrent Render calls (it is read-only after Create but for the CUDA ray
+// walk's room for its face lists, an atomic learnt from the frames rendered).
 class DeviceMesh {
  public:
   // Validates `mesh` (InvalidArgument as ValidateMesh) and uploads it. CUDA: synchronous on
