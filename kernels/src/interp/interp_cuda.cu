@@ -15,6 +15,7 @@
 #include "fresnel/core/status.h"
 #include "interp/interp_internal.h"
 #include "interp/interp_kernels.cuh"
+#include "interp/occupancy_cuda.cuh"
 #include "interp/phase_groups.h"
 #include "interp/tensor_tf32.h"
 #include "interp/transfer_cuda.cuh"
@@ -54,10 +55,16 @@ namespace k = ::fresnel::interp::kernels;
 //    loops over thousands of taps per output leaves too little independent work per SM, while
 //    the warp splits them 32 ways. It also runs filters whose tap table does not fit in shared
 //    memory.
-// kTensorTf32 (the filter bank as a 3xTF32 tensor-core GEMM, tensor_tf32.h) is never chosen
-// here: it runs only when forced (CudaPlanOptions::kernel). Measured on the H200 it is 1.06x to
-// 1.8x faster than kPhaseGroups on long filters, but its relative error grows with the band
-// (2.4e-6 at P = 342, 1.4e-5 at P = 2048, against ~3e-7), so the default keeps FFMA accuracy.
+// 1b. kTensorTf32 (the filter bank as a 3xTF32 tensor-core GEMM, tensor_tf32.h) ahead of
+//    kPhaseGroups for float32 filters with P >= kTensorMinTapsPerPhase that it supports.
+//    Session 7 measured it 1.06x to 1.8x faster than kPhaseGroups on long filters, but with
+//    the whole band in the tensor cores' accumulators its error grew with the band (2.4e-6 at
+//    P = 342, 1.4e-5 at P = 2048, against ~3e-7 for FFMA), so it was opt-in. Summed in chunks
+//    of kTensorTf32DefaultChunk k-steps (FADD between chunks) it measured 2.1-2.8e-7 at every P
+//    from 64 to 2048 (FFMA: 1.5-8.1e-7) and was faster than kPhaseGroups at each (H200,
+//    2026-12-02: 1.08x at P = 64 and 128, 1.18x at 342, 1.75x at 1024, 1.56x at 2048); the
+//    table by chunk size: docs/interp.md, kTensorTf32.
+constexpr int64_t kTensorMinTapsPerPhase = 64;
 constexpr int kRbMaxTapsPerPhase = 32;
 constexpr int64_t kWarpMinTapsPerPhase = 1024;
 // kSmemTile's dynamic shared memory stays within the default 48 KiB per block (taps first, then
@@ -202,6 +209,44 @@ __global__ void __launch_bounds__(256)
 }
 
 
+// Allocates `dev` from the device's pool and enqueues the copy of `host` into it on stream.
+template <class T>
+absl::Status UploadAsync(const Device& device, const std::vector<T>& host,
+                         cuda::DeviceBuffer<T>& dev, cudaStream_t stream) {
+  FRESNEL_RETURN_IF_ERROR(dev.Allocate(device, static_cast<int64_t>(host.size())));
+  FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev.get(), host.data(), host.size() * sizeof(T),
+                                               cudaMemcpyHostToDevice, stream));
+  return absl::OkStatus();
+}
+
+// CudaPlanOptions' kPhaseGroups fields as the planner's choice (each 0, 1 or 2; R 0, 1, 2, 4 or
+// 8).
+absl::StatusOr<PhaseGroupsChoice> PhaseGroupsChoiceFrom(const CudaPlanOptions& options) {
+  const struct {
+    const char* name;
+    int value;
+  } switches[] = {{"pg_widen", options.pg_widen},       {"pg_layout", options.pg_layout},
+                  {"pg_rotate", options.pg_rotate},     {"pg_row_blocks", options.pg_row_blocks},
+                  {"pg_prefetch", options.pg_prefetch}};
+  for (const auto& sw : switches) {
+    if (sw.value < 0 || sw.value > 2) {
+      return absl::InvalidArgumentError(absl::StrCat(sw.name, ": 0, 1 or 2"));
+    }
+  }
+  const int r = options.pg_periods_per_lane;
+  if (r != 0 && r != 1 && r != 2 && r != 4 && r != 8) {
+    return absl::InvalidArgumentError("pg_periods_per_lane: 0, 1, 2, 4 or 8");
+  }
+  PhaseGroupsChoice choice;
+  choice.widen = options.pg_widen;
+  choice.layout = options.pg_layout;
+  choice.periods_per_lane = r;
+  choice.rotate = options.pg_rotate;
+  choice.row_blocks = options.pg_row_blocks;
+  choice.prefetch = options.pg_prefetch;
+  return choice;
+}
+
 }  // namespace
 
 const char* CudaKernelName(CudaKernel kernel) {
@@ -238,6 +283,9 @@ bool CudaPolyphase::Supports(CudaKernel kernel, int up, int down, int64_t p, DTy
 CudaKernel CudaPolyphase::Select(int up, int down, int64_t p, DType dtype) {
   if (Supports(CudaKernel::kRegisterBlocked, up, down, p, dtype)) {
     return CudaKernel::kRegisterBlocked;
+  }
+  if (p >= kTensorMinTapsPerPhase && Supports(CudaKernel::kTensorTf32, up, down, p, dtype)) {
+    return CudaKernel::kTensorTf32;
   }
   if (Supports(CudaKernel::kPhaseGroups, up, down, p, dtype)) return CudaKernel::kPhaseGroups;
   if (p < kWarpMinTapsPerPhase && Supports(CudaKernel::kSmemTile, up, down, p, dtype)) {
@@ -331,60 +379,32 @@ absl::StatusOr<CudaPolyphase> CudaPolyphase::Create(const Device& device, const 
   if (DoubleTaps(dtype)) {
     impl->htf_d = std::move(htf);
     if (kernel != CudaKernel::kRegisterBlocked) {
-      FRESNEL_RETURN_IF_ERROR(
-          impl->taps_d.Allocate(device, static_cast<int64_t>(impl->htf_d.size())));
-      FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(impl->taps_d.get(), impl->htf_d.data(),
-                                                   impl->htf_d.size() * sizeof(double),
-                                                   cudaMemcpyHostToDevice, stream));
+      FRESNEL_RETURN_IF_ERROR(UploadAsync(device, impl->htf_d, impl->taps_d, stream));
     }
   } else {
     impl->htf_f.assign(htf.begin(), htf.end());
     if (kernel == CudaKernel::kPhaseGroups) {
-      PhaseGroupsChoice choice;
-      choice.widen = options.pg_widen;
-      if (choice.widen < 0 || choice.widen > 2) {
-        return absl::InvalidArgumentError("pg_widen: 0, 1 or 2");
-      }
-      choice.layout = options.pg_layout;
-      if (choice.layout < 0 || choice.layout > 2) {
-        return absl::InvalidArgumentError("pg_layout: 0, 1 or 2");
-      }
-      choice.periods_per_lane = options.pg_periods_per_lane;
-      choice.rotate = options.pg_rotate;
-      choice.row_blocks = options.pg_row_blocks;
-      if (choice.row_blocks < 0 || choice.row_blocks > 2) {
-        return absl::InvalidArgumentError("pg_row_blocks: 0, 1 or 2");
-      }
-      if (choice.rotate < 0 || choice.rotate > 2) {
-        return absl::InvalidArgumentError("pg_rotate: 0, 1 or 2");
-      }
-      if (choice.periods_per_lane != 0 && choice.periods_per_lane != 1 &&
-          choice.periods_per_lane != 2 && choice.periods_per_lane != 8) {
-        return absl::InvalidArgumentError("pg_periods_per_lane: 0, 1, 2 or 8");
-      }
+      FRESNEL_ASSIGN_OR_RETURN(const PhaseGroupsChoice choice, PhaseGroupsChoiceFrom(options));
       FRESNEL_ASSIGN_OR_RETURN(
           impl->pg, PlanPhaseGroups(filter.up, filter.down, impl->p, impl->htf_f, choice));
       FRESNEL_ASSIGN_OR_RETURN(impl->pg_blocks_per_sm, PhaseGroupsOccupancy(impl->pg));
-      FRESNEL_RETURN_IF_ERROR(
-          impl->pg_table.Allocate(device, static_cast<int64_t>(impl->pg.table.size())));
-      FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(impl->pg_table.get(), impl->pg.table.data(),
-                                                   impl->pg.table.size() * sizeof(float),
-                                                   cudaMemcpyHostToDevice, stream));
+      FRESNEL_RETURN_IF_ERROR(UploadAsync(device, impl->pg.table, impl->pg_table, stream));
     } else if (kernel == CudaKernel::kTensorTf32) {
+      if (options.tc_chunk_ksteps < 0) {
+        return absl::InvalidArgumentError("tc_chunk_ksteps: 0 (default) or >= 1");
+      }
+      if (options.tc_min_blocks != 0 && options.tc_min_blocks != 1 &&
+          options.tc_min_blocks != 3) {
+        return absl::InvalidArgumentError("tc_min_blocks: 0, 1 or 3");
+      }
       FRESNEL_ASSIGN_OR_RETURN(impl->tc,
                                PlanTensorTf32(filter.up, filter.down, impl->p, impl->htf_f));
+      if (options.tc_chunk_ksteps > 0) impl->tc.chunk_ksteps = options.tc_chunk_ksteps;
+      if (options.tc_min_blocks > 0) impl->tc.min_blocks = options.tc_min_blocks;
       FRESNEL_ASSIGN_OR_RETURN(impl->tc_blocks_per_sm, TensorTf32Occupancy(impl->tc));
-      FRESNEL_RETURN_IF_ERROR(
-          impl->tc_table.Allocate(device, static_cast<int64_t>(impl->tc.table.size())));
-      FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(impl->tc_table.get(), impl->tc.table.data(),
-                                                   impl->tc.table.size() * sizeof(float),
-                                                   cudaMemcpyHostToDevice, stream));
+      FRESNEL_RETURN_IF_ERROR(UploadAsync(device, impl->tc.table, impl->tc_table, stream));
     } else if (kernel != CudaKernel::kRegisterBlocked) {
-      FRESNEL_RETURN_IF_ERROR(
-          impl->taps_f.Allocate(device, static_cast<int64_t>(impl->htf_f.size())));
-      FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(impl->taps_f.get(), impl->htf_f.data(),
-                                                   impl->htf_f.size() * sizeof(float),
-                                                   cudaMemcpyHostToDevice, stream));
+      FRESNEL_RETURN_IF_ERROR(UploadAsync(device, impl->htf_f, impl->taps_f, stream));
     }
   }
   return CudaPolyphase(std::move(impl));
@@ -395,16 +415,10 @@ template <int U, int kP>
 absl::Status CudaPolyphase::Impl::PrepareRb() {
   const k::RbStore store = k::RbEffective<U, kP>(rb.store);
   auto kernel_fn = RbKernelFor<U, kP>(store);
-  const int smem = k::RbSmemBytes<U, kP>(store);
-  if (smem > 48 * 1024) {
-    FRESNEL_CUDA_RETURN_IF_ERROR(
-        cudaFuncSetAttribute(kernel_fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  }
-  int per_sm = 0;
-  FRESNEL_CUDA_RETURN_IF_ERROR(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_fn, k::kRbThreads, smem));
+  FRESNEL_ASSIGN_OR_RETURN(
+      int per_sm, ResidentBlocksPerSm(kernel_fn, k::kRbThreads, k::RbSmemBytes<U, kP>(store)));
   if (rb.max_blocks_per_sm > 0) per_sm = std::min(per_sm, rb.max_blocks_per_sm);
-  rb_blocks_per_sm = std::max(per_sm, 1);
+  rb_blocks_per_sm = per_sm;
   return absl::OkStatus();
 }
 

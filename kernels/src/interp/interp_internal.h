@@ -178,8 +178,9 @@ struct CudaPlanOptions {
   // (round 1's kernel: 4-byte copies in, 4-byte stores out); 2: plain order where d is odd
   // (16-byte copies in and out), de-interleaved otherwise; 0: the default (2). Same bits.
   int pg_layout = 0;
-  // kPhaseGroups periods per lane R: 1, 2 or 8; 0: the default (8 for >= 48 taps per phase,
-  // else 2). Same bits. A forced R is FailedPrecondition where its tile does not fit.
+  // kPhaseGroups periods per lane R: 1, 2, 4 (plain tile, V = 4) or 8; 0: the default (8 for
+  // >= 48 taps per phase, else 2). Same bits. A forced R is FailedPrecondition where its tile
+  // does not fit.
   int pg_periods_per_lane = 0;
   // kPhaseGroups period rotation (plain tile, u % 4 == 0; PhaseGroupsChoice::rotate): 1: off;
   // 2: the launch rotates the period so that tiles start 16-byte aligned in y (16-byte stores
@@ -189,6 +190,16 @@ struct CudaPlanOptions {
   // 1: step by step with a row-wrap test; 2: blocks of d steps, one pointer per row; 0: the
   // default (2). Same bits.
   int pg_row_blocks = 0;
+  // kPhaseGroups input tiles per block (PhaseGroupsChoice::prefetch): 1: one; 2: two, the next
+  // tile's copies in flight while the block computes; 0: the default. Same bits.
+  int pg_prefetch = 0;
+  // kTensorTf32: k-steps per tensor-core partial sum (tensor_tf32.h, "Accumulation"); 0: the
+  // default (kTensorTf32DefaultChunk). A value at least the band's k-steps sums the whole band
+  // in the tensor cores' accumulators (session 7's kernel). Changes the bits, not the products.
+  int tc_chunk_ksteps = 0;
+  // kTensorTf32 with 3 n8 tiles (u' = 24): 3 compiles it for three blocks per SM, 1 leaves the
+  // registers to the compiler; 0: the default (TensorTf32Plan::min_blocks). Same bits.
+  int tc_min_blocks = 0;
 };
 
 // Test hooks of the host-level CUDA call.

@@ -37,7 +37,8 @@ namespace fresnel::interp::internal {
 struct PhaseGroupsChoice {
   int widen = 0;   // 1: never widen the period; 2 (default): widen when the cost model says so
   int layout = 0;  // 1: always the de-interleaved tile; 2 (default): plain where d is odd
-  // Periods per lane R (1, 2 or 8); 0: 8 for P >= 48 taps per phase, else 2.
+  // Periods per lane R (1, 2, 4 or 8; 4 only for the plain tile with V = 4); 0: 8 for P >= 48
+  // taps per phase, else 2.
   int periods_per_lane = 0;
   // Period rotation (plain tile, u % 4 == 0): 1: never; 0 or 2 (default): four tables, one per
   // rotation s, and the launch picks the s that makes the tiles' outputs 16-byte aligned in y.
@@ -45,6 +46,11 @@ struct PhaseGroupsChoice {
   // De-interleaved band loop for d in {2, 4, 8} (V = 4): 1: step by step with a row-wrap test
   // (round 1); 0 or 2 (default): blocks of d steps with one pointer per row. Same bits.
   int row_blocks = 0;
+  // Input tiles per block: 1: one, refilled after the block has computed from it (the copies
+  // overlap the copy-out only); 2: two, the next tile's copies issued before the block computes
+  // from the current one (they overlap the compute too; the tile's shared memory doubles).
+  // 0: the default (kPgDefaultPrefetch, phase_groups_cuda.cu). Same bits.
+  int prefetch = 0;
 };
 
 // The geometry of one filter's kPhaseGroups launch, fixed at plan creation.
@@ -59,7 +65,7 @@ struct PhaseGroupsChoice {
 // about 6 index and loop instructions).
 struct PhaseGroupsPlan {
   int v = 4;           // outputs per group (template: 1, 2 or 4)
-  int r = 2;           // periods per lane (template: 1, 2 or 8)
+  int r = 2;           // periods per lane (template: 1, 2, 8; 4 for the plain tile, V = 4)
   int u = 1, d = 1;    // the period: u outputs per d inputs
   int groups = 1;      // ceil(u / v)
   int k = 1;           // band length (taps per group and output)
@@ -75,6 +81,7 @@ struct PhaseGroupsPlan {
   // outputs from 11). zoff[s] (<= 0) moves the tile's input origin so that the group bases are
   // >= 0; extra = max(-zoff) more inputs per tile.
   bool row_blocks = false;  // PhaseGroupsChoice::row_blocks, where it applies
+  bool prefetch = false;    // two input tiles (PhaseGroupsChoice::prefetch)
   int rotations = 1;
   std::vector<int> zoff = {0};
   int extra = 0;

@@ -38,6 +38,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/cuda_util.cuh"
 #include "fresnel/core/status.h"
+#include "interp/occupancy_cuda.cuh"
 #include "interp/phase_groups.h"
 
 namespace fresnel::interp::internal {
@@ -58,6 +59,8 @@ constexpr int kPgLongTaps = 48;
 constexpr int kPgShortPeriods = 2;
 // Default of PhaseGroupsChoice::widen (docs/bench/interp.md has the measurements).
 constexpr int kPgDefaultWiden = 2;
+// Default of PhaseGroupsChoice::prefetch (1: one input tile, 2: two).
+constexpr int kPgDefaultPrefetch = 1;
 
 int AlignUp4(int v) { return (v + 3) / 4 * 4; }
 
@@ -72,6 +75,8 @@ struct PgArgs {
   // task_step_group) with a carry, so that no warp divides by `groups` per task.
   int task_step_chunk, task_step_group;
   int span;  // floats of the input tile (z in [0, span))
+  int in_floats;  // shared floats per input tile (InputFloats)
+  int prefetch;   // 1: two input tiles (PhaseGroupsPlan::prefetch)
   int zoff;  // the rotation's input origin offset (PhaseGroupsPlan::zoff), <= 0
   int rot;   // the period rotation s: tile outputs start at n_tile*u - s
   int64_t n_first;  // first period of the requested range
@@ -146,7 +151,10 @@ __global__ void __launch_bounds__(kPgThreads)
   float* const smem = reinterpret_cast<float*>(pg_smem4);
   const float* const taps = smem;
   const int* const qbase = reinterpret_cast<const int*>(smem + a.groups * a.k * V);
-  float* const xin = smem + a.xin_off;
+  // The input tile; with a.prefetch two of them, the next tile's copies landing in one while
+  // the block computes from the other.
+  float* xin = smem + a.xin_off;
+  float* xin_next = a.prefetch ? xin + a.in_floats : xin;
   float* const st = smem + a.st_off;
   const int tid = threadIdx.x;
   const int lane = tid & 31, warp = tid >> 5;
@@ -163,25 +171,25 @@ __global__ void __launch_bounds__(kPgThreads)
 
   // Plain tile: z sits at xin[shift + z], shift = the 16-byte misalignment (in floats) of
   // z = 0's global address, so that every 4-float chunk e (xin[4e, 4e+4)) is one aligned copy.
-  int shift = 0;
-  // Tile (channel c, tile t of the channel).
-  auto issue = [&](int64_t c, int64_t t) {
+  int shift = 0, shift_next = 0;
+  // Tile (channel c, tile t of the channel) into `buf` (with its plain-tile shift `sh`).
+  auto issue = [&](int64_t c, int64_t t, float* buf, int& sh) {
     const int64_t n_tile = a.n_first + t * a.periods;
     const int64_t rel0 = n_tile * a.d - (a.p - 1) + a.zoff - x_first;  // x index of z = 0
     const float* xc = x + c * x_stride;
     if constexpr (kPlain) {
-      shift = static_cast<int>((reinterpret_cast<uintptr_t>(xc) / 4 + rel0) & 3);
-      const int chunks = (span + shift + 3) / 4;
-      const int64_t rel_base = rel0 - shift;  // x index of xin[0], 16-byte aligned
+      sh = static_cast<int>((reinterpret_cast<uintptr_t>(xc) / 4 + rel0) & 3);
+      const int chunks = (span + sh + 3) / 4;
+      const int64_t rel_base = rel0 - sh;  // x index of buf[0], 16-byte aligned
       if (rel_base >= 0 && rel_base + 4 * chunks <= x_len) {
         // Interior tile (all but the first and last of a channel): no bounds checks.
         const float* src = xc + rel_base;
-        for (int e = tid; e < chunks; e += kPgThreads) CpAsync16(xin + 4 * e, src + 4 * e);
+        for (int e = tid; e < chunks; e += kPgThreads) CpAsync16(buf + 4 * e, src + 4 * e);
         return;
       }
       for (int e = tid; e < chunks; e += kPgThreads) {
-        const int64_t rel = rel0 + 4 * e - shift;  // x index of xin[4e]
-        float* dst = xin + 4 * e;
+        const int64_t rel = rel0 + 4 * e - sh;  // x index of buf[4e]
+        float* dst = buf + 4 * e;
         if (rel >= 0 && rel + 4 <= x_len) {
           CpAsync16(dst, xc + rel);
         } else {
@@ -195,7 +203,7 @@ __global__ void __launch_bounds__(kPgThreads)
     }
     int qq = z_q0, rr = z_r0;
     for (int z = tid; z < span; z += kPgThreads) {
-      float* dst = xin + rr * a.ld + qq;
+      float* dst = buf + rr * a.ld + qq;
       const int64_t rel = rel0 + z;
       if (rel >= 0 && rel < x_len) {
         CpAsync4(dst, xc + rel);
@@ -213,7 +221,7 @@ __global__ void __launch_bounds__(kPgThreads)
   // The tile cursor: block b's tile is (channel b / tiles, tile b % tiles); one division here,
   // then b += gridDim.x steps it with a carry.
   int64_t tc = blockIdx.x / a.tiles, tt = blockIdx.x % a.tiles;
-  if (blockIdx.x < total) issue(tc, tt);
+  if (blockIdx.x < total) issue(tc, tt, xin, shift);
 
   const int tasks = a.chunks * a.groups;
   const int tile_outputs = a.periods * a.u;
@@ -221,7 +229,18 @@ __global__ void __launch_bounds__(kPgThreads)
   const int gr0 = warp % a.groups, chunk0 = warp / a.groups;
   for (int64_t b = blockIdx.x; b < total; b += gridDim.x) {
     CpAsyncWaitAll();
-    __syncthreads();  // xin (and the table, the first time) complete; st free
+    __syncthreads();  // xin (and the table, the first time) complete; st and xin_next free
+    // This tile's row and first output; then the cursor moves to the block's next tile.
+    const int64_t c = tc;
+    const int64_t k_tile = (a.n_first + tt * a.periods) * a.u - a.rot;
+    tc += a.grid_step_c;
+    tt += a.grid_step_t;
+    if (tt >= a.tiles) {
+      tt -= a.tiles;
+      ++tc;
+    }
+    const bool more = b + gridDim.x < total;
+    if (a.prefetch && more) issue(tc, tt, xin_next, shift_next);
     int gr = gr0, chunk = chunk0;
     for (int task = warp; task < tasks; task += kPgWarps) {
       const int nl0 = chunk * 32 * R + lane;
@@ -348,15 +367,14 @@ __global__ void __launch_bounds__(kPgThreads)
       }
     }
     __syncthreads();  // st complete; every warp is done reading xin
-    const int64_t c = tc;
-    const int64_t k_tile = (a.n_first + tt * a.periods) * a.u - a.rot;
-    tc += a.grid_step_c;
-    tt += a.grid_step_t;
-    if (tt >= a.tiles) {
-      tt -= a.tiles;
-      ++tc;
+    if (a.prefetch) {
+      float* const tmp = xin;
+      xin = xin_next;
+      xin_next = tmp;
+      shift = shift_next;
+    } else if (more) {
+      issue(tc, tt, xin, shift);
     }
-    if (b + gridDim.x < total) issue(tc, tt);
 
     // Staged output (nl, j) is tile output nl*u + j, i.e. y[c][k_tile + nl*u + j - out_first].
     const int lo = out_first > k_tile ? static_cast<int>(out_first - k_tile) : 0;
@@ -410,6 +428,9 @@ using PgKernelFn = void (*)(const float*, int64_t, int64_t, int64_t, float, floa
 
 template <bool kPlain>
 PgKernelFn KernelFor(int v, int r) {
+  if constexpr (kPlain) {
+    if (r == 4) return PhaseGroupsKernel<4, 4, true>;  // plain tile, V = 4 only (PlanFor)
+  }
   if (r == 1) {
     if (v == 1) return PhaseGroupsKernel<1, 1, kPlain>;
     if (v == 2) return PhaseGroupsKernel<2, 1, kPlain>;
@@ -447,21 +468,27 @@ int InputFloats(const PhaseGroupsPlan& pl) {
 }
 
 int SmemBytes(const PhaseGroupsPlan& pl) {
-  return 4 * (AlignUp4(pl.table_floats) + InputFloats(pl) + pl.periods * pl.sr);
+  return 4 * (AlignUp4(pl.table_floats) + InputFloats(pl) * (pl.prefetch ? 2 : 1) +
+              pl.periods * pl.sr);
 }
 
 // The plan for period multiple m (u = m*up/g0 outputs per d = m*down/g0 inputs) with the table
 // filled from htf when it is not empty.
+// with v outputs per group and r periods per lane (the rest of `choice` as given).
 absl::StatusOr<PhaseGroupsPlan> PlanFor(int up, int down, int64_t p, const std::vector<float>& htf,
-                                        int m, int v, int layout, int r, int rotate,
-                                        int row_blocks) {
+                                        int m, int v, int r, const PhaseGroupsChoice& choice) {
+  const int layout = choice.layout, rotate = choice.rotate, row_blocks = choice.row_blocks;
   PhaseGroupsPlan pl;
+  pl.prefetch = (choice.prefetch == 0 ? kPgDefaultPrefetch : choice.prefetch) == 2;
   const int g0 = std::gcd(up, down);
   pl.u = m * (up / g0);
   pl.d = m * (down / g0);
   pl.plain = layout != 1 && pl.d % 2 == 1;
   pl.v = v;
   pl.r = r;
+  if (r == 4 && (!pl.plain || v != 4)) {
+    return absl::FailedPreconditionError("phase_groups: R = 4 needs the plain tile and V = 4");
+  }
   pl.groups = (pl.u + pl.v - 1) / pl.v;
   pl.p = static_cast<int>(p);
   pl.rotations = pl.plain && pl.u % 4 == 0 && rotate != 1 ? 4 : 1;
@@ -560,26 +587,18 @@ absl::StatusOr<PhaseGroupsPlan> PlanPhaseGroups(int up, int down, int64_t p,
   const int u = up / std::gcd(up, down);
   const int v1 = u == 1 ? 1 : u == 2 ? 2 : 4;
   absl::StatusOr<PhaseGroupsPlan> plain =
-      PlanFor(up, down, p, htf, 1, v1, choice.layout, r, choice.rotate, choice.row_blocks);
+      PlanFor(up, down, p, htf, 1, v1, r, choice);
   const int m = 4 / std::gcd(u, 4);
   if (widen == 1 || m == 1 || u > (1 << 14)) return plain;
   absl::StatusOr<PhaseGroupsPlan> wide =
-      PlanFor(up, down, p, htf, m, 4, choice.layout, r, choice.rotate, choice.row_blocks);
+      PlanFor(up, down, p, htf, m, 4, r, choice);
   if (!wide.ok()) return plain;
   if (!plain.ok() || IssueCost(*wide) < IssueCost(*plain)) return wide;
   return plain;
 }
 
 absl::StatusOr<int> PhaseGroupsOccupancy(const PhaseGroupsPlan& plan) {
-  PgKernelFn fn = KernelFor(plan);
-  if (plan.smem_bytes > 48 * 1024) {
-    FRESNEL_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
-        fn, cudaFuncAttributeMaxDynamicSharedMemorySize, plan.smem_bytes));
-  }
-  int per_sm = 0;
-  FRESNEL_CUDA_RETURN_IF_ERROR(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, kPgThreads, plan.smem_bytes));
-  return std::max(per_sm, 1);
+  return ResidentBlocksPerSm(KernelFor(plan), kPgThreads, plan.smem_bytes);
 }
 
 absl::Status LaunchPhaseGroups(const PhaseGroupsPlan& pl, const float* table, int sm_count,
@@ -596,7 +615,9 @@ absl::Status LaunchPhaseGroups(const PhaseGroupsPlan& pl, const float* table, in
   a.chunks = pl.periods / (32 * pl.r);
   a.table_words = pl.table_floats;
   a.xin_off = AlignUp4(pl.table_floats);
-  a.st_off = a.xin_off + InputFloats(pl);
+  a.in_floats = InputFloats(pl);
+  a.prefetch = pl.prefetch ? 1 : 0;
+  a.st_off = a.xin_off + a.in_floats * (pl.prefetch ? 2 : 1);
   a.wrap = (pl.d - 1) * pl.ld - 1;
   // Periods n_first .. n_last hold outputs out_first .. out_first + out_count - 1.
   // The rotation that makes every tile's first output 16-byte aligned in y (the same for all

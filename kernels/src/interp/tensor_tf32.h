@@ -25,6 +25,17 @@
 // result is float32-accurate but not the bit pattern of the FFMA kernels' sums; every window and
 // tile of one plan sums the same products in the same order (k-steps ascending, then the three
 // terms), so streamed chunks still reproduce the one-shot result bit for bit.
+//
+// Accumulation. mma.sync adds its products to the accumulator inside the tensor core, aligned
+// to the larger exponent and truncated rather than rounded to nearest, so each of the 3 x
+// (Kpad/8) accumulating mma of an output can lose up to an ulp of the running sum, always
+// towards zero: the error grows with the band (session 7 on the H200, one accumulator over the
+// whole band: relative L2 9.2e-7 at P = 128, 2.4e-6 at P = 342, 1.42e-5 at P = 2048, against
+// 2-3e-7 for FFMA). The kernel therefore sums the band in chunks of `chunk_ksteps` k-steps: the
+// tensor cores accumulate each chunk from zero, and the chunk's partial sums are added to the
+// float32 totals with FADD (round to nearest). The truncation then acts on one chunk's partial
+// sum, over 3 x chunk_ksteps mma, whatever P is. Cost: one FADD per accumulator per chunk
+// (4 x MT x NT per lane, beside 3 x MT x NT mma per k-step and warp) and MT x NT x 4 registers.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -38,6 +49,15 @@
 
 namespace fresnel::interp::internal {
 
+// k-steps (8 band taps each) per tensor-core partial sum, unless the plan is given another
+// (CudaPlanOptions::tc_chunk_ksteps). Measured reason (H200, 2026-12-02, docs/interp.md): with 4,
+// relative L2 2.1-2.8e-7 for P = 64 .. 2048 at 5-7% below the whole band's speed; 8 was 3-4%
+// faster at 3.8-4.7e-7, 1 and 2 slower at 0.9-3e-7.
+constexpr int kTensorTf32DefaultChunk = 4;
+// Default of TensorTf32Plan::min_blocks (CudaPlanOptions::tc_min_blocks). Measured reason (H200,
+// 2026-12-02): the 3-block build (80 registers, 20 bytes of spills) was 4-10% slower.
+constexpr int kTensorTf32DefaultMinBlocks = 1;
+
 struct TensorTf32Plan {
   int u = 8, d = 4;      // the widened period: u outputs (multiple of 8) per d inputs
   int p = 1;             // taps per phase
@@ -47,6 +67,11 @@ struct TensorTf32Plan {
   int periods = 256;     // periods per tile: 8 warps x 16*mt
   int ld = 4;            // row length (in float2) of the de-interleaved input tile, 4 mod 16
   bool smem_table = true;  // B fragments in shared memory (else read through L1 from global)
+  int chunk_ksteps = kTensorTf32DefaultChunk;  // k-steps per tensor-core partial sum (above)
+  // NT = 3 (3/2 and other u' = 24 periods) only: 3 compiles the kernel for three resident
+  // blocks per SM (at most 85 registers; the chunked sums need 128 otherwise, two blocks);
+  // 1: the compiler's choice. Same bits.
+  int min_blocks = kTensorTf32DefaultMinBlocks;
   int table_floats = 0;  // kpad/8 * nt * 32 lanes * 4 floats, then kpad/8 int2 band offsets
   int smem_bytes = 0;
   std::vector<float> table;  // the host copy, uploaded by the plan's owner

@@ -30,6 +30,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/cuda_util.cuh"
 #include "fresnel/core/status.h"
+#include "interp/occupancy_cuda.cuh"
 #include "interp/tensor_tf32.h"
 
 namespace fresnel::interp::internal {
@@ -43,6 +44,7 @@ constexpr int kTcSmemTableMax = 120 * 1024;  // table + tile in shared memory up
 
 struct TcArgs {
   int u, d, p, kpad, periods, ld, ksteps;
+  int chunk;  // k-steps per tensor-core partial sum (>= 1)
   int copy_words;  // words of the table copied to shared memory (fragments and/or offsets)
   int frag_floats;   // fragments' floats (the offsets follow them in the table)
   int xin_off;       // float offset of the input tile in shared memory
@@ -64,8 +66,22 @@ __device__ __forceinline__ void Mma(float (&c)[4], uint32_t a0, uint32_t a1, uin
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-template <int NT, int MT, bool kSmemTable>
-__global__ void __launch_bounds__(kTcThreads)
+template <int MT, int NT>
+__device__ __forceinline__ void ZeroTiles(float (&c)[MT][NT][4]) {
+#pragma unroll
+  for (int m = 0; m < MT; ++m) {
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) c[m][n][e] = 0.f;
+    }
+  }
+}
+
+// kMinBlocks: resident blocks per SM the compiler must allow (its register cap); 0 leaves the
+// choice to it (0: the compiler's choice; TensorTf32Plan::min_blocks).
+template <int NT, int MT, bool kSmemTable, int kMinBlocks = 0>
+__global__ void __launch_bounds__(kTcThreads, kMinBlocks)
     TensorTf32Kernel(const float* __restrict__ x, int64_t x_stride, int64_t x_first,
                      int64_t x_len, float cval, float* __restrict__ y, int64_t y_stride,
                      int64_t out_first, int64_t out_count, int64_t channels,
@@ -125,43 +141,54 @@ __global__ void __launch_bounds__(kTcThreads)
     }
     __syncthreads();  // xin (and the table, the first time) complete
 
+    // The band in chunks of a.chunk k-steps: the tensor cores sum one chunk from zero (part),
+    // which is then added to acc with a float32 FADD (round to nearest). The tensor cores'
+    // accumulation truncates towards the larger operand's exponent, an error that grows with
+    // the accumulated magnitude and the number of k-steps it is carried over; the chunks keep
+    // that to short partial sums (tensor_tf32.h, "Accumulation").
     float acc[MT][NT][4];
-#pragma unroll
-    for (int m = 0; m < MT; ++m) {
-#pragma unroll
-      for (int n = 0; n < NT; ++n) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[m][n][e] = 0.f;
-      }
-    }
+    ZeroTiles(acc);
     const float2* const xl = xin + lane_off;
     const float4* bl = btab + lane;
+    for (int ks0 = 0; ks0 < a.ksteps; ks0 += a.chunk) {
+      const int ks1 = min(ks0 + a.chunk, a.ksteps);
+      float part[MT][NT][4];
+      ZeroTiles(part);
 #pragma unroll 2
-    for (int ks = 0; ks < a.ksteps; ++ks) {
-      const int2 o = offs[ks];
-      const float2* pa = xl + o.x;  // columns 8ks + t
-      const float2* pb = xl + o.y;  // columns 8ks + 4 + t
-      float4 bf[NT];
-#pragma unroll
-      for (int n = 0; n < NT; ++n) {
-        bf[n] = kSmemTable ? bl[n * 32] : __ldg(bl + n * 32);
-      }
-      bl += NT * 32;
-#pragma unroll
-      for (int m = 0; m < MT; ++m) {
-        const float2 a0 = pa[16 * m], a1 = pa[16 * m + 8];
-        const float2 a2 = pb[16 * m], a3 = pb[16 * m + 8];
-        const uint32_t h0 = __float_as_uint(a0.x), h1 = __float_as_uint(a1.x);
-        const uint32_t h2 = __float_as_uint(a2.x), h3 = __float_as_uint(a3.x);
-        const uint32_t l0 = __float_as_uint(a0.y), l1 = __float_as_uint(a1.y);
-        const uint32_t l2 = __float_as_uint(a2.y), l3 = __float_as_uint(a3.y);
+      for (int ks = ks0; ks < ks1; ++ks) {
+        const int2 o = offs[ks];
+        const float2* pa = xl + o.x;  // columns 8ks + t
+        const float2* pb = xl + o.y;  // columns 8ks + 4 + t
+        float4 bf[NT];
 #pragma unroll
         for (int n = 0; n < NT; ++n) {
-          const uint32_t bh0 = __float_as_uint(bf[n].x), bh1 = __float_as_uint(bf[n].y);
-          const uint32_t bl0 = __float_as_uint(bf[n].z), bl1 = __float_as_uint(bf[n].w);
-          Mma(acc[m][n], l0, l1, l2, l3, bh0, bh1);
-          Mma(acc[m][n], h0, h1, h2, h3, bl0, bl1);
-          Mma(acc[m][n], h0, h1, h2, h3, bh0, bh1);
+          bf[n] = kSmemTable ? bl[n * 32] : __ldg(bl + n * 32);
+        }
+        bl += NT * 32;
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+          const float2 a0 = pa[16 * m], a1 = pa[16 * m + 8];
+          const float2 a2 = pb[16 * m], a3 = pb[16 * m + 8];
+          const uint32_t h0 = __float_as_uint(a0.x), h1 = __float_as_uint(a1.x);
+          const uint32_t h2 = __float_as_uint(a2.x), h3 = __float_as_uint(a3.x);
+          const uint32_t l0 = __float_as_uint(a0.y), l1 = __float_as_uint(a1.y);
+          const uint32_t l2 = __float_as_uint(a2.y), l3 = __float_as_uint(a3.y);
+#pragma unroll
+          for (int n = 0; n < NT; ++n) {
+            const uint32_t bh0 = __float_as_uint(bf[n].x), bh1 = __float_as_uint(bf[n].y);
+            const uint32_t bl0 = __float_as_uint(bf[n].z), bl1 = __float_as_uint(bf[n].w);
+            Mma(part[m][n], l0, l1, l2, l3, bh0, bh1);
+            Mma(part[m][n], h0, h1, h2, h3, bl0, bl1);
+            Mma(part[m][n], h0, h1, h2, h3, bh0, bh1);
+          }
+        }
+      }
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[m][n][e] += part[m][n][e];
         }
       }
     }
@@ -209,6 +236,9 @@ TcKernelFn KernelFor(int nt) {
   }
 }
 TcKernelFn KernelFor(const TensorTf32Plan& pl) {
+  if (pl.nt == 3 && pl.min_blocks == 3) {
+    return pl.smem_table ? TensorTf32Kernel<3, 2, true, 3> : TensorTf32Kernel<3, 2, false, 3>;
+  }
   return pl.smem_table ? KernelFor<true>(pl.nt) : KernelFor<false>(pl.nt);
 }
 int MtFor(int nt) { return nt <= 2 ? 4 : 2; }
@@ -302,15 +332,7 @@ absl::StatusOr<TensorTf32Plan> PlanTensorTf32(int up, int down, int64_t p,
 }
 
 absl::StatusOr<int> TensorTf32Occupancy(const TensorTf32Plan& plan) {
-  TcKernelFn fn = KernelFor(plan);
-  if (plan.smem_bytes > 48 * 1024) {
-    FRESNEL_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
-        fn, cudaFuncAttributeMaxDynamicSharedMemorySize, plan.smem_bytes));
-  }
-  int per_sm = 0;
-  FRESNEL_CUDA_RETURN_IF_ERROR(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, kTcThreads, plan.smem_bytes));
-  return std::max(per_sm, 1);
+  return ResidentBlocksPerSm(KernelFor(plan), kTcThreads, plan.smem_bytes);
 }
 
 absl::Status LaunchTensorTf32(const TensorTf32Plan& pl, const float* table, int sm_count,
@@ -323,6 +345,7 @@ absl::Status LaunchTensorTf32(const TensorTf32Plan& pl, const float* table, int 
   a.periods = pl.periods;
   a.ld = pl.ld;
   a.ksteps = pl.kpad / 8;
+  a.chunk = std::max(1, std::min(pl.chunk_ksteps, a.ksteps));
   a.frag_floats = FragFloats(pl);
   a.copy_words = (pl.smem_table ? a.frag_floats : 0) + 2 * a.ksteps;
   a.xin_off = (a.copy_words + 3) / 4 * 4;

@@ -38,6 +38,7 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "core/cuda_util.cuh"
 #include "fresnel/core/gpu.h"
@@ -192,6 +193,10 @@ class Bench {
     BENCH_CUDA(cudaMemcpyAsync(x.get(), host.data(), host.size() * 4, cudaMemcpyHostToDevice,
                                Stream()));
     auto plan = CudaPolyphase::Create(device_, f, DType::kFloat32, options);
+    if (absl::IsFailedPrecondition(plan.status())) {  // a forced variant that does not tile
+      std::fprintf(stderr, "%s: %s\n", name.c_str(), plan.status().ToString().c_str());
+      return r;  // kernel_s == 0: not printed
+    }
     BENCH_CHECK(plan.status());
     r.kernel = internal::CudaKernelName(plan->kernel());
     if (options.pg_widen != 0) r.kernel = absl::StrCat("phase_groups/widen", options.pg_widen);
@@ -199,7 +204,13 @@ class Bench {
     if (options.pg_periods_per_lane != 0) {
       absl::StrAppend(&r.kernel, "/r", options.pg_periods_per_lane);
     }
+    if (options.pg_prefetch != 0) absl::StrAppend(&r.kernel, "/prefetch", options.pg_prefetch);
     if (options.kernel == CudaKernel::kTensorTf32) r.kernel = "tensor_3xtf32";
+    if (r.kernel == "tensor_tf32" || r.kernel == "tensor_3xtf32") {
+      r.kernel = "tensor_3xtf32";
+      if (options.tc_chunk_ksteps != 0) absl::StrAppend(&r.kernel, "/c", options.tc_chunk_ksteps);
+      if (options.tc_min_blocks != 0) absl::StrAppend(&r.kernel, "/mb", options.tc_min_blocks);
+    }
     internal::DeviceSignal s;
     s.channels = channels;
     s.x = x.get();
@@ -220,9 +231,19 @@ class Bench {
       view.len = n;
       view.stride = n;
       view.data = host.data();
-      auto want = internal::UpfirdnWindowCpu(f, view, 0, 0.0, out_first, out_count);
-      BENCH_CHECK(want.status());
-      const float* w = static_cast<const float*>(want->raw());
+      // The oracle of the previous checked row is reused when it ran the same filter on the
+      // same outputs (several variants of one case in a row).
+      const std::string key =
+          absl::StrCat(f.up, "/", f.down, "/", f.taps.size(), "/", f.taps.empty() ? 0 : f.taps[0],
+                       "/", channels, "/", n, "/", out_first, "/", out_count);
+      if (key != oracle_key_) {
+        auto want = internal::UpfirdnWindowCpu(f, view, 0, 0.0, out_first, out_count);
+        BENCH_CHECK(want.status());
+        const float* wp = static_cast<const float*>(want->raw());
+        oracle_.assign(wp, wp + got.size());
+        oracle_key_ = key;
+      }
+      const float* w = oracle_.data();
       double num = 0, den = 0;
       for (size_t i = 0; i < got.size(); ++i) {
         num += (static_cast<double>(got[i]) - w[i]) * (static_cast<double>(got[i]) - w[i]);
@@ -276,17 +297,32 @@ class Bench {
   std::string only_;
   double copy_gbps_ = 0;
   double fma_peak_ = 0, clock_mhz_ = 0;
+  std::string oracle_key_;
+  std::vector<float> oracle_;
 };
 
 // kPhaseGroups forced with a variant (0: the default).
-internal::CudaPlanOptions PgOptions(int widen, int layout = 0, int periods_per_lane = 0) {
+internal::CudaPlanOptions PgOptions(int widen, int layout = 0, int periods_per_lane = 0,
+                                    int prefetch = 0) {
   internal::CudaPlanOptions o;
   o.kernel = CudaKernel::kPhaseGroups;
   o.pg_widen = widen;
   o.pg_layout = layout;
   o.pg_periods_per_lane = periods_per_lane;
+  o.pg_prefetch = prefetch;
   return o;
 }
+// kTensorTf32 forced with `chunk` k-steps per tensor-core partial sum (0: the default).
+internal::CudaPlanOptions TcOptions(int chunk, int min_blocks = 0) {
+  internal::CudaPlanOptions o;
+  o.kernel = CudaKernel::kTensorTf32;
+  o.tc_chunk_ksteps = chunk;
+  o.tc_min_blocks = min_blocks;
+  return o;
+}
+// The chunk sizes the bench compares (kNoChunks: the whole band in one partial sum, session 7).
+constexpr int kNoChunks = 1 << 20;
+constexpr int kTcChunks[] = {1, 2, 4, 8, kNoChunks};
 
 std::vector<double> Taps(int64_t l) {
   std::vector<float> r = RandomFloats(static_cast<size_t>(l), 99 + l);
@@ -587,6 +623,16 @@ int Main(int argc, char** argv) {
     b.EndToEnd(r, [&](StageTimes* t) { BENCH_CHECK(ResamplePoly(b.device(), x, o, t).status()); });
     rows.push_back(r);
     rows.push_back(b.Kernel("b: (forced)", d->filter, 1, n26, d->skip, out, PgOptions(1)));
+    // Two input tiles per block (the next tile's copies overlap the compute): R = 2 and R = 1,
+    // checked against the oracle, and one tile explicitly.
+    rows.push_back(
+        b.Kernel("b: (forced)", d->filter, 1, n26, d->skip, out, PgOptions(0, 0, 0, 2), true));
+    rows.push_back(
+        b.Kernel("b: (forced)", d->filter, 1, n26, d->skip, out, PgOptions(0, 0, 1, 2), true));
+    rows.push_back(b.Kernel("b: (forced)", d->filter, 1, n26, d->skip, out, PgOptions(0, 0, 0, 1)));
+    // R = 4: one tap load per 16 FMAs (R = 2: per 8), a tile twice as long (one block per SM).
+    rows.push_back(
+        b.Kernel("b: (forced)", d->filter, 1, n26, d->skip, out, PgOptions(0, 0, 4), true));
     // The period not rotated: outputs from 11 (d->skip) are then not 16-byte aligned, and the
     // tile's outputs leave by 4-byte stores.
     {
@@ -628,6 +674,10 @@ int Main(int argc, char** argv) {
     HostArray x = b.HostSignal(64, n20);
     b.EndToEnd(r, [&](StageTimes* t) { BENCH_CHECK(ResamplePoly(b.device(), x, o, t).status()); });
     rows.push_back(r);
+    rows.push_back(b.Kernel("c: 64ch resample 160/147 2^20", d->filter, 64, n20, d->skip, out,
+                            PgOptions(0, 0, 0, 2)));
+    rows.push_back(b.Kernel("c: 64ch resample 160/147 2^20", d->filter, 64, n20, d->skip, out,
+                            PgOptions(0, 0, 4)));
   }
   // Selector sweep: taps per phase P for up/down = 3/2, kSmemTile against kWarpPerOutput (does
   // one warp per output ever win for long filters?), and the fast path against kSmemTile for
@@ -638,12 +688,21 @@ int Main(int argc, char** argv) {
     Polyphase f{Taps(l), up, down};
     const int64_t out = UpfirdnOutputLength(n22, l, up, down);
     const std::string name = absl::StrCat("long: ", up, "/", down, " ", l, "t 2^22");
-    internal::CudaPlanOptions def, tc;
-    tc.kernel = CudaKernel::kTensorTf32;
-    // The FFMA kernel (the default) and the 3xTF32 tensor-core GEMM, both checked against the
-    // CPU oracle.
+    internal::CudaPlanOptions def;
+    // The default (the selector's choice), the FFMA kernel and the 3xTF32 tensor-core GEMM
+    // with each chunk size, all checked against the CPU oracle.
     rows.push_back(b.Kernel(name, f, 1, n22, 0, out, def, true));
-    rows.push_back(b.Kernel(name, f, 1, n22, 0, out, tc, true));
+    rows.push_back(b.Kernel(name, f, 1, n22, 0, out, PgOptions(0), true));
+    for (int chunk : kTcChunks) {
+      rows.push_back(b.Kernel(name, f, 1, n22, 0, out, TcOptions(chunk), true));
+    }
+    // 3/2 (three n8 tiles): the kernel compiled for three blocks per SM, and explicitly not.
+    for (int mb : {1, 3}) {
+      for (int chunk : {2, 4, 8}) {
+        rows.push_back(b.Kernel(name, f, 1, n22, 0, out, TcOptions(chunk, mb), up == 3));
+      }
+    }
+    rows.push_back(b.Kernel(name, f, 1, n22, 0, out, PgOptions(0, 0, 0, 2)));
     rows.push_back(b.Kernel(name, f, 1, n22, 0, out, PgOptions(1)));
     {
       // The de-interleaved band loop step by step (the row-wrap test per step), as before
@@ -661,10 +720,21 @@ int Main(int argc, char** argv) {
   for (int64_t p : {8, 64, 256, 1024, 2048}) {
     Polyphase f{Taps(3 * p), 3, 2};
     const int64_t out = UpfirdnOutputLength(n22, 3 * p, 3, 2);
-    for (CudaKernel k : {CudaKernel::kPhaseGroups, CudaKernel::kTensorTf32, CudaKernel::kSmemTile,
-                         CudaKernel::kWarpPerOutput}) {
+    const std::string name = absl::StrCat("sweep: 3/2 P=", p, " 2^22");
+    if (CudaPolyphase::Supports(CudaKernel::kPhaseGroups, 3, 2, p, DType::kFloat32)) {
+      rows.push_back(b.Kernel(name, f, 1, n22, 0, out, PgOptions(0), p >= 64));
+    }
+    if (CudaPolyphase::Supports(CudaKernel::kTensorTf32, 3, 2, p, DType::kFloat32)) {
+      for (int chunk : kTcChunks) {
+        rows.push_back(b.Kernel(name, f, 1, n22, 0, out, TcOptions(chunk), true));
+      }
+      for (int chunk : {2, 4, 8}) {
+        rows.push_back(b.Kernel(name, f, 1, n22, 0, out, TcOptions(chunk, 3), true));
+      }
+    }
+    for (CudaKernel k : {CudaKernel::kSmemTile, CudaKernel::kWarpPerOutput}) {
       if (!CudaPolyphase::Supports(k, 3, 2, p, DType::kFloat32)) continue;
-      rows.push_back(b.Kernel(absl::StrCat("sweep: 3/2 P=", p, " 2^22"), f, 1, n22, 0, out, k));
+      rows.push_back(b.Kernel(name, f, 1, n22, 0, out, k));
     }
     if (p < 48) {  // short bands: R = 1 against the default R = 2
       rows.push_back(b.Kernel(absl::StrCat("sweep: 3/2 P=", p, " 2^22"), f, 1, n22, 0, out,

@@ -205,11 +205,17 @@ TEST_CASE("GPU upfirdn matches the CPU oracle", "[gpu][interp]") {
 }
 
 #if defined(FRESNEL_WITH_CUDA)
-// kTensorTf32's stated accuracy (relative L2 against the CPU oracle): 3xTF32 products with the
-// tensor cores' float32 accumulation, whose error grows with the band. Measured on the H200
-// (2026-12-01): 9.2e-7 at P = 128, 2.4e-6 at P = 342, 1.42e-5 at P = 2048, i.e. about 7e-9 per
-// tap per phase, against 2e-7 to 3e-7 for the FFMA kernels; the bound is twice that slope.
-double TensorTf32Tolerance(int64_t taps_per_phase) {
+// kTensorTf32's stated accuracy (relative L2 against the CPU oracle). Summed in chunks of a few
+// k-steps (the default, tensor_tf32.h "Accumulation") it is held to kTensorTf32Tolerance at
+// every band length. With the whole band in the tensor cores' accumulators (tc_chunk_ksteps
+// kWholeBand, session 7's kernel) the error grows with the band: measured on the H200
+// (2026-12-01) 9.2e-7 at P = 128, 2.4e-6 at P = 342, 1.42e-5 at P = 2048, i.e. about 7e-9 per
+// tap per phase; that variant is held to twice that slope. Chunked (4 k-steps) it measured
+// 2.1e-7 to 2.8e-7 for P = 64 .. 2048 (2026-12-02, fresnel_bench_interp), FFMA 1.5e-7 to 8.1e-7.
+constexpr double kTensorTf32Tolerance = 2e-6;
+constexpr int kWholeBand = 1 << 20;
+double TensorTf32Tolerance(int64_t taps_per_phase, int chunk_ksteps = 0) {
+  if (chunk_ksteps != kWholeBand) return kTensorTf32Tolerance;
   return std::max(1e-5, 1.5e-8 * static_cast<double>(taps_per_phase));
 }
 
@@ -233,7 +239,7 @@ TEST_CASE("every CUDA kernel agrees with the CPU oracle on windows", "[gpu][inte
     // kPhaseGroups runs its default plan, then each variant (widened period or not): every
     // variant sums the same products in the same order, so they must agree bit for bit.
     // kTensorTf32 (3xTF32 tensor-core GEMM, long filters) sums in its own order: it is held to
-    // the float32 tolerance against the oracle like the other kernels.
+    // its own tolerance against the oracle (default chunks, one k-step per chunk, whole band).
     struct Variant {
       CudaKernel kernel;
       int pg_widen;
@@ -241,6 +247,9 @@ TEST_CASE("every CUDA kernel agrees with the CPU oracle on windows", "[gpu][inte
       int pg_periods_per_lane = 0;
       int pg_rotate = 0;
       int pg_row_blocks = 0;
+      int pg_prefetch = 0;
+      int tc_chunk = 0;
+      int tc_min_blocks = 0;
     };
     const Variant variants[] = {
         {CudaKernel::kRegisterBlocked, 0}, {CudaKernel::kSmemTile, 0},
@@ -249,8 +258,13 @@ TEST_CASE("every CUDA kernel agrees with the CPU oracle on windows", "[gpu][inte
         {CudaKernel::kPhaseGroups, 1, 1},  {CudaKernel::kPhaseGroups, 2, 1},
         {CudaKernel::kPhaseGroups, 0, 0, 2}, {CudaKernel::kPhaseGroups, 0, 1, 2},
         {CudaKernel::kPhaseGroups, 0, 0, 1}, {CudaKernel::kPhaseGroups, 0, 0, 8},
+        {CudaKernel::kPhaseGroups, 0, 0, 4},
         {CudaKernel::kPhaseGroups, 0, 0, 0, 1}, {CudaKernel::kPhaseGroups, 0, 0, 0, 0, 1},
-        {CudaKernel::kTensorTf32, 0},
+        {CudaKernel::kPhaseGroups, 0, 0, 0, 0, 0, 2}, {CudaKernel::kPhaseGroups, 0, 0, 0, 0, 0, 1},
+        {CudaKernel::kPhaseGroups, 0, 0, 1, 0, 0, 2}, {CudaKernel::kPhaseGroups, 0, 1, 0, 0, 0, 2},
+        {CudaKernel::kTensorTf32, 0},  {CudaKernel::kTensorTf32, 0, 0, 0, 0, 0, 0, 1},
+        {CudaKernel::kTensorTf32, 0, 0, 0, 0, 0, 0, kWholeBand},
+        {CudaKernel::kTensorTf32, 0, 0, 0, 0, 0, 0, 0, 3},
     };
     std::optional<HostArray> pg_default;
     for (const Variant& v : variants) {
@@ -258,8 +272,9 @@ TEST_CASE("every CUDA kernel agrees with the CPU oracle on windows", "[gpu][inte
       INFO(Describe(c) << " kernel " << internal::CudaKernelName(v.kernel) << " pg_widen "
                        << v.pg_widen << " pg_layout " << v.pg_layout << " R "
                        << v.pg_periods_per_lane << " rotate " << v.pg_rotate << " row_blocks "
-                       << v.pg_row_blocks << " x_first " << x_first << " out_first "
-                       << out_first);
+                       << v.pg_row_blocks << " prefetch " << v.pg_prefetch << " tc_chunk "
+                       << v.tc_chunk << " tc_min_blocks " << v.tc_min_blocks << " x_first "
+                       << x_first << " out_first " << out_first);
       internal::CudaWindowOptions opt;
       opt.plan.kernel = v.kernel;
       opt.plan.pg_widen = v.pg_widen;
@@ -267,15 +282,22 @@ TEST_CASE("every CUDA kernel agrees with the CPU oracle on windows", "[gpu][inte
       opt.plan.pg_periods_per_lane = v.pg_periods_per_lane;
       opt.plan.pg_rotate = v.pg_rotate;
       opt.plan.pg_row_blocks = v.pg_row_blocks;
+      opt.plan.pg_prefetch = v.pg_prefetch;
+      opt.plan.tc_chunk_ksteps = v.tc_chunk;
+      opt.plan.tc_min_blocks = v.tc_min_blocks;
       opt.poison_output = true;
       auto y = internal::UpfirdnWindowCuda(gpu, f, internal::ViewOf(x), x_first, c.cval,
                                            out_first, out_count, nullptr, opt);
-      // A forced R may not tile every filter (its tile or task count does not fit).
-      if (v.pg_periods_per_lane != 0 && absl::IsFailedPrecondition(y.status())) continue;
+      // A forced R or two input tiles may not tile every filter (the tile or task count does
+      // not fit; test_interp_plans checks that 160/147 plans).
+      if ((v.pg_periods_per_lane != 0 || v.pg_prefetch == 2) &&
+          absl::IsFailedPrecondition(y.status())) {
+        continue;
+      }
       REQUIRE(y.ok());
       CHECK(AllFinite(*y));
       CHECK(RelativeError(*y, *want) <= (v.kernel == CudaKernel::kTensorTf32
-                                             ? TensorTf32Tolerance(p)
+                                             ? TensorTf32Tolerance(p, v.tc_chunk)
                                              : Tolerance(c.dtype)));
       if (v.kernel == CudaKernel::kPhaseGroups) {
         if (!pg_default) {
@@ -309,21 +331,24 @@ TEST_CASE("kPhaseGroups variants agree with the CPU oracle on short windows", "[
                                               f.TapsPerPhase(), c.dtype));
     std::optional<HostArray> first;
     struct PgVariant {
-      int widen, layout, periods_per_lane, rotate;
+      int widen, layout, periods_per_lane, rotate, prefetch;
     };
     std::vector<PgVariant> variants;
     for (int widen : {1, 2}) {
       for (int layout : {1, 2}) {
-        for (int r : {1, 2, 8}) {
+        for (int r : {1, 2, 4, 8}) {
           // rotate and row_blocks off together (1) or at their defaults (2): each applies to
-          // one layout only (plain / de-interleaved).
-          for (int alt : {1, 2}) variants.push_back({widen, layout, r, alt});
+          // one layout only (plain / de-interleaved). One or two input tiles per block.
+          for (int alt : {1, 2}) {
+            for (int prefetch : {1, 2}) variants.push_back({widen, layout, r, alt, prefetch});
+          }
         }
       }
     }
     for (const PgVariant& v : variants) {
       INFO(Describe(c) << " pg_widen " << v.widen << " pg_layout " << v.layout << " R "
-                       << v.periods_per_lane << " rotate/row_blocks " << v.rotate);
+                       << v.periods_per_lane << " rotate/row_blocks " << v.rotate << " prefetch "
+                       << v.prefetch);
       internal::CudaWindowOptions opt;
       opt.plan.kernel = internal::CudaKernel::kPhaseGroups;
       opt.plan.pg_widen = v.widen;
@@ -331,11 +356,16 @@ TEST_CASE("kPhaseGroups variants agree with the CPU oracle on short windows", "[
       opt.plan.pg_periods_per_lane = v.periods_per_lane;
       opt.plan.pg_rotate = v.rotate;
       opt.plan.pg_row_blocks = v.rotate;
+      opt.plan.pg_prefetch = v.prefetch;
       opt.poison_output = true;
       auto y = internal::UpfirdnWindowCuda(gpu, f, internal::ViewOf(x), -3, c.cval, 5,
                                            out_count, nullptr, opt);
-      // R = 8 does not tile every filter (its tile or task count does not fit); 1 and 2 must.
-      if (v.periods_per_lane == 8 && absl::IsFailedPrecondition(y.status())) continue;
+      // R = 8 does not tile every filter (its tile or task count does not fit), R = 4 only the
+      // plain tile with V = 4, two input tiles not the largest tiles; 1 and 2 with one tile must.
+      if ((v.periods_per_lane == 8 || v.periods_per_lane == 4 || v.prefetch == 2) &&
+          absl::IsFailedPrecondition(y.status())) {
+        continue;
+      }
       REQUIRE(y.ok());
       CHECK(AllFinite(*y));
       CHECK(RelativeError(*y, *want) <= Tolerance(c.dtype));
