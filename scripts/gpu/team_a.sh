@@ -92,10 +92,10 @@ if [[ ${TEAM_SAN:-1} != 0 ]]; then
          "test_hologram|GPU single point is the analytic wave"
          "test_unwrap|GPU Goldstein is deterministic and honours return_maps"
          "test_unwrap|GPU least squares agrees with the CPU"
-         "test_volume|GPU partial frames, transfer function change, bad input"
-         "test_volume|GPU ray walk: partial frames, RGBA8, many entries per ray, bad input"
+         "test_volume|GPU partial frames*"
+         "test_volume|GPU ray walk: partial frames*"
          "test_volume|GPU RenderInto: pinned and pageable buffers hold Render's image"
-         "test_fusion|fusion gpu: integration, raycast and mesh agree with the CPU")
+         "test_fusion|fusion gpu: integration*")
   for tool in memcheck racecheck; do
     for c in "${small[@]}"; do
       t 120 compute-sanitizer --tool $tool --error-exitcode 1 --print-limit 20 "${c%%|*}" "${c#*|}"; done
