@@ -41,9 +41,9 @@ $fresnel interp "$out/chirp_44k1.wav" "$out/chirp_48k_stream.wav" --up 160 --dow
 step "the same-host fast path: signal and result through a POSIX shared-memory region (--shm)"
 $fresnel interp "$out/chirp_44k1.wav" "$out/chirp_48k_shm.wav" --up 160 --down 147 --shm
 
-step "scipy.signal.resample (FFT method) and decimate (FIR, zero phase), with plots"
+step "scipy.signal.resample (FFT method, Hann spectral window) and decimate (FIR, zero phase), with plots"
 $fresnel interp "$out/chirp_44k1.wav" "$out/chirp_48k_fft.wav" --mode fft --up 160 --down 147 \
-  --png "$out/resample_fft.png"
+  --window hann --png "$out/resample_fft.png"
 $fresnel interp "$out/chirp_44k1.wav" "$out/chirp_decimate4.wav" --mode decimate --up 1 --down 4 \
   --png "$out/decimate_4.png"
 
