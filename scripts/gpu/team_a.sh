@@ -91,6 +91,7 @@ if [[ ${TEAM_SAN:-1} != 0 ]]; then
          "test_interp|GPU streaming equals the GPU one-shot result exactly"
          "test_hologram|GPU single point is the analytic wave"
          "test_unwrap|GPU Goldstein is deterministic and honours return_maps"
+         "test_unwrap|GPU Goldstein with separate pairing launches (for racecheck)"
          "test_unwrap|GPU least squares agrees with the CPU"
          "test_volume|GPU partial frames*"
          "test_volume|GPU ray walk: partial frames*"
@@ -98,6 +99,9 @@ if [[ ${TEAM_SAN:-1} != 0 ]]; then
          "test_fusion|fusion gpu: integration*")
   for tool in memcheck racecheck; do
     for c in "${small[@]}"; do
+      # racecheck crashes the host process at the pairing graph's conditional node (docs/fuzzing.md):
+      # the separate-launches case covers the same kernels under racecheck.
+      [[ $tool == racecheck && $c == *"deterministic and honours"* ]] && continue
       t 120 compute-sanitizer --tool $tool --error-exitcode 1 --print-limit 20 "${c%%|*}" "${c#*|}"; done
   done
 fi

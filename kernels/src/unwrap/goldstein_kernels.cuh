@@ -601,7 +601,7 @@ __global__ void IslandCutsKernel(Params<T> p) {
 // finite, so the loop ends; it ends when an iteration changes nothing, at which point every pixel
 // holds the smallest label of its component (its first pixel in raster order) and k relative to
 // it. Path independence (docs/unwrap.md) makes k unique for a label, so the outcome does not
-// depend on the order updates land in, although they race within an iteration.
+// depend on the order updates land in.
 
 template <class T>
 __global__ void __launch_bounds__(256) TileIntegrateKernel(Params<T> p) {
@@ -636,13 +636,15 @@ __global__ void __launch_bounds__(256) TileIntegrateKernel(Params<T> p) {
                        : 0;
   }
   __syncthreads();
+  // Each iteration reads every neighbour's state, then (after a barrier) writes its own pixels'
+  // new states, so no read races with a write (compute-sanitizer racecheck clean).
   for (;;) {
-    int changed = 0;
+    unsigned long long next[4];
     for (int j = 0; j < 4; ++j) {
       const int ly = threadIdx.y + 8 * j;
+      next[j] = kNoKey;
       if (!s_open[ly][lx]) continue;
-      const unsigned long long mine = s_state[ly][lx];
-      unsigned long long best = mine;
+      unsigned long long best = s_state[ly][lx];
       // k(p) = k(n) - wrap(n -> p); the state's low word holds k + 2^31, so adding a small
       // signed number to the 64-bit state adds it to k without touching the label.
       if (lx > 0 && s_open[ly][lx - 1]) {
@@ -661,8 +663,14 @@ __global__ void __launch_bounds__(256) TileIntegrateKernel(Params<T> p) {
         const unsigned long long c = s_state[ly + 1][lx] + static_cast<long long>(s_wd[ly][lx]);
         best = c < best ? c : best;
       }
-      if (best < mine) {
-        s_state[ly][lx] = best;
+      next[j] = best;
+    }
+    __syncthreads();
+    int changed = 0;
+    for (int j = 0; j < 4; ++j) {
+      const int ly = threadIdx.y + 8 * j;
+      if (s_open[ly][lx] && next[j] < s_state[ly][lx]) {  // only this thread writes (ly, lx)
+        s_state[ly][lx] = next[j];
         changed = 1;
       }
     }
