@@ -54,7 +54,8 @@ absl::StatusOr<std::unique_ptr<GpuIpcMapping>> GpuIpcMapping::Open(int ordinal,
                                                    handle.size(), ")"));
   }
   if (ordinal < 0 || ordinal >= GpuCount()) {
-    return absl::FailedPreconditionError(absl::StrCat("no CUDA device ", ordinal));
+    return absl::FailedPreconditionError(
+        absl::StrCat(field, ": this process has no CUDA device ", ordinal));
   }
   FRESNEL_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal));
   cudaIpcMemHandle_t h;
