@@ -16,6 +16,7 @@
 #include "fresnel/interp/interp.h"
 #include "fresnel/interp/into.h"
 #include "fresnel/interp/window.h"
+#include "interp_test_util.h"
 #include "support/test_support.h"
 
 namespace fresnel::interp {
@@ -26,8 +27,7 @@ using fresnel::testing::SkipWithoutGpu;
 using fresnel::testing::TestGpu;
 
 std::vector<double> Taps(int64_t l, uint64_t seed) {
-  HostArray h = RandomArray(DType::kFloat64, {l}, seed);
-  return std::vector<double>(h.data<double>(), h.data<double>() + l);
+  return testing::ToDoubles(RandomArray(DType::kFloat64, {l}, seed));
 }
 
 // One call: upfirdn (taps > 0) or resample_poly (taps == 0: the designed filter).
