@@ -98,9 +98,11 @@ absl::Status WindowInto(const Device& device, const internal::Polyphase& filter,
     w.y_device = into.y_cuda_device;
     w.chunk_outputs = chunked ? std::max<int64_t>(1, into.overlap_chunk_bytes / (v.channels * es))
                               : 0;
+    w.x_prefix_ready = into.x_prefix_ready;
     return internal::UpfirdnWindowCudaPlaced(device, w, times);
 #endif
   }
+  if (into.x_prefix_ready) into.x_prefix_ready(v.channels * v.len * es);
   if (device.kind == DeviceKind::kCpu) {
     const auto t0 = std::chrono::steady_clock::now();
     FRESNEL_ASSIGN_OR_RETURN(HostArray out, internal::UpfirdnWindowCpu(filter, v, 0, cval,

@@ -207,6 +207,9 @@ absl::Status UpfirdnWindowCudaPlaced(const Device& device, const PlacedWindow& c
   FRESNEL_RETURN_IF_ERROR(streams.Add(n_streams - 1));
   FRESNEL_RETURN_IF_ERROR(streams.AfterS0());  // taps, buffers and x's peer copy are there
 
+  // x filled by the caller ahead of its chunks (1-D: each chunk's window is a prefix of x).
+  const bool prefix_hook = x_dev == nullptr && c.x_prefix_ready != nullptr;
+  if (prefix_hook && c.channels > 1) c.x_prefix_ready(x_bytes);
   ChunkEvents events;
   for (int64_t i = 0; i < n_chunks; ++i) {
     const int slot = static_cast<int>(i % n_streams);
@@ -230,6 +233,7 @@ absl::Status UpfirdnWindowCudaPlaced(const Device& device, const PlacedWindow& c
       int64_t a = 0, b = 0;
       InputsOfFull(*c.filter, c.len, s.out_first, s.out_first + count, &a, &b);
       const int64_t span = b - a;
+      if (prefix_hook && c.channels == 1) c.x_prefix_ready(b * es);
       if (span > 0) {
         FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(
             x_ring[slot].get(), span * es, static_cast<const char*>(c.x) + a * es, c.len * es,

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "absl/status/status.h"
 #include "fresnel/core/device.h"
@@ -31,6 +32,8 @@ struct PlacedWindow {
   // three), so chunk i+1's upload, chunk i's kernel and chunk i-1's download run at once.
   // Same bits as one window: each output reads the same samples in the same order.
   int64_t chunk_outputs = 0;
+  // IntoOptions::x_prefix_ready (host x only).
+  std::function<void(int64_t bytes)> x_prefix_ready;
 };
 
 #if defined(FRESNEL_WITH_CUDA)

@@ -3,6 +3,7 @@
 // bit (CPU and CUDA), the overlapped CUDA pipeline too, and so do x / y in device memory.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <string>
@@ -98,6 +99,22 @@ std::string OneShot(const Device& device, const Case& c, const HostArray& x,
   return y;
 }
 
+// The call with x filled only as IntoOptions::x_prefix_ready asks (garbage before): the
+// one-shot bits, the counts never shrink, and the last covers what the call read.
+std::string Lazily(const Device& device, const Case& c, const HostArray& x, IntoOptions into) {
+  std::string lazy(x.nbytes(), '\xff');  // NaN bytes: read before being filled shows
+  std::vector<int64_t> asked;
+  into.x_prefix_ready = [&](int64_t bytes) {
+    asked.push_back(bytes);
+    std::memcpy(lazy.data(), x.raw(), static_cast<size_t>(bytes));
+  };
+  std::string y = OneShot(device, c, x, into, lazy.data());
+  REQUIRE_FALSE(asked.empty());
+  CHECK(std::is_sorted(asked.begin(), asked.end()));
+  CHECK(asked.back() <= static_cast<int64_t>(x.nbytes()));
+  return y;
+}
+
 // The call as windows of random sizes (boundaries anywhere, never aligned to up or down), each
 // given exactly InputsOf(its outputs) of x.
 std::string Windowed(const Device& device, const Case& c, const HostArray& x, uint64_t seed) {
@@ -143,6 +160,7 @@ TEST_CASE("windows of a call at boundaries between samples give the one-shot bit
     IntoOptions chunked;
     chunked.overlap_chunk_bytes = 4096;
     CHECK(OneShot(cpu, c, x, chunked) == want);
+    CHECK(Lazily(cpu, c, x, chunked) == want);
   }
 }
 
@@ -199,6 +217,7 @@ TEST_CASE("windows and the overlapped pipeline give the one-shot bits on the GPU
       chunked.overlap_chunk_bytes = chunk_bytes;
       INFO("overlap_chunk_bytes " << chunk_bytes);
       CHECK(OneShot(gpu, c, x, chunked) == want);
+      CHECK(Lazily(gpu, c, x, chunked) == want);
     }
     // Pinned host buffers (the server's regions and staging buffers are).
     HostArray pinned_x = x;

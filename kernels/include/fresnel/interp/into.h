@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -59,6 +60,11 @@ struct IntoOptions {
   // two such chunks. Same bits as one window. StageTimes are then the sums of the chunks' stage
   // times (they overlap: their sum exceeds the wall time). Ignored on the CPU.
   int64_t overlap_chunk_bytes = 0;
+  // Set: x's bytes are not all there yet. The call invokes it on the calling thread with a count
+  // of leading bytes of x that must be valid when it returns, before it reads them (with chunks,
+  // 1-D x: before each chunk's H2D is enqueued, with growing counts, so the caller fills x while
+  // earlier chunks' copies and kernels run; otherwise once with all of x, first).
+  std::function<void(int64_t bytes)> x_prefix_ready;
 };
 
 // Filters x into y: y holds x's shape with the filtered axis replaced by the output length
