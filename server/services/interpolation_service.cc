@@ -396,26 +396,21 @@ void SubmitDirect(ServiceContext* ctx, UnaryJobCall* call, DirectX x, const Outp
   if (home >= 0) job->affinity = absl::StrCat("cuda:", home);
   job->run = [state, y_shape, y_bytes, into, compute = std::move(compute)](
                  const Device& device, StageTimes* times) -> absl::Status {
-    // An inline x is copied from the received slices into its (pinned) staging buffer, on
-    // several cores, as the call reads it: with chunks, each chunk's part just before its H2D,
-    // while earlier chunks' copies and kernels run. The copies and the DMA are the
-    // host-to-device leg, reported together as h2d.
     double staging_s = 0;
-    int64_t gathered = 0;
-    std::vector<BytePiece> pieces;
-    interp::IntoOptions in = into;
     if (state->x.pending != nullptr) {
+      // x from the received slices into its (pinned) staging buffer, on several cores: this and
+      // the DMA that follows are the host-to-device leg, reported together as h2d. All of it
+      // before the first chunk: gathering each chunk's part just before its H2D
+      // (IntoOptions::x_prefix_ready) measured slower on the H200, 55.9 ms against 28.8 for
+      // issue 10's case (docs/BENCHMARKS.md, session 9; why is not measured).
+      const Clock::time_point t0 = Clock::now();
+      std::vector<BytePiece> pieces;
       for (const v1::InlineArrayRequest::Piece& p : state->x.pending->DataPieces()) {
         pieces.push_back({p.data, p.size});
       }
-      in.x_prefix_ready = [&pieces, &gathered, &staging_s, dst = state->x.span.data](
-                              int64_t bytes) {
-        if (bytes <= gathered) return;
-        const Clock::time_point t0 = Clock::now();
-        GatherBytesRange(pieces, dst, static_cast<size_t>(gathered), static_cast<size_t>(bytes));
-        gathered = bytes;
-        staging_s += std::chrono::duration<double>(Clock::now() - t0).count();
-      };
+      GatherBytes(pieces, state->x.span.data);
+      state->x.pending.reset();
+      staging_s = std::chrono::duration<double>(Clock::now() - t0).count();
     }
     interp::HostSignalRef ref{state->x.dtype, state->x.shape, state->x.data()};
     void* y = nullptr;
@@ -427,9 +422,7 @@ void SubmitDirect(ServiceContext* ctx, UnaryJobCall* call, DirectX x, const Outp
       state->y = HostArray(state->x.dtype, y_shape);
       y = state->y.raw();
     }
-    absl::Status computed = compute(device, ref, y, y_bytes, times, in);
-    state->x.pending.reset();
-    FRESNEL_RETURN_IF_ERROR(computed);
+    FRESNEL_RETURN_IF_ERROR(compute(device, ref, y, y_bytes, times, into));
     if (times != nullptr) times->h2d_s += staging_s;
     state->x = DirectX();  // the input (and its region's mapping) is no longer needed
     return absl::OkStatus();
