@@ -127,9 +127,8 @@ int RunPeer(const std::vector<std::string>& args) {
 }
 #endif
 
-TEST_CASE("CUDA IPC regions: another process's device memory serves Upfirdn and ResamplePoly "
-          "with the gRPC path's bits",
-          "[server][shm][ipc][gpu]") {
+// Another process's device memory serves Upfirdn and ResamplePoly with the gRPC path's bits.
+TEST_CASE("CUDA IPC regions: a second process's device memory", "[server][shm][ipc][gpu]") {
   if (SkipWithoutGpu()) return;
 #if defined(FRESNEL_CUDA_IPC_PEER)
   server::ServerConfig config = TestServer::CpuConfig();
