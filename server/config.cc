@@ -114,6 +114,12 @@ absl::StatusOr<ServerConfig> ParseConfig(int argc, char** argv) {
                  "for the next chunked transfer; counted in --shm-bytes (0: keep none)")
       ->envname("FRESNEL_STAGING_CACHE_BYTES")->check(CLI::Range(int64_t{0}, int64_t{1} << 50))
       ->capture_default_str();
+  app.add_option("--overlap-chunk-bytes", c.overlap_chunk_bytes,
+                 "CUDA Upfirdn / ResamplePoly with x or y in a region or staging buffer: bytes of "
+                 "y per chunk, chunk i+1's upload, chunk i's kernel and chunk i-1's download "
+                 "overlapping on three streams (0: one upload, kernel, download)")
+      ->envname("FRESNEL_OVERLAP_CHUNK_BYTES")->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
+      ->capture_default_str();
   app.add_option("--pin-regions", c.pin_regions,
                  "page-lock shared-memory and staging regions for DMA when the server has GPUs "
                  "(costs a one-time fault-in of each region)")

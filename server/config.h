@@ -48,6 +48,10 @@ struct ServerConfig {
   int64_t shm_bytes = int64_t{8} << 30;            // FRESNEL_SHM_BYTES: all regions mapped; 0 = off
   double shm_ttl_s = 600;                          // FRESNEL_SHM_TTL: idle time before expiry
   int64_t staging_cache_bytes = int64_t{4} << 30;  // FRESNEL_STAGING_CACHE_BYTES: kept staging
+  // FRESNEL_OVERLAP_CHUNK_BYTES: a CUDA Upfirdn / ResamplePoly on the direct path (x or y in a
+  // region or a staging buffer) moves y in chunks of this many bytes on three streams, copies
+  // overlapping the kernel (fresnel/interp/into.h IntoOptions); 0 = one H2D, kernel, D2H.
+  int64_t overlap_chunk_bytes = int64_t{32} << 20;
   bool pin_regions = true;                         // FRESNEL_PIN_REGIONS: page-lock regions (GPUs)
   // Sessions (server/sessions.h): state kept on one device across calls.
   double session_ttl_s = 300;                      // FRESNEL_SESSION_TTL: idle time before expiry

@@ -16,6 +16,7 @@
 #include "server/jobs.h"
 #include "server/metrics.h"
 #include "server/sessions.h"
+#include "fresnel/core/gpu_ipc.h"
 #include "server/shm.h"
 #include "server/shm_service.h"
 #include "server/services/admin_service.h"
@@ -156,6 +157,11 @@ absl::StatusOr<std::unique_ptr<FresnelServer>> FresnelServer::Start(const Server
   shm_options.ttl_s = config.shm_ttl_s;
   shm_options.staging_cache_bytes = config.staging_cache_bytes;
   shm_options.pin = config.pin_regions && !gpus->empty();
+  shm_options.overlap_chunk_bytes = config.overlap_chunk_bytes;
+  for (int ordinal : *gpus) {
+    absl::StatusOr<std::string> uuid = GpuUuid(ordinal);
+    if (uuid.ok()) shm_options.cuda_devices.push_back({ordinal, *uuid});
+  }
   impl->shm = std::make_unique<ShmRegistry>(shm_options, observe("--shm-bytes", config.shm_bytes));
   impl->ctx.shm = impl->shm.get();
   impl->ctx.drain = &impl->drain;

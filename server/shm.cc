@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "fresnel/core/status.h"
 #include "fresnel/core/gpu.h"
+#include "fresnel/core/gpu_ipc.h"
 
 namespace fresnel::server {
 
@@ -27,6 +28,11 @@ struct ShmRegistry::Mapping {
   bool pinned = false;
   std::string client;  // the last client whose region this was (staging buffers)
   Budget::Reservation reservation;
+  // A CUDA IPC region: the opened allocation and where the region starts in it (device memory of
+  // cuda_device); addr stays MAP_FAILED.
+  std::unique_ptr<GpuIpcMapping> ipc;
+  char* device_data = nullptr;
+  int cuda_device = -1;
 
   ~Mapping() {
     if (pinned) UnpinHostMemory(addr);
@@ -209,6 +215,69 @@ absl::StatusOr<ShmSpan> ShmRegistry::AcquireStaging(int64_t size) {
   return span;
 }
 
+namespace {
+
+std::string Hex(const std::string& bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : bytes) {
+    out += kDigits[c >> 4];
+    out += kDigits[c & 15];
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<ShmRegistry::Mapping>> ShmRegistry::OpenCudaIpc(
+    const v1::RegisterRegionRequest& request) {
+  const v1::CudaIpcRegion& ipc = request.cuda_ipc();
+  if (ipc.handle().size() != static_cast<size_t>(kCudaIpcHandleBytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cuda_ipc.handle: a cudaIpcMemHandle_t has ", kCudaIpcHandleBytes, " bytes (got ",
+        ipc.handle().size(), ")"));
+  }
+  if (ipc.device_uuid().size() != static_cast<size_t>(kGpuUuidBytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cuda_ipc.device_uuid: the device's UUID has ", kGpuUuidBytes,
+        " raw bytes (cudaDeviceProp.uuid; got ", ipc.device_uuid().size(), ")"));
+  }
+  if (ipc.offset_bytes() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cuda_ipc.offset_bytes: must be >= 0 (got ", ipc.offset_bytes(), ")"));
+  }
+  if (options_.cuda_devices.empty()) {
+    return absl::FailedPreconditionError(
+        "cuda_ipc: this server runs CPU-only (no CUDA device), so it cannot open device memory; "
+        "register host memory (shm_name) instead");
+  }
+  int ordinal = -1;
+  std::string known;
+  for (const auto& [o, uuid] : options_.cuda_devices) {
+    if (uuid == ipc.device_uuid()) ordinal = o;
+    absl::StrAppend(&known, known.empty() ? "" : ", ", "cuda:", o, " GPU-", Hex(uuid));
+  }
+  if (ordinal < 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cuda_ipc.device_uuid: the server has no device GPU-", Hex(ipc.device_uuid()),
+        " (the client's cuda:", ipc.device_ordinal(), "); it uses ", known));
+  }
+  auto mapping = std::make_shared<Mapping>();
+  FRESNEL_ASSIGN_OR_RETURN(mapping->ipc,
+                           GpuIpcMapping::Open(ordinal, ipc.handle(), "cuda_ipc.handle"));
+  const int64_t room = mapping->ipc->allocation_bytes();
+  if (ipc.offset_bytes() > room || request.size_bytes() > room - ipc.offset_bytes()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "size_bytes: ", request.size_bytes(), " bytes from cuda_ipc.offset_bytes ",
+        ipc.offset_bytes(), " are not inside the allocation of ", room, " bytes"));
+  }
+  mapping->device_data = static_cast<char*>(mapping->ipc->base()) + ipc.offset_bytes();
+  mapping->cuda_device = ordinal;
+  mapping->size = request.size_bytes();
+  mapping->capacity = request.size_bytes();
+  return mapping;
+}
+
 Clock::time_point ShmRegistry::Now() const { return options_.now ? options_.now() : Clock::now(); }
 
 void ShmRegistry::SweepLocked(Clock::time_point now) {
@@ -229,12 +298,17 @@ v1::SharedRegionInfo ShmRegistry::InfoLocked(const Key& key, const Region& regio
   info.set_shm_name(region.shm_name);
   info.set_size_bytes(region.mapping->size);
   info.set_idle_seconds(std::chrono::duration<double>(now - region.last_used).count());
+  info.set_cuda_device(region.mapping->cuda_device);
   return info;
 }
 
 absl::StatusOr<v1::SharedRegionInfo> ShmRegistry::Register(
     const std::string& client, const v1::RegisterRegionRequest& request) {
   if (absl::Status st = CheckRegionName(request.name(), "name"); !st.ok()) return st;
+  if (request.has_cuda_ipc() && !request.shm_name().empty()) {
+    return absl::InvalidArgumentError(
+        "shm_name: set shm_name (host memory) or cuda_ipc (device memory), not both");
+  }
   if (!request.shm_name().empty()) {
     if (absl::Status st = CheckShmName(request.shm_name()); !st.ok()) return st;
   }
@@ -259,7 +333,9 @@ absl::StatusOr<v1::SharedRegionInfo> ShmRegistry::Register(
     }
   }
   std::shared_ptr<Mapping> mapping;
-  if (request.shm_name().empty()) {
+  if (request.has_cuda_ipc()) {
+    FRESNEL_ASSIGN_OR_RETURN(mapping, OpenCudaIpc(request));
+  } else if (request.shm_name().empty()) {
     // A staging buffer of the server's own (kept ones are reused).
     FRESNEL_ASSIGN_OR_RETURN(mapping, NewStaging(client, request.size_bytes(), request.name()));
   } else {
@@ -310,6 +386,11 @@ absl::StatusOr<v1::SharedRegionInfo> ShmRegistry::Register(
       return absl::PermissionDeniedError(absl::StrCat(
           "shm_name: '", request.shm_name(), "' is registered by another client"));
     }
+    if (mapping->ipc != nullptr && other.first != client && region.mapping->ipc != nullptr &&
+        region.mapping->ipc->base() == mapping->ipc->base()) {
+      return absl::PermissionDeniedError(
+          "cuda_ipc.handle: this allocation is registered by another client");
+    }
   }
   Region& region = regions_[key];
   region.shm_name = request.shm_name();
@@ -345,8 +426,9 @@ std::vector<v1::SharedRegionInfo> ShmRegistry::List(const std::string& client) {
   return out;
 }
 
-absl::StatusOr<ShmSpan> ShmRegistry::Resolve(const std::string& client, const v1::ShmRef& ref,
-                                             int64_t nbytes, absl::string_view field) {
+absl::StatusOr<PlacedSpan> ShmRegistry::ResolvePlaced(const std::string& client,
+                                                      const v1::ShmRef& ref, int64_t nbytes,
+                                                      absl::string_view field) {
   std::shared_ptr<Mapping> mapping;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -375,12 +457,36 @@ absl::StatusOr<ShmSpan> ShmRegistry::Resolve(const std::string& client, const v1
         field, ".region: the shared-memory object of '", ref.region(),
         "' is now smaller than the registered ", mapping->size, " bytes"));
   }
-  ShmSpan span;
-  span.data = static_cast<char*>(mapping->addr) + offset;
-  span.size = nbytes;
-  span.keepalive = std::move(mapping);
-  return span;
+  PlacedSpan placed;
+  placed.cuda_device = mapping->cuda_device;
+  placed.span.data = (mapping->ipc != nullptr ? mapping->device_data
+                                              : static_cast<char*>(mapping->addr)) +
+                     offset;
+  placed.span.size = nbytes;
+  placed.span.keepalive = std::move(mapping);
+  return placed;
 }
+
+absl::StatusOr<ShmSpan> ShmRegistry::Resolve(const std::string& client, const v1::ShmRef& ref,
+                                             int64_t nbytes, absl::string_view field) {
+  FRESNEL_ASSIGN_OR_RETURN(PlacedSpan placed, ResolvePlaced(client, ref, nbytes, field));
+  if (placed.cuda_device >= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ".region: '", ref.region().substr(0, kMaxRegionName),
+        "' is a CUDA IPC region (device memory): only Upfirdn and ResamplePoly (x, y_shm) read "
+        "or write one; this array needs host memory"));
+  }
+  return std::move(placed.span);
+}
+
+PlacedResolver ShmRegistry::PlacedResolverFor(std::string client) {
+  return [this, client = std::move(client)](const v1::ShmRef& ref, int64_t nbytes,
+                                            absl::string_view field) {
+    return ResolvePlaced(client, ref, nbytes, field);
+  };
+}
+
+
 
 int64_t ShmRegistry::RegionSize(const ShmSpan& span) const {
   const auto* mapping = static_cast<const Mapping*>(span.keepalive.get());

@@ -44,7 +44,21 @@ struct ShmRegistryOptions {
   // unpinned (counted in pin_failures()).
   bool pin = false;
   std::function<Clock::time_point()> now;  // the clock (tests); empty = Clock::now
+  // The server's CUDA devices as (ordinal, 16-byte UUID): where CUDA IPC regions may lie. Empty
+  // (a CPU-only server): registering one is FAILED_PRECONDITION.
+  std::vector<std::pair<int, std::string>> cuda_devices;
+  // --overlap-chunk-bytes: handed to the direct path's IntoOptions (not used by the registry).
+  int64_t overlap_chunk_bytes = int64_t{32} << 20;
 };
+
+// A region's bytes for the calls that take device memory too: `span.data` is a device pointer of
+// CUDA ordinal `cuda_device` when that is >= 0 (a CUDA IPC region), host memory otherwise.
+struct PlacedSpan {
+  ShmSpan span;
+  int cuda_device = -1;
+};
+using PlacedResolver = std::function<absl::StatusOr<PlacedSpan>(
+    const v1::ShmRef& ref, int64_t nbytes, absl::string_view field)>;
 
 class ShmRegistry {
  public:
@@ -53,7 +67,9 @@ class ShmRegistry {
   ShmRegistry(const ShmRegistry&) = delete;
   ShmRegistry& operator=(const ShmRegistry&) = delete;
 
-  // Opens and maps request.shm_name for `client` (error codes: see shm.proto).
+  // Opens and maps request.shm_name for `client` (error codes: see shm.proto), or opens
+  // request.cuda_ipc's handle on the server's device of that UUID (a CUDA IPC region: device
+  // memory, not counted in --shm-bytes, which caps host mappings).
   absl::StatusOr<v1::SharedRegionInfo> Register(const std::string& client,
                                                 const v1::RegisterRegionRequest& request);
   // NOT_FOUND when `client` has no region `name`.
@@ -62,12 +78,18 @@ class ShmRegistry {
   std::vector<v1::SharedRegionInfo> List(const std::string& client);
 
   // `nbytes` bytes at ref.offset_bytes of `client`'s region ref.region, and the mapping that
-  // keeps them valid. NOT_FOUND naming `field`.region (also for another client's region: names
+  // keeps them valid. Host memory only: a CUDA IPC region is INVALID_ARGUMENT naming
+  // `field`.region (only the calls that take ResolvePlaced read device memory). NOT_FOUND naming `field`.region (also for another client's region: names
   // are per client), INVALID_ARGUMENT naming `field`.offset_bytes when the range is not inside
   // the region (overflow-safe), FAILED_PRECONDITION when the object shrank below the mapped size.
   // Marks the region used (its TTL starts again).
   absl::StatusOr<ShmSpan> Resolve(const std::string& client, const v1::ShmRef& ref,
                                   int64_t nbytes, absl::string_view field);
+  // Resolve for host and CUDA IPC regions alike.
+  absl::StatusOr<PlacedSpan> ResolvePlaced(const std::string& client, const v1::ShmRef& ref,
+                                           int64_t nbytes, absl::string_view field);
+  PlacedResolver PlacedResolverFor(std::string client);
+  int64_t overlap_chunk_bytes() const { return options_.overlap_chunk_bytes; }
   // The registered size of the region a span Resolve returned lies in (0 for an empty span).
   int64_t RegionSize(const ShmSpan& span) const;
   // Resolve bound to one client, for fresnel::FromProto.
@@ -98,6 +120,7 @@ class ShmRegistry {
   absl::StatusOr<std::shared_ptr<Mapping>> NewStaging(const std::string& client, int64_t size,
                                                        const std::string& name);
   void Pin(Mapping* mapping);
+  absl::StatusOr<std::shared_ptr<Mapping>> OpenCudaIpc(const v1::RegisterRegionRequest& request);
   struct Region {
     std::string shm_name;
     std::shared_ptr<Mapping> mapping;

@@ -46,6 +46,12 @@ ShmResolver ResolverOf(ServiceContext* ctx, const grpc::CallbackServerContext* c
   return ctx->shm->ResolverFor(ClientOf(context));
 }
 
+// The same, for the direct path, which also reads and writes CUDA IPC regions (device memory).
+PlacedResolver PlacedResolverOf(ServiceContext* ctx, const grpc::CallbackServerContext* context) {
+  if (ctx->shm == nullptr) return PlacedResolver();
+  return ctx->shm->PlacedResolverFor(ClientOf(context));
+}
+
 // The request's x, moved out of the (gRPC-owned, const) request: the request lives until the RPC
 // finishes and nothing reads x again, so taking its bytes saves a copy of the largest payload.
 // An x in a shared-memory region (x.shm) is copied out of it here.
@@ -151,9 +157,11 @@ struct OutputSize {
 
 // Where y goes when the request names an output region: the span the result is copied into,
 // holding the region's mapping until the response is sent. Empty span = y travels inline.
-absl::StatusOr<ShmSpan> OutputSpan(bool has_y_shm, const v1::ShmRef& y_shm,
-                                   const ShmResolver& resolver, const OutputSize& out) {
-  if (!has_y_shm) return ShmSpan();
+// With `placed` (the direct path) y may be a CUDA IPC region's device memory.
+absl::StatusOr<PlacedSpan> OutputSpan(bool has_y_shm, const v1::ShmRef& y_shm,
+                                      const ShmResolver& resolver, const OutputSize& out,
+                                      const PlacedResolver* placed) {
+  if (!has_y_shm) return PlacedSpan();
   if (!resolver) {
     return absl::InvalidArgumentError("y_shm: this server accepts no shared-memory regions");
   }
@@ -162,7 +170,10 @@ absl::StatusOr<ShmSpan> OutputSpan(bool has_y_shm, const v1::ShmRef& y_shm,
       (out.samples > 0 && out.channels > INT64_MAX / out.samples / itemsize)) {
     return absl::InvalidArgumentError("y_shm: the output's byte count overflows int64");
   }
-  return resolver(y_shm, out.channels * out.samples * itemsize, "y_shm");
+  const int64_t nbytes = out.channels * out.samples * itemsize;
+  if (placed != nullptr && *placed) return (*placed)(y_shm, nbytes, "y_shm");
+  FRESNEL_ASSIGN_OR_RETURN(ShmSpan span, resolver(y_shm, nbytes, "y_shm"));
+  return PlacedSpan{std::move(span), -1};
 }
 
 using Compute =
@@ -172,18 +183,20 @@ using Compute =
 // an inline y fits one message, and the device hint. nullopt after rejecting the call.
 struct Accepted {
   ShmSpan y_span;  // empty: y travels inline
+  int y_cuda_device = -1;  // >= 0: y_span is device memory (a CUDA IPC region)
   DevicePreference preference = DevicePreference::kAny;
 };
 std::optional<Accepted> AcceptOneShot(ServiceContext* ctx, UnaryJobCall* call,
                                       const OutputSize& out, const v1::DeviceHint& hint,
                                       const ShmResolver& resolver, bool has_y_shm,
-                                      const v1::ShmRef& y_shm) {
-  absl::StatusOr<ShmSpan> y_span = OutputSpan(has_y_shm, y_shm, resolver, out);
+                                      const v1::ShmRef& y_shm,
+                                      const PlacedResolver* placed = nullptr) {
+  absl::StatusOr<PlacedSpan> y_span = OutputSpan(has_y_shm, y_shm, resolver, out, placed);
   if (!y_span.ok()) {
     call->Reject(y_span.status());
     return std::nullopt;
   }
-  const bool y_in_shm = y_span->keepalive != nullptr;
+  const bool y_in_shm = y_span->span.keepalive != nullptr;
   absl::Status fits = y_in_shm ? absl::OkStatus()
                                : CheckResponseFits(out.channels, out.samples, out.dtype,
                                                    ctx->max_message_bytes,
@@ -193,7 +206,7 @@ std::optional<Accepted> AcceptOneShot(ServiceContext* ctx, UnaryJobCall* call,
     call->Reject(!fits.ok() ? fits : preference.status());
     return std::nullopt;
   }
-  return Accepted{*std::move(y_span), *preference};
+  return Accepted{std::move(y_span->span), y_span->cuda_device, *preference};
 }
 
 // The common tail of the unary calls once the request is parsed and validated: checks that the
@@ -260,6 +273,7 @@ struct DirectX {
   HostArray own;  // or x inline, moved out of the request
   // x inline and `span` a staging buffer: the received bytes, copied into span when the job runs.
   std::shared_ptr<const v1::InlineArrayRequest> pending;
+  int cuda_device = -1;  // >= 0: span is device memory of that ordinal (a CUDA IPC region)
   const void* data() const { return span.keepalive != nullptr ? span.data : own.raw(); }
 };
 
@@ -282,8 +296,9 @@ absl::StatusOr<std::optional<DirectX>> DirectInput(const v1::NdArray& x, bool ha
 // request (`raw`, whose message holds x without its data) gets a staging buffer from `staging`
 // when there is one and it has room; it is copied there by the job (BindX only checks its size).
 template <class Request>
-absl::Status BindX(const ShmResolver& resolver, ShmRegistry* staging,
-                   const std::shared_ptr<RawRequest<Request>>& raw, DirectX* d) {
+absl::Status BindX(const ShmResolver& resolver, const PlacedResolver& placed,
+                   ShmRegistry* staging, const std::shared_ptr<RawRequest<Request>>& raw,
+                   DirectX* d) {
   const v1::NdArray& x = raw->msg.x();
   FRESNEL_ASSIGN_OR_RETURN(const int64_t nbytes, ArrayBytes(x.dtype(), d->shape, "x.shape"));
   if (!x.has_shm()) {
@@ -307,6 +322,12 @@ absl::Status BindX(const ShmResolver& resolver, ShmRegistry* staging,
   if (!x.data().empty() || raw->x.data_bytes() > 0) {
     return absl::InvalidArgumentError("x: set data or shm, not both");
   }
+  if (placed) {
+    FRESNEL_ASSIGN_OR_RETURN(PlacedSpan span, placed(x.shm(), nbytes, "x.shm"));
+    d->span = std::move(span.span);
+    d->cuda_device = span.cuda_device;
+    return absl::OkStatus();
+  }
   FRESNEL_ASSIGN_OR_RETURN(d->span, resolver(x.shm(), nbytes, "x.shm"));
   return absl::OkStatus();
 }
@@ -325,18 +346,19 @@ int NormalAxis(const DirectX& x, int axis) {
   return axis < 0 ? axis + static_cast<int>(x.shape.size()) : axis;
 }
 
-using DirectCompute = std::function<absl::Status(const Device&, const interp::HostSignalRef&,
-                                                 void* y, int64_t y_bytes, StageTimes*)>;
+using DirectCompute =
+    std::function<absl::Status(const Device&, const interp::HostSignalRef&, void* y,
+                               int64_t y_bytes, StageTimes*, const interp::IntoOptions&)>;
 
 // SubmitOneShot for the direct path: y goes to y_shm's span when set, else into a staging buffer
 // that is sent as the inline answer (raw methods, when the staging pool has room), else into one
 // array that becomes the inline answer.
 void SubmitDirect(ServiceContext* ctx, UnaryJobCall* call, DirectX x, const OutputSize& out,
                   int axis, int64_t device_bytes, const v1::DeviceHint& hint, const std::string& request_id,
-                  const ShmResolver& resolver, bool has_y_shm, const v1::ShmRef& y_shm,
-                  const Answer& answer, DirectCompute compute) {
+                  const ShmResolver& resolver, const PlacedResolver& placed, bool has_y_shm,
+                  const v1::ShmRef& y_shm, const Answer& answer, DirectCompute compute) {
   std::optional<Accepted> accepted =
-      AcceptOneShot(ctx, call, out, hint, resolver, has_y_shm, y_shm);
+      AcceptOneShot(ctx, call, out, hint, resolver, has_y_shm, y_shm, &placed);
   if (!accepted) return;
   std::vector<int64_t> y_shape = x.shape;
   const int nd = static_cast<int>(y_shape.size());
@@ -364,12 +386,23 @@ void SubmitDirect(ServiceContext* ctx, UnaryJobCall* call, DirectX x, const Outp
   auto job = std::make_shared<Job>();
   job->preference = accepted->preference;
   job->device_bytes = device_bytes;  // the kernel's <Op>DeviceBytes
-  job->run = [state, y_shape, y_bytes, compute = std::move(compute)](
+  interp::IntoOptions into;
+  into.x_cuda_device = state->x.cuda_device;
+  into.y_cuda_device = accepted->y_cuda_device;
+  into.overlap_chunk_bytes = ctx->shm != nullptr ? ctx->shm->overlap_chunk_bytes() : 0;
+  // A CUDA IPC region is device memory of one device: the call runs there (x's when x and y lie
+  // on different devices; y then moves by one peer copy).
+  const int home = into.x_cuda_device >= 0 ? into.x_cuda_device : into.y_cuda_device;
+  if (home >= 0) job->affinity = absl::StrCat("cuda:", home);
+  job->run = [state, y_shape, y_bytes, into, compute = std::move(compute)](
                  const Device& device, StageTimes* times) -> absl::Status {
     double staging_s = 0;
     if (state->x.pending != nullptr) {
       // x from the received slices into its (pinned) staging buffer, on several cores: this and
-      // the DMA that follows are the host-to-device leg, reported together as h2d.
+      // the DMA that follows are the host-to-device leg, reported together as h2d. All of it
+      // before the first chunk: gathering each chunk's part just before its H2D
+      // (IntoOptions::x_prefix_ready) measured slower on the H200, 55.9 ms against 28.8 for
+      // issue 10's case (docs/BENCHMARKS.md, session 9; why is not measured).
       const Clock::time_point t0 = Clock::now();
       std::vector<BytePiece> pieces;
       for (const v1::InlineArrayRequest::Piece& p : state->x.pending->DataPieces()) {
@@ -389,7 +422,7 @@ void SubmitDirect(ServiceContext* ctx, UnaryJobCall* call, DirectX x, const Outp
       state->y = HostArray(state->x.dtype, y_shape);
       y = state->y.raw();
     }
-    FRESNEL_RETURN_IF_ERROR(compute(device, ref, y, y_bytes, times));
+    FRESNEL_RETURN_IF_ERROR(compute(device, ref, y, y_bytes, times, into));
     if (times != nullptr) times->h2d_s += staging_s;
     state->x = DirectX();  // the input (and its region's mapping) is no longer needed
     return absl::OkStatus();
@@ -433,6 +466,7 @@ grpc::ServerUnaryReactor* InterpolationService::Upfirdn(grpc::CallbackServerCont
   const Answer response = RawAnswer(raw_response);
   auto parsed = ParseUpfirdn(*request, limits_);
   const ShmResolver resolver = ResolverOf(ctx_, context);
+  const PlacedResolver placed = PlacedResolverOf(ctx_, context);
   if (parsed.ok()) {
     absl::StatusOr<std::optional<DirectX>> direct =
         DirectInput(request->x(), request->has_y_shm(), resolver, ctx_->shm);
@@ -442,7 +476,7 @@ grpc::ServerUnaryReactor* InterpolationService::Upfirdn(grpc::CallbackServerCont
       DirectX& x = **direct;
       st = interp::ValidateUpfirdnShape(parsed->taps, x.dtype, x.shape, parsed->options,
                                         limits_);
-      if (st.ok()) st = BindX(resolver, ctx_->shm, raw, &x);
+      if (st.ok()) st = BindX(resolver, placed, ctx_->shm, raw, &x);
       if (st.ok()) {
         const int axis = NormalAxis(x, parsed->options.axis);
         const OutputSize out = DirectOutput(
@@ -453,13 +487,14 @@ grpc::ServerUnaryReactor* InterpolationService::Upfirdn(grpc::CallbackServerCont
             x.dtype, out.channels, x.shape[axis], static_cast<int64_t>(parsed->taps.size()),
             parsed->options);
         SubmitDirect(ctx_, call, std::move(x), out, axis, device_bytes, request->device(),
-                     request->request_id(), resolver, request->has_y_shm(), request->y_shm(),
-                     response,
+                     request->request_id(), resolver, placed, request->has_y_shm(),
+                     request->y_shm(), response,
                      [p = std::move(*parsed)](const Device& device,
                                               const interp::HostSignalRef& in, void* y,
-                                              int64_t y_bytes, StageTimes* times) {
+                                              int64_t y_bytes, StageTimes* times,
+                                              const interp::IntoOptions& into) {
                        return interp::UpfirdnInto(device, p.taps, in, p.options, y, y_bytes,
-                                                  times);
+                                                  times, into);
                      });
         return call;
       }
@@ -512,6 +547,7 @@ grpc::ServerUnaryReactor* InterpolationService::ResamplePoly(
   const Answer response = RawAnswer(raw_response);
   auto options = ParseResamplePoly(*request);
   const ShmResolver resolver = ResolverOf(ctx_, context);
+  const PlacedResolver placed = PlacedResolverOf(ctx_, context);
   if (options.ok()) {
     absl::StatusOr<std::optional<DirectX>> direct =
         DirectInput(request->x(), request->has_y_shm(), resolver, ctx_->shm);
@@ -520,7 +556,7 @@ grpc::ServerUnaryReactor* InterpolationService::ResamplePoly(
         interp::ResamplePolyIntoSupported((*direct)->dtype, (*direct)->shape, *options)) {
       DirectX& x = **direct;
       st = interp::ValidateResamplePolyShape(x.dtype, x.shape, *options, limits_);
-      if (st.ok()) st = BindX(resolver, ctx_->shm, raw, &x);
+      if (st.ok()) st = BindX(resolver, placed, ctx_->shm, raw, &x);
       if (st.ok()) {
         const int axis = NormalAxis(x, options->axis);
         const OutputSize out = DirectOutput(
@@ -528,12 +564,13 @@ grpc::ServerUnaryReactor* InterpolationService::ResamplePoly(
         const int64_t device_bytes =
             interp::ResamplePolyDeviceBytes(x.dtype, out.channels, x.shape[axis], *options);
         SubmitDirect(ctx_, call, std::move(x), out, axis, device_bytes, request->device(),
-                     request->request_id(), resolver, request->has_y_shm(), request->y_shm(),
-                     response,
+                     request->request_id(), resolver, placed, request->has_y_shm(),
+                     request->y_shm(), response,
                      [o = std::move(*options)](const Device& device,
                                                const interp::HostSignalRef& in, void* y,
-                                               int64_t y_bytes, StageTimes* times) {
-                       return interp::ResamplePolyInto(device, in, o, y, y_bytes, times);
+                                               int64_t y_bytes, StageTimes* times,
+                                               const interp::IntoOptions& into) {
+                       return interp::ResamplePolyInto(device, in, o, y, y_bytes, times, into);
                      });
         return call;
       }

@@ -60,6 +60,20 @@ TEST_CASE("GatherBytes copies pieces in order, serially and in parallel", "[serv
     GatherBytes(pieces, dst.data());
     CHECK(dst.compare(0, total, src) == 0);
     CHECK(dst.substr(total) == std::string(16, '\x7f'));  // nothing written past the end
+    // Part by part, at boundaries inside pieces, small and parallel: the same bytes, and nothing
+    // outside the range written.
+    std::string parts(total + 16, '\x7f');
+    size_t at = 0;
+    for (size_t step : {size_t{777}, size_t{9} << 20, size_t{1}, size_t{5} << 20}) {
+      const size_t end = std::min(total, at + step);
+      GatherBytesRange(pieces, parts.data(), at, end);
+      CHECK(parts.compare(0, end, src, 0, end) == 0);
+      CHECK(parts.substr(end, 16) == std::string(std::min<size_t>(16, total + 16 - end), '\x7f'));
+      at = end;
+    }
+    GatherBytesRange(pieces, parts.data(), at, SIZE_MAX);  // the rest, end clamped
+    CHECK(parts.compare(0, total, src) == 0);
+    CHECK(parts.substr(total) == std::string(16, '\x7f'));
   }
 }
 
@@ -221,14 +235,15 @@ Answers Run(const TestServer& ts, const HostArray& x, const HostArray& taps, boo
   return a;
 }
 
-void CompareStagedWithHostArrayPath(const server::ServerConfig& base, bool gpu) {
+void CompareStagedWithHostArrayPath(const server::ServerConfig& base, bool gpu,
+                                    std::vector<int64_t> shape = {3, 900001}) {
   server::ServerConfig staged_cfg = base;  // staging on (--shm-bytes default)
   server::ServerConfig plain_cfg = base;
   plain_cfg.shm_bytes = 0;  // no registry: the HostArray path, as before issue 10
   TestServer staged(staged_cfg), plain(plain_cfg);
   const DType dtype = GENERATE(DType::kFloat32, DType::kComplex64, DType::kFloat64);
   // Over 8 MiB for the float32 case, so the gather runs in parallel over many received slices.
-  HostArray x = RandomArray(dtype, {3, 900001}, 21);
+  HostArray x = RandomArray(dtype, shape, 21);
   HostArray taps = RandomArray(DType::kFloat64, {48}, 22);
   const Answers want = Run(plain, x, taps, gpu);
   for (int round = 0; round < 2; ++round) {  // the second round reuses the staging buffers
@@ -258,6 +273,18 @@ TEST_CASE("GPU server: inline arrays through pinned staging = HostArray path", "
   server::ServerConfig config = TestServer::CpuConfig();
   config.gpus = "all";
   CompareStagedWithHostArrayPath(config, true);
+}
+
+TEST_CASE("GPU server: the direct path's copy/compute overlap in small chunks = HostArray path",
+          "[server][inline][gpu]") {
+  if (SkipWithoutGpu()) return;
+  server::ServerConfig config = TestServer::CpuConfig();
+  config.gpus = "all";
+  // 256 KiB of y per chunk: tens of chunks on the three streams, x gathered chunk by chunk (1-D)
+  // or at once (3 rows), chunk boundaries nowhere near a multiple of up or down.
+  config.overlap_chunk_bytes = 256 << 10;
+  CompareStagedWithHostArrayPath(config, true, {2700001});
+  CompareStagedWithHostArrayPath(config, true, {3, 900001});
 }
 
 TEST_CASE("inline requests with bad x through the raw path get INVALID_ARGUMENT",

@@ -4,6 +4,7 @@
 // bits; only where x comes from and where y goes differ.
 #include "fresnel/interp/into.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <numeric>
@@ -11,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "fresnel/core/status.h"
 #include "interp/interp_internal.h"
+#include "interp/window_internal.h"
 
 namespace fresnel::interp {
 namespace {
@@ -60,9 +62,47 @@ absl::Status CheckRoom(int64_t channels, int64_t out_len, DType dtype, int64_t y
 // array, copied once.
 absl::Status WindowInto(const Device& device, const internal::Polyphase& filter,
                         const internal::HostSignalView& v, double cval, int64_t out_first,
-                        int64_t out_count, void* y, StageTimes* times) {
+                        int64_t out_count, void* y, StageTimes* times, const IntoOptions& into) {
   if (times != nullptr) *times = StageTimes{};
+  const bool on_device = into.x_cuda_device >= 0 || into.y_cuda_device >= 0;
+  if (on_device && device.kind != DeviceKind::kCuda) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        into.x_cuda_device >= 0 ? "x" : "y", ": device memory of cuda:",
+        std::max(into.x_cuda_device, into.y_cuda_device), " needs a CUDA device, not ",
+        device.Name()));
+  }
   if (out_count == 0 || v.channels == 0) return absl::OkStatus();
+  const int64_t es = static_cast<int64_t>(DTypeSize(v.dtype));
+  const int64_t y_bytes = v.channels * out_count * es;
+  // x and y in the same memory and overlapping (allowed: x is read completely before y is
+  // written) are never chunked: a chunk's y would land on x that a later chunk still reads.
+  const char* xb = static_cast<const char*>(v.data);
+  const char* yb = static_cast<const char*>(y);
+  const bool overlap = into.x_cuda_device == into.y_cuda_device &&
+                       xb < yb + y_bytes && yb < xb + v.channels * v.len * es;
+  const bool chunked =
+      into.overlap_chunk_bytes > 0 && y_bytes >= 2 * into.overlap_chunk_bytes && !overlap;
+  if (device.kind == DeviceKind::kCuda && (on_device || chunked)) {
+#if defined(FRESNEL_WITH_CUDA)
+    internal::PlacedWindow w;
+    w.filter = &filter;
+    w.dtype = v.dtype;
+    w.channels = v.channels;
+    w.len = v.len;
+    w.x = v.data;
+    w.x_device = into.x_cuda_device;
+    w.cval = cval;
+    w.out_first = out_first;
+    w.out_count = out_count;
+    w.y = y;
+    w.y_device = into.y_cuda_device;
+    w.chunk_outputs = chunked ? std::max<int64_t>(1, into.overlap_chunk_bytes / (v.channels * es))
+                              : 0;
+    w.x_prefix_ready = into.x_prefix_ready;
+    return internal::UpfirdnWindowCudaPlaced(device, w, times);
+#endif
+  }
+  if (into.x_prefix_ready) into.x_prefix_ready(v.channels * v.len * es);
   if (device.kind == DeviceKind::kCpu) {
     const auto t0 = std::chrono::steady_clock::now();
     FRESNEL_ASSIGN_OR_RETURN(HostArray out, internal::UpfirdnWindowCpu(filter, v, 0, cval,
@@ -103,7 +143,7 @@ bool ResamplePolyIntoSupported(DType x_dtype, const std::vector<int64_t>& x_shap
 
 absl::Status UpfirdnInto(const Device& device, const std::vector<double>& taps,
                          const HostSignalRef& x, const UpfirdnOptions& options, void* y,
-                         int64_t y_bytes, StageTimes* times) {
+                         int64_t y_bytes, StageTimes* times, const IntoOptions& into) {
   FRESNEL_RETURN_IF_ERROR(RequireStream(device));
   FRESNEL_RETURN_IF_ERROR(ValidateUpfirdnShape(taps, x.dtype, x.shape, options));
   if (!UpfirdnIntoSupported(x.dtype, x.shape, options)) {
@@ -117,12 +157,12 @@ absl::Status UpfirdnInto(const Device& device, const std::vector<double>& taps,
       UpfirdnOutputLength(v.len, static_cast<int64_t>(taps.size()), options.up, options.down);
   FRESNEL_RETURN_IF_ERROR(CheckRoom(v.channels, out_len, x.dtype, y_bytes, y));
   const internal::Polyphase filter{taps, options.up, options.down};
-  return WindowInto(device, filter, v, options.cval, 0, out_len, y, times);
+  return WindowInto(device, filter, v, options.cval, 0, out_len, y, times, into);
 }
 
 absl::Status ResamplePolyInto(const Device& device, const HostSignalRef& x,
                               const ResamplePolyOptions& options, void* y, int64_t y_bytes,
-                              StageTimes* times) {
+                              StageTimes* times, const IntoOptions& into) {
   FRESNEL_RETURN_IF_ERROR(RequireStream(device));
   FRESNEL_RETURN_IF_ERROR(ValidateResamplePolyShape(x.dtype, x.shape, options));
   if (!ResamplePolyIntoSupported(x.dtype, x.shape, options)) {
@@ -140,7 +180,7 @@ absl::Status ResamplePolyInto(const Device& device, const HostSignalRef& x,
   }
   FRESNEL_ASSIGN_OR_RETURN(internal::ResamplePolyDesign design,
                            internal::DesignResamplePoly(options, x.dtype));
-  return WindowInto(device, design.filter, v, options.cval, design.skip, n_out, y, times);
+  return WindowInto(device, design.filter, v, options.cval, design.skip, n_out, y, times, into);
 }
 
 }  // namespace fresnel::interp

@@ -18,6 +18,7 @@
 #include "fresnel/client/client.h"
 #include "fresnel/core/array.h"
 #include "fresnel/v1/common.pb.h"
+#include "fresnel/v1/shm.pb.h"
 
 namespace fresnel {
 
@@ -65,5 +66,25 @@ class SharedRegion {
   void* data_ = nullptr;
   bool registered_ = false;
 };
+
+// CUDA IPC regions (docs/transport.md, "CUDA IPC regions"): device memory this process holds,
+// registered so that Upfirdn / ResamplePoly read x from it and write y into it on the server's
+// GPU, with no host round trip. `device_ptr` must lie in a cudaMalloc allocation (not
+// cudaMallocAsync pool memory, not managed memory) of a device the server also uses (matched by
+// UUID); [device_ptr, device_ptr + bytes) must lie inside that allocation. The request names the
+// region like any other (x.shm, y_shm, with offsets from device_ptr); unregister with
+// Client::UnregisterRegion before freeing the memory (the server keeps its mapping until then,
+// or until --shm-ttl). Needs the CUDA driver (libcuda.so.1, loaded at the first call; the
+// client library links no CUDA): FAILED_PRECONDITION without it or for a host pointer.
+//
+// What the server is told: the allocation's IPC handle, the device's UUID and ordinal, and
+// device_ptr's offset in the allocation.
+absl::StatusOr<v1::CudaIpcRegion> CudaIpcRegionOf(const void* device_ptr, int64_t bytes);
+// CudaIpcRegionOf, then RegisterRegion{name, size_bytes: bytes, cuda_ipc}. Blocks for one RPC.
+absl::StatusOr<v1::RegisterRegionResponse> RegisterCudaRegion(Client* client,
+                                                              const std::string& name,
+                                                              const void* device_ptr,
+                                                              int64_t bytes,
+                                                              const CallOptions& call = {});
 
 }  // namespace fresnel

@@ -19,5 +19,8 @@ struct BytePiece {
 // them). Large totals are split in blocks copied in parallel (TBB); small ones are one memcpy
 // per piece on the calling thread. Synchronous.
 void GatherBytes(const std::vector<BytePiece>& pieces, char* dst);
+// The same for bytes [begin, end) of the pieces' concatenation only (end clamped to its size),
+// written to dst + begin: a caller gathers a large array part by part, ahead of its use.
+void GatherBytesRange(const std::vector<BytePiece>& pieces, char* dst, size_t begin, size_t end);
 
 }  // namespace fresnel

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -44,6 +45,28 @@ bool UpfirdnIntoSupported(DType x_dtype, const std::vector<int64_t>& x_shape,
 bool ResamplePolyIntoSupported(DType x_dtype, const std::vector<int64_t>& x_shape,
                                const ResamplePolyOptions& options);
 
+// Where x and y lie and how the CUDA call moves them (the defaults: host memory, one H2D, the
+// kernel, one D2H).
+struct IntoOptions {
+  // >= 0: x.data / y are device memory of this CUDA ordinal (a client's CUDA IPC region), not
+  // host memory. The call must then run on a CUDA device: on that one it reads / writes them in
+  // place (no host round trip; pointers not 256-byte aligned take one D2D copy), on another one
+  // peer copy moves them. FAILED_PRECONDITION on the CPU device.
+  int x_cuda_device = -1;
+  int y_cuda_device = -1;
+  // > 0, on CUDA: the host legs are cut into windows of about this many bytes of y
+  // (fresnel/interp/window.h), round-robin on three streams with a ring of three device buffers,
+  // so chunk i+1's H2D, chunk i's kernel and chunk i-1's D2H overlap. Taken when y has at least
+  // two such chunks. Same bits as one window. StageTimes are then the sums of the chunks' stage
+  // times (they overlap: their sum exceeds the wall time). Ignored on the CPU.
+  int64_t overlap_chunk_bytes = 0;
+  // Set: x's bytes are not all there yet. The call invokes it on the calling thread with a count
+  // of leading bytes of x that must be valid when it returns, before it reads them (with chunks,
+  // 1-D x: before each chunk's H2D is enqueued, with growing counts, so the caller fills x while
+  // earlier chunks' copies and kernels run; otherwise once with all of x, first).
+  std::function<void(int64_t bytes)> x_prefix_ready;
+};
+
 // Filters x into y: y holds x's shape with the filtered axis replaced by the output length
 // (UpfirdnOutputLength / ResamplePolyOutputLength), in x's dtype; `y_bytes` is the room at y
 // (INVALID_ARGUMENT naming y when too small). x and y may overlap: x is read completely before
@@ -52,9 +75,10 @@ bool ResamplePolyIntoSupported(DType x_dtype, const std::vector<int64_t>& x_shap
 // device: y is complete when this returns.
 absl::Status UpfirdnInto(const Device& device, const std::vector<double>& taps,
                          const HostSignalRef& x, const UpfirdnOptions& options, void* y,
-                         int64_t y_bytes, StageTimes* times = nullptr);
+                         int64_t y_bytes, StageTimes* times = nullptr,
+                         const IntoOptions& into = {});
 absl::Status ResamplePolyInto(const Device& device, const HostSignalRef& x,
                               const ResamplePolyOptions& options, void* y, int64_t y_bytes,
-                              StageTimes* times = nullptr);
+                              StageTimes* times = nullptr, const IntoOptions& into = {});
 
 }  // namespace fresnel::interp
