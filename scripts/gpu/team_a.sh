@@ -83,6 +83,7 @@ cd "$root"
 for b in test_interp test_unwrap test_hologram test_volume test_fusion; do t 120 $b "[gpu]"; done
 t 90 test_server "[gpu]~[.]"; t 60 test_server "[sticky]"
 for b in test_sessions test_hologram_service test_unwrap_service test_fusion_service test_volume_service test_shm test_inline_staging; do t 90 $b "[gpu]"; done
+export FRESNEL_CUDA_IPC_PEER=$(command -v cuda_ipc_peer); t 60 test_cuda_ipc
 # --- sanitizers ---
 if [[ ${TEAM_SAN:-1} != 0 ]]; then
   small=("test_interp|GPU upfirdn matches the CPU oracle"

@@ -11,7 +11,8 @@ b=${FRESNEL_BUILD_DIR:-build}
 tests=(kernels/interp/test_interp kernels/unwrap/test_unwrap kernels/hologram/test_hologram
        kernels/volume/test_volume kernels/fusion/test_fusion server/test_server server/test_sessions
        server/test_hologram_service server/test_unwrap_service server/test_fusion_service
-       server/test_volume_service server/test_shm server/test_inline_staging)
+       server/test_volume_service server/test_shm server/test_inline_staging server/test_cuda_ipc
+       server/cuda_ipc_peer)
 benches=(interp/fresnel_bench_interp fusion/fresnel_bench_fusion volume/fresnel_bench_volume
          hologram/fresnel_bench_hologram unwrap/fresnel_bench_unwrap
          transport/fresnel_bench_transport)
