@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <random>
 
+#include "absl/strings/str_cat.h"
 #include "fresnel/client/client.h"
 #include "fresnel/io/npy.h"
 #include "fresnel/hologram/hologram.h"
@@ -286,6 +287,61 @@ TEST_CASE("Stream renders frames concurrently and answers them in order", "[serv
   for (int i = 0; i < kFrames; ++i) {
     auto want = hologram::ComputeHologram(Device::Cpu(), clouds[i],
                                           KernelOptions(96, 80, hologram::Algorithm::kReference));
+    REQUIRE(want.ok());
+    CheckEqual(results[i], *want);
+  }
+}
+
+// Whole frames are checked and converted on host tasks while the next frame is read (session 9),
+// so a large frame's conversion may finish after a small later one's: the answers still come in
+// frame order, a bad frame among them gets its own status naming the point (its index within the
+// frame), and every good one equals the one-shot render.
+TEST_CASE("Stream: frames converted off the reader keep their order and their own errors",
+          "[server][hologram]") {
+  server::ServerConfig config = TestServer::CpuConfig();
+  config.cpu_workers = 3;
+  TestServer ts(config);
+  auto client = Connect(ts);
+  constexpr int kFrames = 16;
+  std::vector<hologram::PointCloud> clouds;
+  std::vector<int64_t> bad_point(kFrames, -1);
+  for (int i = 0; i < kFrames; ++i) {
+    clouds.push_back(RandomCloud(i % 3 == 0 ? 60000 : 5, 300 + i));
+    if (i % 4 == 1) {
+      bad_point[i] = static_cast<int64_t>(clouds.back().size()) - 1 - i % 3;
+      clouds.back()[static_cast<size_t>(bad_point[i])].amplitude = -1;
+    }
+  }
+  size_t next = 0;
+  std::vector<int64_t> seen;
+  std::vector<absl::Status> statuses(kFrames);
+  std::vector<HologramRender> results(kFrames);
+  absl::Status st = client->RenderStream(
+      [&](v1::HologramFrameRequest* f) {
+        if (next == clouds.size()) return false;
+        if (next == 0) *f->mutable_config() = Config(32, 24, v1::HOLOGRAM_ALGORITHM_TRIANGULAR);
+        ToProto(CloudArray(clouds[next++]), f->mutable_points());
+        return true;
+      },
+      [&](int64_t index, const absl::Status& status, HologramRender* r) {
+        seen.push_back(index);
+        statuses[static_cast<size_t>(index)] = status;
+        if (r != nullptr) results[static_cast<size_t>(index)] = std::move(*r);
+      });
+  REQUIRE(st.ok());
+  std::vector<int64_t> order(kFrames);
+  for (int i = 0; i < kFrames; ++i) order[i] = i;
+  REQUIRE(seen == order);
+  for (int i = 0; i < kFrames; ++i) {
+    INFO("frame " << i);
+    if (bad_point[i] >= 0) {
+      CHECK(statuses[i].code() == absl::StatusCode::kInvalidArgument);
+      CHECK(Mentions(statuses[i], absl::StrCat("points[", bad_point[i], "].amplitude")));
+      continue;
+    }
+    REQUIRE(statuses[i].ok());
+    auto want = hologram::ComputeHologram(Device::Cpu(), clouds[i],
+                                          KernelOptions(32, 24, hologram::Algorithm::kTriangular));
     REQUIRE(want.ok());
     CheckEqual(results[i], *want);
   }
