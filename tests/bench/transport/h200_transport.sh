@@ -40,6 +40,10 @@ wait $p1; r1=$?
 wait $p2; r2=$?
 tail -n 3 "$out/test_shm.log" "$out/test_inline_staging.log" >>"$log"
 echo "=== rc test_shm $r1, test_inline_staging $r2 in $((SECONDS - start)) s" | tee -a "$log"
+# The lent machines are VMs whose memory grows as it is first used (~0.4 s/GiB): touch 16 GiB once
+# so that the fresh-y rows measure the host, not the VM's growth (docs/transport.md, session 9).
+step 30 "memory warm-up (16 GiB touched and freed)" python3 -c "
+import numpy as np, time; t = time.time(); a = np.ones(16 << 27); print('16 GiB in %.2f s' % (time.time() - t))"
 b=fresnel_bench_transport
 step 120 "sweep: pipelined segments (defaults), fresh and reused y, 4-connection echo" \
   $b --sizes 64,256,1024 --paths chunked,reuse --reps 3 --gpus all
