@@ -343,15 +343,22 @@ class StreamCall : public OrderedStream<v1::HologramFrameRequest, v1::HologramFr
       auto frame = std::make_shared<v1::HologramFrameRequest>(std::move(*request));
       auto in = std::make_shared<FrameInput>(std::move(input));
       PostHostTask([this, seq, index, frame, in, work] {
-        absl::Status prepared = Guarded("converting the frame's points", [&] {
-          return PrepareFrame(*frame, in.get(), work.get());
+        // An exception (out of memory) ends the stream with a status, as in OnRequest; the frame
+        // is answered (a second answer would be dropped).
+        absl::Status st = Guarded("converting the frame's points", [&] {
+          absl::Status prepared = PrepareFrame(*frame, in.get(), work.get());
+          frame->Clear();  // the points' bytes are converted: free them before the render
+          if (!prepared.ok()) {
+            Answer(seq, FrameError(index, prepared));
+          } else {
+            SubmitFrame(seq, index, work, in->received);
+          }
+          return absl::OkStatus();
         });
-        frame->Clear();  // the points' bytes are converted: free them before the render
-        if (!prepared.ok()) {
-          Answer(seq, FrameError(index, prepared));
-          return;
+        if (!st.ok()) {
+          End(st);
+          Skip(seq);
         }
-        SubmitFrame(seq, index, work, in->received);
       });
       return;
     }
@@ -549,7 +556,16 @@ class StreamCall : public OrderedStream<v1::HologramFrameRequest, v1::HologramFr
     // serialises the 4 MiB of phase on the calling thread (1.6-2.3 ms a frame on the H200
     // machine), which this device worker would otherwise spend instead of starting the next job.
     auto answer = std::make_shared<Reply>(std::move(reply));
-    PostHostTask([this, seq, answer] { Answer(seq, std::move(*answer)); });
+    PostHostTask([this, seq, answer] {
+      absl::Status st = Guarded("answering the frame", [&] {
+        Answer(seq, std::move(*answer));
+        return absl::OkStatus();
+      });
+      if (!st.ok()) {
+        Abort(st);
+        Skip(seq);
+      }
+    });
   }
 
   ServiceContext* ctx_;
