@@ -19,7 +19,10 @@ struct ServerConfig {
   // FRESNEL_INSTANCE: this server's name in job ids, ServerInfo and errors; "" = HOSTNAME:PORT
   // (gethostname() and --listen's port). Letters, digits and . _ : - only.
   std::string instance;
-  int streams_per_gpu = 2;                // FRESNEL_STREAMS_PER_GPU
+  // FRESNEL_STREAMS_PER_GPU. 4 (was 2): on the H200 machine one hologram Stream got 208-217
+  // frames/s with 4 against 187 with 2, two at once 243-254 against 209 (docs/BENCHMARKS.md,
+  // "Session 9"); the other services' [gpu] tests pass with it.
+  int streams_per_gpu = 4;
   int cpu_workers = 2;                    // FRESNEL_CPU_WORKERS
   int queue_length = 64;                  // FRESNEL_QUEUE_LENGTH, per device
   int64_t max_message_bytes = 64 << 20;   // FRESNEL_MAX_MESSAGE_BYTES

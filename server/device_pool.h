@@ -85,7 +85,7 @@ class Job {
 
 struct DevicePoolOptions {
   std::vector<int> gpus;          // ordinals to use
-  int streams_per_gpu = 2;
+  int streams_per_gpu = 4;        // ServerConfig::streams_per_gpu (--streams-per-gpu)
   int cpu_workers = 2;
   int queue_capacity = 64;        // per device
   int64_t gpu_pool_release_threshold_bytes = int64_t{4} << 30;

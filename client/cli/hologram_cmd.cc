@@ -149,6 +149,7 @@ std::string Nm(double m) { return absl::StrFormat("%g nm", m * 1e9); }
 struct StreamStats {
   double latency_p50_s = 0, latency_p99_s = 0;  // frame handed to gRPC -> its answer complete
   double compute_mean_s = 0, server_mean_s = 0;  // ExecutionInfo compute / total, mean
+  double queue_mean_s = 0, h2d_mean_s = 0, d2h_mean_s = 0;  // ExecutionInfo's other stages
   int64_t failed = 0;
 };
 
@@ -161,7 +162,7 @@ absl::StatusOr<HologramRender> StreamFrames(Client& client, const HologramCmdOpt
                                             StreamStats* stats) {
   using Clock = std::chrono::steady_clock;
   std::vector<Clock::time_point> sent(static_cast<size_t>(o.frames));
-  std::vector<double> latency, compute, server;
+  std::vector<double> latency, compute, server, queue, h2d, d2h;
   std::optional<HologramRender> last;
   absl::Status first_failure;
   int64_t next = 0;
@@ -198,6 +199,9 @@ absl::StatusOr<HologramRender> StreamFrames(Client& client, const HologramCmdOpt
         std::chrono::duration<double>(Clock::now() - sent[static_cast<size_t>(index)]).count());
     compute.push_back(result->header.info().compute_seconds());
     server.push_back(result->header.info().total_seconds());
+    queue.push_back(result->header.info().queue_wait_seconds());
+    h2d.push_back(result->header.info().h2d_seconds());
+    d2h.push_back(result->header.info().d2h_seconds());
     last = std::move(*result);
   };
   FRESNEL_RETURN_IF_ERROR(client.RenderStream(next_frame, on_frame));
@@ -206,10 +210,16 @@ absl::StatusOr<HologramRender> StreamFrames(Client& client, const HologramCmdOpt
   }
   stats->latency_p50_s = Quantile(latency, 0.5);
   stats->latency_p99_s = Quantile(latency, 0.99);
-  double c = 0, t = 0;
-  for (size_t i = 0; i < compute.size(); ++i) c += compute[i], t += server[i];
-  stats->compute_mean_s = c / static_cast<double>(compute.size());
-  stats->server_mean_s = t / static_cast<double>(server.size());
+  auto mean = [](const std::vector<double>& v) {
+    double sum = 0;
+    for (double x : v) sum += x;
+    return sum / static_cast<double>(v.size());
+  };
+  stats->compute_mean_s = mean(compute);
+  stats->server_mean_s = mean(server);
+  stats->queue_mean_s = mean(queue);
+  stats->h2d_mean_s = mean(h2d);
+  stats->d2h_mean_s = mean(d2h);
   return *std::move(last);
 }
 
@@ -517,6 +527,9 @@ int RunHologram(const GlobalOptions& global, HologramCmdOptions o, std::ostream&
           .Add("frame_latency_p99_seconds", stream.latency_p99_s)
           .Add("frame_compute_mean_seconds", stream.compute_mean_s)
           .Add("frame_server_mean_seconds", stream.server_mean_s)
+          .Add("frame_queue_mean_seconds", stream.queue_mean_s)
+          .Add("frame_h2d_mean_seconds", stream.h2d_mean_s)
+          .Add("frame_d2h_mean_seconds", stream.d2h_mean_s)
           .Add("frames_failed", stream.failed);
     }
     JsonObject files;
@@ -539,7 +552,9 @@ int RunHologram(const GlobalOptions& global, HologramCmdOptions o, std::ostream&
         << absl::StrFormat("%.1f", static_cast<double>(o.frames) / round_trip_s)
         << " frames/s | frame latency p50 " << FormatSeconds(stream.latency_p50_s) << ", p99 "
         << FormatSeconds(stream.latency_p99_s) << " | per frame on the server "
-        << FormatSeconds(stream.server_mean_s) << " (compute " << FormatSeconds(stream.compute_mean_s)
+        << FormatSeconds(stream.server_mean_s) << " (queue " << FormatSeconds(stream.queue_mean_s)
+        << ", h2d " << FormatSeconds(stream.h2d_mean_s) << ", compute "
+        << FormatSeconds(stream.compute_mean_s) << ", d2h " << FormatSeconds(stream.d2h_mean_s)
         << ")" << (stream.failed > 0 ? absl::StrCat(" | ", stream.failed, " frame(s) failed") : "")
         << " | files from the last frame\n";
   }

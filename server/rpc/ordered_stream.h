@@ -25,7 +25,10 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -48,6 +51,7 @@ class OrderedStream : public RpcCall<grpc::ServerBidiReactor<Request, Response>>
   };
 
   void OnReadDone(bool ok) override {
+    const auto read_done = TraceNow();
     if (!ok) {
       bool ending;
       {
@@ -84,11 +88,19 @@ class OrderedStream : public RpcCall<grpc::ServerBidiReactor<Request, Response>>
         Skip(seq);
       }
     }
+    const auto handled = TraceNow();
     bool read;
     {
       std::lock_guard<std::mutex> lock(mu_);
       read = seq >= 0 && !ending_ && !reads_done_ && in_flight_ < max_in_flight_;
       reading_ = read;
+      if (trace_.on) {
+        trace_.read_wait += read_done - trace_.read_started;
+        trace_.on_request += handled - read_done;
+        ++trace_.reads;
+        if (read) trace_.read_started = handled;
+        if (!read && seq >= 0 && !ending_ && !reads_done_) trace_.paused_since = handled;
+      }
     }
     if (read) this->StartRead(&request_);
     Progress();
@@ -113,7 +125,7 @@ class OrderedStream : public RpcCall<grpc::ServerBidiReactor<Request, Response>>
       write_.Clear();
       if (more_(&write_)) {
         this->record().Payload("out", static_cast<double>(write_.ByteSizeLong()));
-        this->StartWrite(&write_);
+        TracedStartWrite();
         return;
       }
     }
@@ -123,6 +135,10 @@ class OrderedStream : public RpcCall<grpc::ServerBidiReactor<Request, Response>>
       writing_ = false;
       ++next_write_;
       --in_flight_;
+      if (trace_.on) {
+        trace_.write += TraceNow() - trace_.write_started;
+        ++trace_.answers;
+      }
     }
     Progress();
   }
@@ -130,6 +146,7 @@ class OrderedStream : public RpcCall<grpc::ServerBidiReactor<Request, Response>>
   void OnCancel() override { Abort(absl::CancelledError("the client cancelled the stream")); }
 
   void OnDone() override {
+    if (trace_.on) PrintTrace();
     OnStreamDone();
     Release();  // gRPC's hold; an answer still leaving Put() keeps the object a moment longer
   }
@@ -137,13 +154,18 @@ class OrderedStream : public RpcCall<grpc::ServerBidiReactor<Request, Response>>
  protected:
   OrderedStream(Metrics* metrics, const char* service, const char* method, int max_in_flight)
       : RpcCall<grpc::ServerBidiReactor<Request, Response>>(metrics, service, method),
-        max_in_flight_(max_in_flight < 1 ? 1 : max_in_flight) {}
+        method_(method),
+        max_in_flight_(max_in_flight < 1 ? 1 : max_in_flight) {
+    trace_.on = TraceEnabled();
+    trace_.opened = trace_.read_started = TraceNow();
+  }
   ~OrderedStream() override = default;
 
   void StartReading() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       reading_ = true;
+      trace_.read_started = TraceNow();
     }
     this->StartRead(&request_);
   }
@@ -219,6 +241,64 @@ class OrderedStream : public RpcCall<grpc::ServerBidiReactor<Request, Response>>
     Release();
   }
 
+  // FRESNEL_STREAM_TRACE=1 (read once per process): each stream prints, when it is done, where
+  // its time went (stderr, one line): per request the wait for the message (the client, the
+  // transport and gRPC's parse), OnRequest (the service's checks and conversion) and the time
+  // reading stood still because max_in_flight requests were unanswered or unwritten; per answer
+  // the write (serialisation and send, first StartWrite to the last OnWriteDone). A profiling
+  // aid for the host side of pipelined streams (docs/transport.md); off, it costs one branch.
+  using TraceClock = std::chrono::steady_clock;
+  struct Trace {
+    bool on = false;
+    int64_t reads = 0, answers = 0, pauses = 0, start_writes = 0;
+    TraceClock::time_point opened, read_started, paused_since, write_started;
+    TraceClock::duration read_wait{}, on_request{}, paused{}, write{}, start_write{};
+  };
+  static bool TraceEnabled() {
+    static const bool on = [] {
+      const char* v = std::getenv("FRESNEL_STREAM_TRACE");
+      return v != nullptr && v[0] != '\0' && v[0] != '0';
+    }();
+    return on;
+  }
+  TraceClock::time_point TraceNow() const {
+    return trace_.on ? TraceClock::now() : TraceClock::time_point();
+  }
+  void PrintTrace() {
+    auto ms = [](TraceClock::duration d, int64_t n) {
+      return n > 0 ? std::chrono::duration<double, std::milli>(d).count() / n : 0.0;
+    };
+    std::lock_guard<std::mutex> lock(mu_);
+    std::fprintf(stderr,
+                 "stream trace %s: %lld requests, %lld answers in %.3f s, depth %d | per "
+                 "request: read wait %.3f ms, OnRequest %.3f ms, paused at depth %.3f ms "
+                 "(%lld pauses) | per answer: write %.3f ms, of it inside StartWrite %.3f ms "
+                 "(%lld messages)\n",
+                 method_, static_cast<long long>(trace_.reads),
+                 static_cast<long long>(trace_.answers),
+                 std::chrono::duration<double>(TraceClock::now() - trace_.opened).count(),
+                 max_in_flight_, ms(trace_.read_wait, trace_.reads),
+                 ms(trace_.on_request, trace_.reads), ms(trace_.paused, trace_.reads),
+                 static_cast<long long>(trace_.pauses), ms(trace_.write, trace_.answers),
+                 ms(trace_.start_write, trace_.answers),
+                 static_cast<long long>(trace_.start_writes));
+  }
+
+  // StartWrite serialises the message on the calling thread (and gRPC may send it there too):
+  // the trace counts that time apart, per thread kind it runs on.
+  void TracedStartWrite() {
+    if (!trace_.on) {
+      this->StartWrite(&write_);
+      return;
+    }
+    const auto t0 = TraceClock::now();
+    this->StartWrite(&write_);
+    const auto d = TraceClock::now() - t0;
+    std::lock_guard<std::mutex> lock(mu_);
+    trace_.start_write += d;
+    ++trace_.start_writes;
+  }
+
   void Acquire() { refs_.fetch_add(1, std::memory_order_relaxed); }
   void Release() {
     if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
@@ -265,10 +345,20 @@ class OrderedStream : public RpcCall<grpc::ServerBidiReactor<Request, Response>>
         more_ = std::move(it->second.reply.more);
         ready_.erase(it);
         write = true;
+        if (trace_.on) trace_.write_started = TraceNow();
       }
       if (!reading_ && !reads_done_ && !ending_ && in_flight_ < max_in_flight_) {
         reading_ = true;
         read = true;
+        if (trace_.on) {
+          const auto now = TraceNow();
+          if (trace_.paused_since != TraceClock::time_point()) {
+            trace_.paused += now - trace_.paused_since;
+            ++trace_.pauses;
+            trace_.paused_since = TraceClock::time_point();
+          }
+          trace_.read_started = now;
+        }
       }
       if (!write && !read && !writing_ && !finished_ && ending_ && outstanding_ == 0 &&
           (aborted_ || in_flight_ == 0)) {
@@ -279,13 +369,15 @@ class OrderedStream : public RpcCall<grpc::ServerBidiReactor<Request, Response>>
     }
     if (write) {
       this->record().Payload("out", static_cast<double>(write_.ByteSizeLong()));
-      this->StartWrite(&write_);
+      TracedStartWrite();
     }
     if (read) this->StartRead(&request_);
     if (finish) this->FinishWith(status);
   }
 
+  const char* method_;
   const int max_in_flight_;
+  Trace trace_;  // under mu_ once the stream runs
   std::atomic<int> refs_{1};  // gRPC's until OnDone, plus one per Put in progress
   Request request_;  // the read buffer (one read in flight)
   Response write_;   // the write buffer (one write in flight)

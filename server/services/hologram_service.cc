@@ -10,6 +10,7 @@
 #include "fresnel/v1/wire_limits.h"
 #include "fresnel/v1/array_convert.h"
 #include "server/rpc/chunked.h"
+#include "server/rpc/host_tasks.h"
 #include "server/rpc/ordered_stream.h"
 #include "server/rpc/upload_reader.h"
 #include "server/services/hologram_params.h"
@@ -251,13 +252,17 @@ class StreamCall : public OrderedStream<v1::HologramFrameRequest, v1::HologramFr
   }
 
  private:
-  // Frames rendered at once: one per worker of the devices that run them, plus one being read.
+  // Frames in flight (read, not yet written): one per worker of the devices that run them, plus
+  // one being read, one being converted (off the reader, see OnRequest), one waiting to be
+  // written and one being written. On the H200 machine (4 worker streams, 1e5-point frames;
+  // docs/BENCHMARKS.md, "Session 9") workers + 4 gave one client 217 frames/s against 208 with
+  // workers + 1, two clients 254 against 243.
   static int PipelineDepth(const DevicePool& pool) {
     int gpu_workers = 0, cpu_workers = 0;
     for (const DeviceSnapshot& d : pool.Snapshot()) {
       (d.kind == DeviceKind::kCuda ? gpu_workers : cpu_workers) += d.workers;
     }
-    return std::clamp((gpu_workers > 0 ? gpu_workers : cpu_workers) + 1, 2, 16);
+    return std::clamp((gpu_workers > 0 ? gpu_workers : cpu_workers) + 4, 2, 16);
   }
 
   // One frame as it arrives: the message that carried it, or its parts so far.
@@ -323,19 +328,53 @@ class StreamCall : public OrderedStream<v1::HologramFrameRequest, v1::HologramFr
       if (request->has_overrides()) input.overrides = request->overrides();
     }
     const int64_t index = next_frame_++;
+    if (index > 0 && input.had_config) {
+      Answer(seq, FrameError(index, absl::InvalidArgumentError(
+                                        "config: only the first frame may carry the config (use "
+                                        "overrides for per-frame changes)")));
+      return;
+    }
     auto work = std::make_shared<RenderWork>();
-    absl::Status prepared =
-        index > 0 && input.had_config
-            ? absl::InvalidArgumentError(
-                  "config: only the first frame may carry the config (use overrides for "
-                  "per-frame changes)")
-            : PrepareFrame(*request, &input, work.get());
+    if (!input.cloud.has_value() && request->source_case() == v1::HologramFrameRequest::kPoints) {
+      // A whole frame of points is checked and converted on a host task, not here: this thread
+      // reads the next frame meanwhile (the conversion took 2.6-3.0 ms of 1e5 points, which on
+      // the reader capped a stream at ~220 frames/s). The frame's answer is outstanding until
+      // the task gives it, which keeps the stream alive; answers still go out in frame order.
+      auto frame = std::make_shared<v1::HologramFrameRequest>(std::move(*request));
+      auto in = std::make_shared<FrameInput>(std::move(input));
+      PostHostTask([this, seq, index, frame, in, work] {
+        // An exception (out of memory) ends the stream with a status, as in OnRequest; the frame
+        // is answered (a second answer would be dropped).
+        absl::Status st = Guarded("converting the frame's points", [&] {
+          absl::Status prepared = PrepareFrame(*frame, in.get(), work.get());
+          frame->Clear();  // the points' bytes are converted: free them before the render
+          if (!prepared.ok()) {
+            Answer(seq, FrameError(index, prepared));
+          } else {
+            SubmitFrame(seq, index, work, in->received);
+          }
+          return absl::OkStatus();
+        });
+        if (!st.ok()) {
+          End(st);
+          Skip(seq);
+        }
+      });
+      return;
+    }
+    absl::Status prepared = PrepareFrame(*request, &input, work.get());
     if (!prepared.ok()) {
       Answer(seq, FrameError(index, prepared));
       return;
     }
+    SubmitFrame(seq, index, work, input.received);
+  }
+
+  // Submits frame `index` (message `seq`), checked and converted into `work`, for rendering. On
+  // the reader or a host task.
+  void SubmitFrame(int64_t seq, int64_t index, std::shared_ptr<RenderWork> work,
+                   Clock::time_point received) {
     const int64_t points = work->cloud.size();
-    const Clock::time_point received = input.received;
     std::shared_ptr<Job> job = MakeRenderJob(work, "Stream", preference_, DeadlineOf(context_),
                                              /*kernel_errors_as_data=*/true);
     job->continues_call = true;  // a stream open when a drain began may go on
@@ -513,7 +552,20 @@ class StreamCall : public OrderedStream<v1::HologramFrameRequest, v1::HologramFr
       next->set_frame_index(index);
       return messages->NextChunk(next->mutable_chunk());
     };
-    Answer(seq, std::move(reply));
+    // Answered from a host task: when the writer is idle, Answer starts the write, and gRPC
+    // serialises the 4 MiB of phase on the calling thread (1.6-2.3 ms a frame on the H200
+    // machine), which this device worker would otherwise spend instead of starting the next job.
+    auto answer = std::make_shared<Reply>(std::move(reply));
+    PostHostTask([this, seq, answer] {
+      absl::Status st = Guarded("answering the frame", [&] {
+        Answer(seq, std::move(*answer));
+        return absl::OkStatus();
+      });
+      if (!st.ok()) {
+        Abort(st);
+        Skip(seq);
+      }
+    });
   }
 
   ServiceContext* ctx_;

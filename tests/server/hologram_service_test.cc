@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <random>
 
+#include "absl/strings/str_cat.h"
 #include "fresnel/client/client.h"
 #include "fresnel/io/npy.h"
 #include "fresnel/hologram/hologram.h"
@@ -253,10 +254,49 @@ TEST_CASE("Stream renders frames in order; a bad frame gets its own status and t
   CHECK(results[2].header.chunked_outputs_size() > 0);
 }
 
+// What a Stream of one frame per cloud answered: the frame indices in the order their answers
+// came, and each frame's status and render.
+struct StreamedFrames {
+  absl::Status status;  // the stream's own
+  std::vector<int64_t> order;
+  std::vector<absl::Status> statuses;
+  std::vector<HologramRender> results;
+};
+
+// Streams `clouds` as one frame each over one Stream call, the first frame carrying `config`.
+StreamedFrames StreamClouds(Client& client, const v1::HologramConfig& config,
+                            const std::vector<hologram::PointCloud>& clouds) {
+  StreamedFrames got;
+  got.statuses.resize(clouds.size());
+  got.results.resize(clouds.size());
+  size_t next = 0;
+  got.status = client.RenderStream(
+      [&](v1::HologramFrameRequest* f) {
+        if (next == clouds.size()) return false;
+        if (next == 0) *f->mutable_config() = config;
+        ToProto(CloudArray(clouds[next++]), f->mutable_points());
+        return true;
+      },
+      [&](int64_t index, const absl::Status& status, HologramRender* r) {
+        got.order.push_back(index);
+        if (index < 0 || index >= static_cast<int64_t>(clouds.size())) return;
+        got.statuses[static_cast<size_t>(index)] = status;
+        if (r != nullptr) got.results[static_cast<size_t>(index)] = std::move(*r);
+      });
+  return got;
+}
+
+std::vector<int64_t> FrameOrder(int frames) {
+  std::vector<int64_t> order(static_cast<size_t>(frames));
+  for (int i = 0; i < frames; ++i) order[static_cast<size_t>(i)] = i;
+  return order;
+}
+
 // Frames are rendered several at a time (one per worker, plus one read ahead): a small frame
 // behind a large one finishes first, yet the answers come back in frame order, each equal to
 // the one-shot render.
-TEST_CASE("Stream renders frames concurrently and answers them in order", "[server][hologram]") {
+TEST_CASE("Stream renders frames concurrently and answers them in order, bad ones with their status",
+          "[server][hologram]") {
   server::ServerConfig config = TestServer::CpuConfig();
   config.cpu_workers = 3;
   TestServer ts(config);
@@ -264,30 +304,47 @@ TEST_CASE("Stream renders frames concurrently and answers them in order", "[serv
   constexpr int kFrames = 14;
   std::vector<hologram::PointCloud> clouds;
   for (int i = 0; i < kFrames; ++i) clouds.push_back(RandomCloud(i % 3 == 0 ? 900 : 4, 100 + i));
-  size_t next = 0;
-  std::vector<int64_t> seen;
-  std::vector<HologramRender> results(kFrames);
-  absl::Status st = client->RenderStream(
-      [&](v1::HologramFrameRequest* f) {
-        if (next == clouds.size()) return false;
-        if (next == 0) *f->mutable_config() = Config(96, 80, v1::HOLOGRAM_ALGORITHM_REFERENCE);
-        ToProto(CloudArray(clouds[next++]), f->mutable_points());
-        return true;
-      },
-      [&](int64_t index, const absl::Status& status, HologramRender* r) {
-        CHECK(status.ok());
-        seen.push_back(index);
-        if (r != nullptr) results[index] = std::move(*r);
-      });
-  REQUIRE(st.ok());
-  std::vector<int64_t> order(kFrames);
-  for (int i = 0; i < kFrames; ++i) order[i] = i;
-  REQUIRE(seen == order);
+  StreamedFrames got =
+      StreamClouds(*client, Config(96, 80, v1::HOLOGRAM_ALGORITHM_REFERENCE), clouds);
+  REQUIRE(got.status.ok());
+  REQUIRE(got.order == FrameOrder(kFrames));
   for (int i = 0; i < kFrames; ++i) {
+    CHECK(got.statuses[i].ok());
     auto want = hologram::ComputeHologram(Device::Cpu(), clouds[i],
                                           KernelOptions(96, 80, hologram::Algorithm::kReference));
     REQUIRE(want.ok());
-    CheckEqual(results[i], *want);
+    CheckEqual(got.results[i], *want);
+  }
+
+  // Whole frames are checked and converted on host tasks while the next frame is read (session
+  // 9), so a large frame's conversion may finish after a small later one's: the answers still
+  // come in frame order, a bad frame among them gets its own status naming the point (its index
+  // within the frame), and every good one equals the one-shot render.
+  constexpr int kMixed = 16;
+  std::vector<hologram::PointCloud> mixed;
+  std::vector<int64_t> bad_point(kMixed, -1);
+  for (int i = 0; i < kMixed; ++i) {
+    mixed.push_back(RandomCloud(i % 3 == 0 ? 60000 : 5, 300 + i));
+    if (i % 4 == 1) {
+      bad_point[i] = static_cast<int64_t>(mixed.back().size()) - 1 - i % 3;
+      mixed.back()[static_cast<size_t>(bad_point[i])].amplitude = -1;
+    }
+  }
+  StreamedFrames m = StreamClouds(*client, Config(32, 24, v1::HOLOGRAM_ALGORITHM_TRIANGULAR), mixed);
+  REQUIRE(m.status.ok());
+  REQUIRE(m.order == FrameOrder(kMixed));
+  for (int i = 0; i < kMixed; ++i) {
+    INFO("mixed frame " << i);
+    if (bad_point[i] >= 0) {
+      CHECK(m.statuses[i].code() == absl::StatusCode::kInvalidArgument);
+      CHECK(Mentions(m.statuses[i], absl::StrCat("points[", bad_point[i], "].amplitude")));
+      continue;
+    }
+    REQUIRE(m.statuses[i].ok());
+    auto want = hologram::ComputeHologram(Device::Cpu(), mixed[i],
+                                          KernelOptions(32, 24, hologram::Algorithm::kTriangular));
+    REQUIRE(want.ok());
+    CheckEqual(m.results[i], *want);
   }
 }
 

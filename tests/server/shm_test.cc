@@ -1039,5 +1039,50 @@ TEST_CASE("fresnel interp over the message cap goes through a staging region",
   std::filesystem::remove_all(dir);
 }
 
+// Within the message cap, `fresnel interp` picks the path as the client library does: one unary
+// call up to TransferOptions::unary_max_bytes (16 MiB) of x + y, a staging region above; both
+// give the kernel's result byte for byte, and without staging regions the call goes unary.
+TEST_CASE("fresnel interp above 16 MiB within the cap goes through a staging region",
+          "[server][shm][cli]") {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("fresnel_unary_max_cli_" + std::to_string(std::random_device{}()));
+  std::filesystem::create_directories(dir);
+  auto path = [&](const std::string& name) { return (dir / name).string(); };
+  HostArray taps = RandomArray(DType::kFloat64, {17}, 25);
+  REQUIRE(WriteNpy(path("taps.npy"), taps).ok());
+  const std::vector<double> t(taps.data<double>(), taps.data<double>() + taps.size());
+  struct Case {
+    int64_t samples;
+    int64_t shm_bytes;  // the server's --shm-bytes (0: no staging regions)
+    bool staged;
+  };
+  // x float32 [2, n] and y [2, 2n + 16] float32: 6 MB + 12 MB > 16 MiB; 0.8 MB + 1.6 MB below.
+  for (const Case& c : {Case{750000, int64_t{1} << 30, true}, Case{100000, int64_t{1} << 30, false},
+                        Case{750000, 0, false}}) {
+    INFO(c.samples << " samples, --shm-bytes " << c.shm_bytes);
+    server::ServerConfig config = TestServer::CpuConfig();
+    config.shm_bytes = c.shm_bytes;
+    TestServer ts(config);
+    HostArray x = RandomArray(DType::kFloat32, {2, c.samples}, 26);
+    REQUIRE(WriteNpy(path("x.npy"), x).ok());
+    CliResult r = RunCli({"--server", ts.address, "interp", path("x.npy"), path("y.npy"), "--up",
+                          "2", "--mode", "upfirdn", "--taps", path("taps.npy"), "--json"});
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    CHECK((r.out.find("\"staged\": true") != std::string::npos) == c.staged);
+    CHECK(r.out.find("\"streamed\": false") != std::string::npos);
+    CHECK(r.err.find("message cap") == std::string::npos);  // no note: nothing was over it
+    auto y = ReadNpy(path("y.npy"));
+    REQUIRE(y.ok());
+    interp::UpfirdnOptions o;
+    o.up = 2;
+    absl::StatusOr<HostArray> want = interp::Upfirdn(Device::Cpu(), t, x, o);
+    REQUIRE(want.ok());
+    CHECK(y->shape() == want->shape());
+    CHECK(y->bytes() == want->bytes());
+  }
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace fresnel::testing

@@ -23,15 +23,16 @@
 //   memcpy  one copy of the payload (bytes copied per second), the host's own ceiling
 //
 // With the chunked row, stderr also gets what a fresh y of the payload's size costs on this host
-// by itself (FreshOutputCost). --y-touch write: the chunked row's fresh y is faulted in by the
-// download threads instead of on its own thread during the upload (TransferOptions::prefault_y).
+// by itself (FreshOutputCost). --y-touch: who faults the chunked row's fresh y in, the download
+// threads as they write it (write, TransferOptions' default since session 9) or a thread of its
+// own during the upload (prefault; TransferOptions::prefault_y).
 //
 // and prints a table (median of --reps runs after one warm-up), or with --json one object per row:
 // {"bytes", "path", "echo_gbps", "fresnel_gbps", "ratio", "memcpy_gbps"}.
 //
 //   fresnel_bench_transport [--sizes 1,64,1024] [--reps 5] [--chunk-mib 4] [--streams 4]
 //                           [--segments 8] [--segment-mib 32] [--parallel-min-mib 64]
-//                           [--y-touch prefault|write]
+//                           [--y-touch write|prefault]
 //                           [--gpus all|none] [--json] [--paths unary,stream,chunked,reuse,shm]
 //                           [--issue-case] [--tiny [--concurrency 64] [--seconds 3]]
 //
@@ -670,7 +671,7 @@ int main(int argc, char** argv) {
     } else if (k == "--parallel-min-mib" && has_value) {
       o.transfer.parallel_min_bytes = int64_t{std::clamp(std::atoi(argv[++i]), 0, 1 << 20)} << 20;
     } else if (k == "--y-touch" && has_value) {
-      o.transfer.prefault_y = std::string(argv[++i]) != "write";
+      o.transfer.prefault_y = std::string(argv[++i]) == "prefault";
     } else if (k == "--paths" && has_value) {
       o.paths = argv[++i];
     } else if (k == "--gpus" && has_value) {
@@ -680,7 +681,7 @@ int main(int argc, char** argv) {
                    "usage: fresnel_bench_transport [--sizes 1,64,1024] [--reps 5] "
                    "[--chunk-mib 4] [--streams 4] [--gpus all|none] [--json]\n"
                    "                               [--segments 8] [--segment-mib 32] "
-                   "[--parallel-min-mib 64] [--y-touch prefault|write]\n"
+                   "[--parallel-min-mib 64] [--y-touch write|prefault]\n"
                    "                               [--paths unary,stream,chunked,reuse,shm] "
                    "[--issue-case]\n"
                    "                               [--tiny [--concurrency 64] [--seconds 3]]\n");
