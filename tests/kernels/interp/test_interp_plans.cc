@@ -25,6 +25,7 @@ struct PlanCase {
 constexpr PlanCase kPlanCases[] = {
     {160, 147, 3201}, {147, 160, 3201}, {3, 2, 1024}, {3, 2, 3072}, {2, 1, 256}, {5, 3, 333},
     {1, 3, 400},      {8, 3, 800},      {4, 6, 90},   {11, 7, 7},   {3, 4, 500}, {4, 1, 64},
+    {76, 75, 760},
 };
 
 // A signal defined on every integer (the kernels read cval and padding outside x).
@@ -123,6 +124,7 @@ TEST_CASE("kPhaseGroups with two input tiles plans the same band tables", "[inte
       one.periods_per_lane = two.periods_per_lane = r;
       one.prefetch = 1;
       two.prefetch = 2;
+      one.stage = two.stage = 1;  // the whole tile staged in both (rounds need one tile)
       auto a = internal::PlanPhaseGroups(c.up, c.down, p, htf, one);
       auto b = internal::PlanPhaseGroups(c.up, c.down, p, htf, two);
       INFO(c.up << "/" << c.down << " taps " << c.taps << " R " << r << " one "
@@ -145,6 +147,55 @@ TEST_CASE("kPhaseGroups with two input tiles plans the same band tables", "[inte
     }
   }
   CHECK(compared >= 30);
+}
+
+TEST_CASE("kPhaseGroups staged in rounds plans the same band tables", "[interp]") {
+  // PhaseGroupsChoice::stage changes only the output staging: the same geometry and table, and
+  // for 160/147 (R = 1 and 2) a footprint small enough for three blocks per SM (228 KiB of
+  // shared memory per SM on the H100/H200, 1 KiB of it reserved per block) where the whole
+  // tile's staging allows two.
+  int rounds = 0;
+  for (const PlanCase& c : kPlanCases) {
+    int64_t p = 0;
+    const std::vector<float> htf = RandomHtf(c, &p);
+    for (int r : {0, 1, 2, 4}) {
+      internal::PhaseGroupsChoice whole, staged;
+      whole.periods_per_lane = staged.periods_per_lane = r;
+      whole.stage = 1;
+      staged.stage = 2;
+      auto a = internal::PlanPhaseGroups(c.up, c.down, p, htf, whole);
+      auto b = internal::PlanPhaseGroups(c.up, c.down, p, htf, staged);
+      INFO(c.up << "/" << c.down << " taps " << c.taps << " R " << r << " whole "
+                << a.status().ToString() << " rounds " << b.status().ToString());
+      if (c.up == 160 && c.down == 147) REQUIRE(a.ok() == b.ok());
+      if (!a.ok() || !b.ok()) continue;
+      CHECK(!a->rounds);
+      CHECK(b->rounds ==
+            (b->plain && b->v == 4 && b->u % 4 == 0 && b->r <= 2 && b->groups > 18));
+      if (b->u != a->u || b->v != a->v) continue;
+      CHECK(b->table == a->table);
+      CHECK(b->k == a->k);
+      // Bulk copy-out (stage 3): the same plan with the bulk flag where it applies.
+      internal::PhaseGroupsChoice bulk = whole;
+      bulk.stage = 3;
+      auto e = internal::PlanPhaseGroups(c.up, c.down, p, htf, bulk);
+      REQUIRE(e.ok());
+      CHECK(e->bulk == (e->plain && e->v == 4 && e->u % 4 == 0 && e->r == 2));
+      CHECK(!e->rounds);
+      CHECK(e->table == a->table);
+      CHECK(e->smem_bytes == a->smem_bytes);
+      if (!b->rounds) continue;
+      ++rounds;
+      CHECK(b->sr % 4 == 0);
+      CHECK((b->sr / 4) % 2 == 1);
+      if (b->periods == a->periods) CHECK(b->smem_bytes < a->smem_bytes);
+      if (c.up == 160 && c.down == 147 && r != 4) {
+        CHECK(3 * (b->smem_bytes + 1024) <= 228 * 1024);
+        if (r != 1) CHECK(3 * (a->smem_bytes + 1024) > 228 * 1024);
+      }
+    }
+  }
+  CHECK(rounds >= 4);  // 160/147 and 76/75 with R = 1 and 2
 }
 
 TEST_CASE("kTensorTf32 fragment tables reproduce the filter", "[interp]") {
