@@ -197,7 +197,7 @@ struct CudaPlanOptions {
   // per tile; 2: in rounds of one task per warp (a smaller footprint; plain tile, V = 4,
   // u % 4 == 0 with more than 18 groups, one input tile, R <= 2, else 1); 3: the whole tile,
   // copied out by cp.async.bulk (plain tile, V = 4, u % 4 == 0, one input tile, R = 2, else 1);
-  // 0: the default (3). Same bits.
+  // 0: the default (1). Same bits.
   int pg_stage = 0;
   // kTensorTf32: k-steps per tensor-core partial sum (tensor_tf32.h, "Accumulation"); 0: the
   // default (kTensorTf32DefaultChunk). A value at least the band's k-steps sums the whole band

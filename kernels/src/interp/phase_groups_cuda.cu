@@ -88,8 +88,10 @@ constexpr int kPgDefaultPrefetch = 1;
 // Default of PhaseGroupsChoice::stage (1: the whole tile staged and copied out by the threads,
 // 2: rounds, 3: the whole tile staged, bulk copies out; where they apply). Measured reason
 // (H200, 2026-12-02, docs/interp.md): rounds 0.366 ms on 160/147 against 0.224 for the whole
-// tile (63% slower, three blocks per SM and all).
-constexpr int kPgDefaultStage = 3;
+// tile (63% slower, three blocks per SM and all). The bulk copy-out (3) is built and passes the
+// host checks but has not run on a GPU yet: opt-in until a same-call A/B
+// (tests/bench/interp/run_s9_on_gpu.sh b) shows it faster; the choice changes no device code.
+constexpr int kPgDefaultStage = 1;
 
 int AlignUp4(int v) { return (v + 3) / 4 * 4; }
 

@@ -11,8 +11,9 @@
 #   with the whole-tile staging and R = 1 rows of the same binary) against main's binary,
 #   alternated three times, then case (c); 2. every [gpu] case; 3. the whole bench table once;
 #   4. cupyx on the same cases; 5. racecheck of the short-window case, as far as 25 s allow.
-# MODE b (call 2): 1. as in a (the default now the bulk copy-out, with the thread copy-out and
-#   the rounds rows of the same binary); 2. every [gpu] case; 3. the whole bench table.
+# MODE b (call 2): 1. case (b) as in a (the default now the bulk copy-out, with the thread
+#   copy-out and the rounds rows of the same binary); 2. this branch's case (c); 3. every [gpu]
+#   case; MODE bt: then the whole bench table too (when the device budget allows).
 # Logs: ab.txt, c.txt, test_gpu.txt, bench.txt, cupy.txt, racecheck.txt, gpu.txt (at most 8 files
 # come back).
 set -u
@@ -37,14 +38,21 @@ for i in 1 2 3; do
   timed "$out/ab.txt" 25 fresnel_bench_interp --no-e2e --only "b: resample_poly"
   timed "$out/ab.txt" 20 fresnel_bench_interp_main --no-e2e --only "b: resample_poly"
 done
-timed "$out/c.txt" 20 fresnel_bench_interp --no-e2e --only "c: 64ch resample"
-timed "$out/c.txt" 20 fresnel_bench_interp_main --no-e2e --only "c: 64ch resample"
-timed "$out/test_gpu.txt" 100 test_interp "[gpu]"
-timed "$out/bench.txt" 70 fresnel_bench_interp --no-e2e
+if [ "$mode" = a ]; then
+  timed "$out/c.txt" 20 fresnel_bench_interp --no-e2e --only "c: 64ch resample"
+  timed "$out/c.txt" 20 fresnel_bench_interp_main --no-e2e --only "c: 64ch resample"
+  timed "$out/test_gpu.txt" 100 test_interp "[gpu]"
+  timed "$out/bench.txt" 70 fresnel_bench_interp --no-e2e
+else  # this branch's case (c), the tests, then (mode bt) the table
+  timed "$out/c.txt" 20 fresnel_bench_interp --no-e2e --only "c: 64ch resample"
+  timed "$out/test_gpu.txt" 100 test_interp "[gpu]"
+  [ "$mode" = bt ] && timed "$out/bench.txt" 70 fresnel_bench_interp --no-e2e
+fi
 if [ "$mode" = a ]; then
   timed "$out/cupy.txt" 40 python3 tests/bench/interp/bench_cupy.py
   timed "$out/racecheck.txt" 25 compute-sanitizer --tool racecheck test_interp \
     "kPhaseGroups variants agree with the CPU oracle on short windows"
 fi
-grep -h "phase_groups\|^==\|^rc=" "$out/ab.txt" "$out/c.txt"
+grep -h "phase_groups\|^==\|^rc=" "$out/ab.txt" "$out/c.txt" 2>/dev/null
+grep -h "^b: \|^c: " "$out/bench.txt" 2>/dev/null
 tail -n 4 "$out/test_gpu.txt" "$out/racecheck.txt" 2>/dev/null
