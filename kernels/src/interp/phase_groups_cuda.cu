@@ -27,8 +27,8 @@
 //      per-output index math. Every output still sums its own P products in m order: the
 //      rotation changes which outputs share a band, not any bit of the result.
 //   4. Staging in rounds (PhaseGroupsPlan::rounds; plain tile, V = 4, u % 4 == 0, more than 18
-//      groups, where it saves shared memory): instead of
-//      step 3's tile-sized staging, round rd runs task rd*8 + w on warp w, stages the warp's
+//      groups, where it saves shared memory; opt-in, measured 63% slower on 160/147): instead
+//      of step 3's tile-sized staging, round rd runs task rd*8 + w on warp w, stages the warp's
 //      32R periods x V outputs in slot w of one of two small buffers (period-major, 8 slots of
 //      V floats plus V of padding per period: sr/V = 9 is odd, so the lanes' V-wide stores and
 //      each quarter-warp's reads hit distinct banks), and after one barrier thread t copies slot
@@ -40,7 +40,8 @@
 //      next tile's copies are issued after the last round's barrier. For 160/147 (R = 2) the
 //      block needs 72 KiB of shared memory instead of 95 (three blocks per SM instead of two),
 //      and the global stores spread over the tile's compute instead of following it.
-//   5. Bulk copy-out (PhaseGroupsPlan::bulk; plain tile, V = 4, u % 4 == 0, R = 2): step 3's
+//   5. Bulk copy-out (PhaseGroupsPlan::bulk; plain tile, V = 4, u % 4 == 0, R = 2; opt-in, not
+//      yet measured): step 3's
 //      staging, but an interior tile whose y row is 16-byte aligned leaves by one cp.async.bulk
 //      per period (u floats from st + nl*sr to y), issued by thread nl right after the barrier;
 //      the threads go straight on to wait for the next tile instead of copying 40 KiB (160/147)
