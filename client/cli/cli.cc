@@ -175,6 +175,10 @@ int Main(int argc, const char* const* argv, std::ostream& out, std::ostream& err
   interp_cmd->add_option("--plot-height", interp.plot_height, "Plot height in pixels")
       ->check(CLI::Range(64, 8192))
       ->capture_default_str();
+  interp_cmd->add_option("--axis", interp.axis,
+                         "Axis of the input array to filter, negative from the end (SciPy's "
+                         "axis; any rank from a .npy file); the other axes are channels")
+      ->capture_default_str();
   interp_cmd->add_flag("--json", interp.json, "Print the summary as JSON");
   interp_cmd->footer(kExitCodeHelp);
 

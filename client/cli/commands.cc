@@ -417,6 +417,9 @@ absl::Status ValidateInterpOptions(InterpOptions* o) {
     if (o->chunk != 0) {
       return absl::InvalidArgumentError(absl::StrCat("--mode ", o->mode, " cannot --chunk"));
     }
+    if (o->shm) {  // Resample and Decimate have no shared-memory form
+      return absl::InvalidArgumentError(absl::StrCat("--mode ", o->mode, " cannot --shm"));
+    }
     if (o->mode == "decimate" && (o->up != 1 || o->down < 2)) {
       return absl::InvalidArgumentError("--mode decimate needs --up 1 and --down q >= 2");
     }
@@ -518,15 +521,25 @@ absl::Status ValidateInterpOptions(InterpOptions* o) {
 
 namespace {
 
+// Channel 0 along `axis` (normalised): a[0, ..., 0, :, 0, ..., 0] as doubles.
+std::vector<double> FirstChannel(const HostArray& a, int axis) {
+  int64_t stride = 1;
+  for (int d = axis + 1; d < a.ndim(); ++d) stride *= a.dim(d);
+  const std::vector<double> all = ToDoubles(a);
+  std::vector<double> line(static_cast<size_t>(a.dim(axis)));
+  for (size_t i = 0; i < line.size(); ++i) line[i] = all[i * static_cast<size_t>(stride)];
+  return line;
+}
+
 // Draws channel 0 of x and y on one time axis. resample_poly's output is already aligned with
 // its input; upfirdn's is delayed by the filter's (numtaps - 1) / 2 upsampled samples.
 absl::Status PlotSignals(const InterpOptions& o, const HostArray& x, const HostArray& y,
-                         double rate_in_hz, int64_t numtaps) {
-  const int64_t n = x.dim(x.ndim() - 1);
-  const int64_t m = y.dim(y.ndim() - 1);
+                         int axis, double rate_in_hz, int64_t numtaps) {
+  const std::vector<double> xv = FirstChannel(x, axis);
+  const std::vector<double> yv = FirstChannel(y, axis);
+  const int64_t n = static_cast<int64_t>(xv.size());
+  const int64_t m = static_cast<int64_t>(yv.size());
   const int64_t shown_in = std::min(n, o.plot_samples);
-  const std::vector<double> xv = ToDoubles(x);
-  const std::vector<double> yv = ToDoubles(y);
   PlotTrace in_trace, out_trace;
   in_trace.color = kPlotBlue;
   in_trace.thickness_px = 2;
@@ -577,11 +590,29 @@ int RunInterp(const GlobalOptions& global, InterpOptions o, std::ostream& out,
   absl::StatusOr<Signal> signal = ReadSignal(o.input, read_options);
   if (!signal.ok()) return ReportError(err, kExitIo, signal.status());
   HostArray x = std::move(signal->samples);
-  if (x.ndim() != 1 && x.ndim() != 2) {
+  if (x.ndim() < 1) {
     return ReportError(err, kExitIo,
                        absl::InvalidArgumentError(absl::StrCat(
-                           o.input, ": expected a signal of shape [n] or [channels, n], got ",
-                           ShapeString(x.shape()))));
+                           o.input, ": expected a signal of rank >= 1 ([n], [channels, n], ...), "
+                           "got a 0-d array")));
+  }
+  if (o.axis < -x.ndim() || o.axis >= x.ndim()) {
+    return ReportUsageError(err,
+                            absl::StrCat("--axis ", o.axis, " is out of range for ", o.input,
+                                         " of shape ", ShapeString(x.shape())),
+                            "interp");
+  }
+  // The filtered axis, normalised; `along_last`: the layout every path takes ([n] or
+  // [channels, n] along the last axis), else the request names the axis and only whole-array
+  // calls (unary, staged, --shm) take it.
+  const int axis = o.axis < 0 ? o.axis + x.ndim() : o.axis;
+  const bool along_last = axis == x.ndim() - 1 && x.ndim() <= 2;
+  if (!along_last && o.chunk > 0) {
+    return ReportUsageError(
+        err,
+        absl::StrCat("--chunk streams along the last axis of an [n] or [channels, n] signal; ",
+                     o.input, " has shape ", ShapeString(x.shape()), " and --axis ", o.axis),
+        "interp");
   }
   switch (x.dtype()) {
     case DType::kFloat32:
@@ -647,7 +678,9 @@ int RunInterp(const GlobalOptions& global, InterpOptions o, std::ostream& out,
       d->set_kaiser_beta(o.beta);
       d->set_gain(o.gain != 0 ? o.gain : o.up);
     }
+    if (axis != x.ndim() - 1) upfirdn.set_axis(axis);
   } else if (o.mode == "resample") {
+    if (axis != x.ndim() - 1) resample.set_axis(axis);
     resample.set_up(o.up);
     resample.set_down(o.down);
     resample.set_window(WindowFromName(o.window_name));
@@ -677,8 +710,9 @@ int RunInterp(const GlobalOptions& global, InterpOptions o, std::ostream& out,
   } else if (server_info.status().code() != absl::StatusCode::kUnimplemented) {
     return ReportError(err, kExitRpc, server_info.status(), global.server);
   }
-  const int64_t channels = x.ndim() == 2 ? x.dim(0) : 1;
-  const int64_t n = x.dim(x.ndim() - 1);
+  const int64_t n = x.dim(axis);
+  int64_t channels = 1;  // every other axis
+  for (int d = 0; d < x.ndim(); ++d) channels *= d == axis ? 1 : x.dim(d);
   // The result's dtype: complex taps make it complex, --scipy-dtypes may widen it.
   const bool filtered = o.mode == "upfirdn" || o.mode == "resample";
   const DType y_dtype =
@@ -750,6 +784,16 @@ int RunInterp(const GlobalOptions& global, InterpOptions o, std::ostream& out,
     // Within the cap, a server without staging regions gets the unary call below.
   }
   if (!sent && over_cap) {
+    if (!along_last) {
+      return ReportUsageError(
+          err,
+          absl::StrCat("the request (", FormatBytes(std::max(request_bytes, response_bytes)),
+                       ") exceeds the server's message cap of ", FormatBytes(cap),
+                       ", and only the last axis of an [n] or [channels, n] signal can be "
+                       "streamed (", o.input, ": ", ShapeString(x.shape()), ", --axis ", o.axis,
+                       ")"),
+          "interp");
+    }
     if (pad != v1::PAD_CONSTANT || o.mode == "fft" || o.mode == "decimate") {
       return ReportUsageError(
           err,
@@ -817,12 +861,14 @@ int RunInterp(const GlobalOptions& global, InterpOptions o, std::ostream& out,
       for (double p : o.window_params) fft.add_window_params(p);
       if (o.beta != 0 && o.window_params.empty()) fft.add_window_params(o.beta);  // --beta B
       fft.set_freq_domain(o.freq_domain);
+      if (axis != x.ndim() - 1) fft.set_axis(axis);
       fft.mutable_device()->set_kind(DeviceKindFromFlag(o.device));
       ToProto(x, fft.mutable_x());
       r = (*client)->Resample(fft);
     } else if (o.mode == "decimate") {
       v1::DecimateRequest dec;
       dec.set_q(o.down);
+      if (axis != x.ndim() - 1) dec.set_axis(axis);
       dec.mutable_device()->set_kind(DeviceKindFromFlag(o.device));
       ToProto(x, dec.mutable_x());
       r = (*client)->Decimate(dec);
@@ -845,12 +891,12 @@ int RunInterp(const GlobalOptions& global, InterpOptions o, std::ostream& out,
     return ReportError(err, kExitIo, s);
   }
   if (!o.png.empty() && y.ndim() >= 1) {
-    if (absl::Status s = PlotSignals(o, x, y, rate_in, numtaps); !s.ok()) {
+    if (absl::Status s = PlotSignals(o, x, y, axis, rate_in, numtaps); !s.ok()) {
       return ReportError(err, kExitIo, s);
     }
   }
 
-  const int64_t m = y.ndim() >= 1 ? y.dim(y.ndim() - 1) : 0;
+  const int64_t m = y.ndim() == x.ndim() ? y.dim(axis) : 0;
   const std::string op = o.mode == "upfirdn"    ? "upfirdn"
                          : o.mode == "fft"      ? "resample"
                          : o.mode == "decimate" ? "decimate"
@@ -863,6 +909,7 @@ int RunInterp(const GlobalOptions& global, InterpOptions o, std::ostream& out,
         .Add("up", o.up)
         .Add("down", o.down)
         .Add("dtype", DTypeName(x.dtype()))
+        .Add("axis", axis)
         .Add("channels", channels)
         .Add("samples_in", n)
         .Add("samples_out", m)
@@ -877,10 +924,16 @@ int RunInterp(const GlobalOptions& global, InterpOptions o, std::ostream& out,
     out << json.Str() << "\n";
     return kExitOk;
   }
+  // [channels x n] along the last axis; other layouts print their shape and the axis.
+  auto dims = [&](const HostArray& a, int64_t samples) {
+    return along_last ? absl::StrCat("[", channels, " x ", samples, "]")
+                      : absl::StrCat("[", absl::StrJoin(a.shape(), " x "), "]");
+  };
   out << absl::StrCat(
-             o.input, " [", channels, " x ", n, "] ", DTypeName(x.dtype()), " ",
-             absl::StrFormat("%g", rate_in), " Hz -> ", o.output, " [", channels, " x ", m, "] ",
+             o.input, " ", dims(x, n), " ", DTypeName(x.dtype()), " ",
+             absl::StrFormat("%g", rate_in), " Hz -> ", o.output, " ", dims(y, m), " ",
              absl::StrFormat("%g", rate_out), " Hz | ", op, " ", o.up, "/", o.down,
+             along_last ? std::string() : absl::StrCat(" along axis ", axis),
              chunk > 0 ? absl::StrCat(", streamed in ", chunks, " chunk(s)") : std::string(),
              staged ? absl::StrCat(", through a staging region (", transfer.path, ", ",
                                    transfer.segments, " segment(s))")

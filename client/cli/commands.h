@@ -97,6 +97,9 @@ struct InterpOptions {
   int plot_width = 1200;
   int plot_height = 500;
   bool json = false;
+  // The axis filtered (SciPy's `axis`), negative from the end; the server moves it. Any rank
+  // >= 1 is read from .npy files; streams (--chunk) take the last axis of [n] or [channels, n].
+  int axis = -1;
 
   // Filled in by ValidateInterpOptions from window: the name and get_window's parameters.
   std::string window_name;

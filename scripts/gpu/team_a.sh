@@ -12,7 +12,7 @@
 # within 30 s of the end (the machine is released after 30 s idle, and the background jobs with it).
 # Switches: TEAM_SOAK=0 (no soak), TEAM_FUZZ = "NAME:PROCS:RUNS_EACH ..." (default
 # "resample_stream:6:1700000 tiff:2:5000000"; harnesses missing from the bundle are skipped),
-# TEAM_SAN=0 (no small-case sanitizer list), TEAM_A_LIMIT (seconds, default 540). For one call
+# TEAM_SAN=0 (no small-case sanitizer list), TEAM_SAN_CASES / TEAM_SAN_TOOLS (another list, below), TEAM_A_LIMIT (seconds, default 540). For one call
 # doing both: TEAM_A_LIMIT=480 bash team_a.sh; TEAM_B_WAIT=90 bash team_b.sh.
 # The tests were built with FRESNEL_SOURCE_DIR=/work/main and data under /work/shared/data: both
 # are linked to this tree and the bundle's data.
@@ -98,7 +98,9 @@ if [[ ${TEAM_SAN:-1} != 0 ]]; then
          "test_volume|GPU ray walk: partial frames*"
          "test_volume|GPU RenderInto: pinned and pageable buffers hold Render's image"
          "test_fusion|fusion gpu: integration*")
-  for tool in memcheck racecheck; do
+  # TEAM_SAN_CASES="bin|case;bin|case..." replaces the list (a short call's choice).
+  [[ -n ${TEAM_SAN_CASES:-} ]] && IFS=';' read -ra small <<< "$TEAM_SAN_CASES"
+  for tool in ${TEAM_SAN_TOOLS:-memcheck racecheck}; do
     for c in "${small[@]}"; do
       # racecheck crashes the host process at the pairing graph's conditional node (docs/fuzzing.md):
       # the separate-launches case covers the same kernels under racecheck.

@@ -25,6 +25,7 @@ fuzzers=(${FRESNEL_GPU_FUZZERS:-tiff resample_stream})   # the harnesses to bund
 bins=("$b/server/fresneld" "$b/client/fresnel")
 for t in "${tests[@]}"; do bins+=("$b/tests/$t"); done
 for t in "${benches[@]}"; do bins+=("$b/tests/bench/$t"); done
+bins+=(${FRESNEL_GPU_EXTRA:-})   # more binaries, e.g. another build's bench for an A/B
 if ((fuzz)); then for f in "${fuzzers[@]}"; do bins+=("build-fuzz/tests/fuzz/fuzz_$f"); done; fi
 data=()
 for d in fusion volume cgh; do [[ -d ../shared/data/$d ]] && data+=(--data "../shared/data/$d"); done

@@ -81,6 +81,8 @@ TEST_CASE("CLI usage errors exit with 2 and say what is wrong", "[client][cli]")
       {{"interp", "a.wav", "b.wav", "--up", "2", "--freq-domain"}, "--mode fft only"},
       {{"interp", "a.wav", "b.wav", "--up", "2", "--mode", "fft", "--chunk", "10"},
        "cannot --chunk"},
+      {{"interp", "a.wav", "b.wav", "--up", "1", "--down", "2", "--mode", "decimate", "--shm"},
+       "cannot --shm"},
       {{"bench", "--concurrency", "0"}, "--concurrency"},
       {{"bench", "--duration", "1", "--count", "5"}, "excludes"},
       {{"bench", "--op", "fft"}, "--op"},
@@ -126,6 +128,18 @@ TEST_CASE("CLI file and RPC errors have their own exit codes", "[client][cli]") 
 
   Result info = Run({"--server", "127.0.0.1:1", "info"});
   CHECK(info.code == kExitRpc);
+
+  // --axis is checked against the file's shape before any call; streams take the last axis.
+  Result axis = Run({"interp", TempPath("in.npy"), TempPath("o.npy"), "--up", "2", "--axis", "1",
+                     "--server", "127.0.0.1:1"});
+  CHECK(axis.code == kExitUsage);
+  CHECK(Contains(axis.err, "--axis 1 is out of range"));
+  CHECK(Contains(axis.err, "[100]"));
+  REQUIRE(WriteNpy(TempPath("in3d.npy"), RandomArray(DType::kFloat32, {2, 50, 3})).ok());
+  Result streamed = Run({"interp", TempPath("in3d.npy"), TempPath("o.npy"), "--up", "2",
+                         "--axis", "1", "--chunk", "10", "--server", "127.0.0.1:1"});
+  CHECK(streamed.code == kExitUsage);
+  CHECK(Contains(streamed.err, "--chunk streams along the last axis"));
 
   // The server's message comes through verbatim with its code name.
   Result rejected = Run({"interp", TempPath("in.npy"), TempPath("o.npy"), "--up", "99",

@@ -18,6 +18,7 @@
 
 #include <unistd.h>
 
+#include "absl/strings/str_cat.h"
 #include "fresnel/client/admin_client.h"
 #include "fresnel/client/client.h"
 #include "fresnel/core/gpu.h"
@@ -595,6 +596,73 @@ TEST_CASE("fresnel interp: fft window and domain; complex taps", "[server][inter
                               dir + "/h.npy", "--chunk", "100"});
   CHECK(chunked.code == 2);
   CHECK(chunked.err.find("complex --taps") != std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+// `fresnel interp --axis K` filters a 3-D array along K on the server: the kernels' bits for
+// every mode, through gRPC and --shm, with the other axes as channels.
+TEST_CASE("fresnel interp --axis filters an N-d array along that axis", "[server][interp][cli]") {
+  TestServer ts;
+  const std::string dir = std::filesystem::temp_directory_path() /
+                          ("fresnel_axis_cli_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  HostArray x = RandomArray(DType::kFloat32, {3, 80, 4});
+  HostArray taps = RandomArray(DType::kFloat64, {15});
+  REQUIRE(WriteNpy(dir + "/x.npy", x).ok());
+  REQUIRE(WriteNpy(dir + "/h.npy", taps).ok());
+  const std::vector<double> h(taps.data<double>(), taps.data<double>() + 15);
+  for (int axis : {0, 1, -1, -2}) {
+    const int a = axis < 0 ? axis + 3 : axis;
+    struct Case {
+      std::string mode;
+      absl::StatusOr<HostArray> want;
+    };
+    interp::ResamplePolyOptions rp;
+    rp.up = 3;
+    rp.down = 2;
+    rp.axis = axis;
+    interp::UpfirdnOptions uf;
+    uf.up = 3;
+    uf.down = 2;
+    uf.axis = axis;
+    interp::ResampleOptions fft;
+    fft.num = (x.dim(a) * 3 + 1) / 2;
+    fft.axis = axis;
+    interp::DecimateOptions dec;
+    dec.q = 2;
+    dec.axis = axis;
+    std::vector<Case> cases;
+    cases.push_back({"resample", interp::ResamplePoly(Device::Cpu(), x, rp)});
+    cases.push_back({"upfirdn", interp::Upfirdn(Device::Cpu(), h, x, uf)});
+    cases.push_back({"fft", interp::Resample(Device::Cpu(), x, fft)});
+    cases.push_back({"decimate", interp::Decimate(Device::Cpu(), x, dec)});
+    for (const Case& c : cases) {
+      REQUIRE(c.want.ok());
+      for (const char* shm : {"", "--shm"}) {
+        if (*shm && (c.mode == "fft" || c.mode == "decimate")) continue;  // unary only
+        std::vector<std::string> args = {"--server", ts.address, "interp", dir + "/x.npy",
+                                         dir + "/y.npy", "--mode", c.mode, "--axis",
+                                         std::to_string(axis), "--json"};
+        if (c.mode == "decimate") {
+          args.insert(args.end(), {"--up", "1", "--down", "2"});
+        } else {
+          args.insert(args.end(), {"--up", "3", "--down", "2"});
+        }
+        if (c.mode == "upfirdn") args.insert(args.end(), {"--taps", dir + "/h.npy"});
+        if (*shm) args.push_back(shm);
+        CliResult r = RunCli(args);
+        INFO(c.mode << " axis " << axis << " " << shm << " " << r.err);
+        REQUIRE(r.code == 0);
+        CHECK(r.out.find(absl::StrCat("\"axis\": ", a)) != std::string::npos);
+        CHECK(r.out.find(absl::StrCat("\"samples_out\": ", c.want->dim(a))) !=
+              std::string::npos);
+        auto y = ReadNpy(dir + "/y.npy");
+        REQUIRE(y.ok());
+        CHECK(y->shape() == c.want->shape());
+        CHECK(y->bytes() == c.want->bytes());
+      }
+    }
+  }
   std::filesystem::remove_all(dir);
 }
 

@@ -233,6 +233,9 @@ absl::StatusOr<PhaseGroupsChoice> PhaseGroupsChoiceFrom(const CudaPlanOptions& o
       return absl::InvalidArgumentError(absl::StrCat(sw.name, ": 0, 1 or 2"));
     }
   }
+  if (options.pg_stage < 0 || options.pg_stage > 3) {
+    return absl::InvalidArgumentError("pg_stage: 0, 1, 2 or 3");
+  }
   const int r = options.pg_periods_per_lane;
   if (r != 0 && r != 1 && r != 2 && r != 4 && r != 8) {
     return absl::InvalidArgumentError("pg_periods_per_lane: 0, 1, 2, 4 or 8");
@@ -244,6 +247,7 @@ absl::StatusOr<PhaseGroupsChoice> PhaseGroupsChoiceFrom(const CudaPlanOptions& o
   choice.rotate = options.pg_rotate;
   choice.row_blocks = options.pg_row_blocks;
   choice.prefetch = options.pg_prefetch;
+  choice.stage = options.pg_stage;
   return choice;
 }
 

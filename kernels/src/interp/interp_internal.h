@@ -193,6 +193,12 @@ struct CudaPlanOptions {
   // kPhaseGroups input tiles per block (PhaseGroupsChoice::prefetch): 1: one; 2: two, the next
   // tile's copies in flight while the block computes; 0: the default. Same bits.
   int pg_prefetch = 0;
+  // kPhaseGroups output staging (PhaseGroupsChoice::stage): 1: the whole tile, one copy-out
+  // per tile; 2: in rounds of one task per warp (a smaller footprint; plain tile, V = 4,
+  // u % 4 == 0 with more than 18 groups, one input tile, R <= 2, else 1); 3: the whole tile,
+  // copied out by cp.async.bulk (plain tile, V = 4, u % 4 == 0, one input tile, R = 2, else 1);
+  // 0: the default (1). Same bits.
+  int pg_stage = 0;
   // kTensorTf32: k-steps per tensor-core partial sum (tensor_tf32.h, "Accumulation"); 0: the
   // default (kTensorTf32DefaultChunk). A value at least the band's k-steps sums the whole band
   // in the tensor cores' accumulators (session 7's kernel). Changes the bits, not the products.

@@ -18,6 +18,8 @@
 
 #include <cstdint>
 
+#include "interp/bulk_copy_cuda.cuh"
+
 namespace fresnel::interp::kernels {
 
 // ---- element types: float, double, complex64 (float2) and complex128 (double2) signals, real
@@ -242,46 +244,6 @@ __device__ __forceinline__ void StoreSpan(float* yt, const float4* st4, int lo, 
   } else {
     for (int s = lo + t; s < hi; s += nt) Put<kCs>(yt + s, word(s));
   }
-}
-
-// ---- sm_90 bulk copies (shared -> global) completing on the issuing thread's bulk group ----
-template <bool kEvictFirst>
-__device__ __forceinline__ void BulkStoreCommit(float* gdst, const float4* ssrc, int bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(ssrc));
-  if constexpr (kEvictFirst) {
-    uint64_t policy;
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-    asm volatile(
-        "cp.async.bulk.global.shared::cta.bulk_group.L2::cache_hint [%0], [%1], %2, %3;" ::"l"(
-            gdst),
-        "r"(s), "r"(bytes), "l"(policy)
-        : "memory");
-  } else {
-    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(gdst),
-                 "r"(s), "r"(bytes)
-                 : "memory");
-  }
-  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-#endif
-}
-// The thread's earlier bulk copies have finished reading shared memory.
-__device__ __forceinline__ void BulkWaitRead() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-#endif
-}
-// The thread's earlier bulk copies are complete.
-__device__ __forceinline__ void BulkWaitAll() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-#endif
-}
-// Orders this thread's ordinary shared-memory writes before later async-proxy (copy engine) reads.
-__device__ __forceinline__ void FenceProxyAsyncShared() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-#endif
 }
 
 template <int U, int kP, RbStore kMode>

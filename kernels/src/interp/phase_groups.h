@@ -51,6 +51,14 @@ struct PhaseGroupsChoice {
   // from the current one (they overlap the compute too; the tile's shared memory doubles).
   // 0: the default (kPgDefaultPrefetch, phase_groups_cuda.cu). Same bits.
   int prefetch = 0;
+  // Output staging (plain tile, V = 4, u % 4 == 0 with more than 18 groups, one input tile,
+  // R <= 2): 1: the whole
+  // tile's outputs staged, one copy-out per tile; 2: staged in rounds of one task per warp
+  // through two small buffers, each round copied out after a barrier (a third of the shared
+  // memory: three blocks per SM for 160/147); 3 (plain tile, V = 4, u % 4 == 0, one input
+  // tile, R = 2): the whole tile staged, interior tiles copied out by cp.async.bulk, one copy
+  // per period. 0: the default (kPgDefaultStage). Same bits.
+  int stage = 0;
 };
 
 // The geometry of one filter's kPhaseGroups launch, fixed at plan creation.
@@ -72,7 +80,7 @@ struct PhaseGroupsPlan {
   int p = 1;           // taps per phase
   int periods = 64;    // periods per tile: chunks * 32 * r
   int ld = 1;          // row length of the de-interleaved input tile
-  int sr = 1;          // staging row stride (floats per period)
+  int sr = 1;          // staging row stride (floats per period; per period of a round)
   bool plain = false;  // input tile in plain order (d odd), else de-interleaved by z mod d
   int table_floats = 0;  // groups * k * v taps, then `groups` ints (first inputs q_{gr*V})
   // Rotated tables (1 or 4, `table` holds them one after the other): with rotation s a tile's
@@ -82,6 +90,8 @@ struct PhaseGroupsPlan {
   // >= 0; extra = max(-zoff) more inputs per tile.
   bool row_blocks = false;  // PhaseGroupsChoice::row_blocks, where it applies
   bool prefetch = false;    // two input tiles (PhaseGroupsChoice::prefetch)
+  bool rounds = false;      // outputs staged in rounds (PhaseGroupsChoice::stage = 2)
+  bool bulk = false;        // bulk copies out of the staged tile (PhaseGroupsChoice::stage = 3)
   int rotations = 1;
   std::vector<int> zoff = {0};
   int extra = 0;

@@ -26,6 +26,30 @@
 //      160/147, is rarely a multiple of 4) takes the 16-byte path instead of 4-byte stores with
 //      per-output index math. Every output still sums its own P products in m order: the
 //      rotation changes which outputs share a band, not any bit of the result.
+//   4. Staging in rounds (PhaseGroupsPlan::rounds; plain tile, V = 4, u % 4 == 0, more than 18
+//      groups, where it saves shared memory; opt-in, measured 63% slower on 160/147): instead
+//      of step 3's tile-sized staging, round rd runs task rd*8 + w on warp w, stages the warp's
+//      32R periods x V outputs in slot w of one of two small buffers (period-major, 8 slots of
+//      V floats plus V of padding per period: sr/V = 9 is odd, so the lanes' V-wide stores and
+//      each quarter-warp's reads hit distinct banks), and after one barrier thread t copies slot
+//      t % 8 of periods t/8 + 32i (i < R) to y with 16-byte stores: 8 consecutive threads write
+//      the 8 slots' outputs of one period, i.e. the 8 tasks' 32 outputs, contiguous in y where
+//      the round's groups are consecutive (160/147: 128 bytes a period). The two buffers
+//      alternate, so one barrier per round suffices: a buffer is rewritten two rounds later,
+//      after a barrier that every thread reaches only once it has copied that buffer out. The
+//      next tile's copies are issued after the last round's barrier. For 160/147 (R = 2) the
+//      block needs 72 KiB of shared memory instead of 95 (three blocks per SM instead of two),
+//      and the global stores spread over the tile's compute instead of following it.
+//   5. Bulk copy-out (PhaseGroupsPlan::bulk; plain tile, V = 4, u % 4 == 0, R = 2; opt-in, not
+//      yet measured): step 3's
+//      staging, but an interior tile whose y row is 16-byte aligned leaves by one cp.async.bulk
+//      per period (u floats from st + nl*sr to y), issued by thread nl right after the barrier;
+//      the threads go straight on to wait for the next tile instead of copying 40 KiB (160/147)
+//      through their registers. Before st is rewritten each issuing thread waits until its
+//      copies have been read (cp.async.bulk.wait_group.read, before the tile's first barrier),
+//      and every thread fences its st writes for the async proxy before the barrier that
+//      precedes the copies. kRegisterBlocked's kBulk stores do the same (82% against 75% of the
+//      copy bandwidth on case (a)).
 // The table (taps, then the groups' first inputs) is copied to shared memory once per block.
 #include <cuda_runtime.h>
 
@@ -38,6 +62,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/cuda_util.cuh"
 #include "fresnel/core/status.h"
+#include "interp/bulk_copy_cuda.cuh"
 #include "interp/occupancy_cuda.cuh"
 #include "interp/phase_groups.h"
 
@@ -61,6 +86,13 @@ constexpr int kPgShortPeriods = 2;
 constexpr int kPgDefaultWiden = 2;
 // Default of PhaseGroupsChoice::prefetch (1: one input tile, 2: two).
 constexpr int kPgDefaultPrefetch = 1;
+// Default of PhaseGroupsChoice::stage (1: the whole tile staged and copied out by the threads,
+// 2: rounds, 3: the whole tile staged, bulk copies out; where they apply). Measured reason
+// (H200, 2026-12-02, docs/interp.md): rounds 0.366 ms on 160/147 against 0.224 for the whole
+// tile (63% slower, three blocks per SM and all). The bulk copy-out (3) is built and passes the
+// host checks but has not run on a GPU yet: opt-in until a same-call A/B
+// (tests/bench/interp/run_s9_on_gpu.sh b) shows it faster; the choice changes no device code.
+constexpr int kPgDefaultStage = 1;
 
 int AlignUp4(int v) { return (v + 3) / 4 * 4; }
 
@@ -77,6 +109,7 @@ struct PgArgs {
   int span;  // floats of the input tile (z in [0, span))
   int in_floats;  // shared floats per input tile (InputFloats)
   int prefetch;   // 1: two input tiles (PhaseGroupsPlan::prefetch)
+  int st_round;   // floats per staging buffer of a round (PhaseGroupsPlan::rounds)
   int zoff;  // the rotation's input origin offset (PhaseGroupsPlan::zoff), <= 0
   int rot;   // the period rotation s: tile outputs start at n_tile*u - s
   int64_t n_first;  // first period of the requested range
@@ -136,12 +169,43 @@ __device__ __forceinline__ void StoreGroup(float* p, const float (&a)[V]) {
   }
 }
 
+// The plain tile's band loop for one task: acc[r][v] += sum over i = K-1 .. 0 of the group's
+// taps tp[i*V + v] times the lane's inputs x0[r*32*d - (K-1-i)], x0 pointing at i = K-1 of
+// period r = 0 (see the kernel). The loop walks pointers down (tp: V taps a step, xr[r]: one
+// word a step), so that after unrolling every load has an immediate offset and a step costs one
+// tap load, R input loads and R*V FMAs, with one pointer update per pointer every 4 steps.
+template <int V, int R>
+__device__ __forceinline__ void PlainBand(const float* x0, int d, const float* tg, int k,
+                                          float (&acc)[R][V]) {
+  const float* xr[R];
+  xr[0] = x0;
+#pragma unroll
+  for (int r = 1; r < R; ++r) xr[r] = xr[r - 1] + 32 * d;
+  const float* tp = tg + (k - 1) * V;
+#pragma unroll 4
+  for (int n = k; n > 0; --n) {
+    float h[V];
+    LoadTaps<V>(tp, h);
+    tp -= V;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const float sv = *xr[r];
+      --xr[r];
+#pragma unroll
+      for (int v = 0; v < V; ++v) acc[r][v] = fmaf(h[v], sv, acc[r][v]);
+    }
+  }
+}
+
 // kPlain: the input tile in plain order (d odd, see the file comment), 16-byte copies in and,
 // where u is a multiple of 4 and y is aligned, 16-byte copies out; otherwise round 1's
 // de-interleaved tile with 4-byte copies.
 // kD (de-interleaved tile only): 0, or d itself when d is 2, 4 or 8, for the band loop in
 // blocks of d steps (one row pointer per row; PhaseGroupsPlan::row_blocks).
-template <int V, int R, bool kPlain, int kD = 0>
+// kStage (PhaseGroupsChoice::stage): 1: the whole tile staged and copied out by the threads;
+// 2 (plain tile, V = 4): staged in rounds (file comment, 4); 3 (plain tile, u % 4 == 0): the
+// whole tile staged, interior tiles copied out by the copy engine (file comment, 5).
+template <int V, int R, bool kPlain, int kD = 0, int kStage = 1>
 __global__ void __launch_bounds__(kPgThreads)
     PhaseGroupsKernel(const float* __restrict__ x, int64_t x_stride, int64_t x_first,
                       int64_t x_len, float cval, float* __restrict__ y, int64_t y_stride,
@@ -228,6 +292,8 @@ __global__ void __launch_bounds__(kPgThreads)
   const int out_step_n = kPgThreads / a.u, out_step_j = kPgThreads % a.u;
   const int gr0 = warp % a.groups, chunk0 = warp / a.groups;
   for (int64_t b = blockIdx.x; b < total; b += gridDim.x) {
+    // The previous tile's bulk copies (kStage 3) have read st before any warp rewrites it.
+    if constexpr (kStage == 3) kernels::BulkWaitRead();
     CpAsyncWaitAll();
     __syncthreads();  // xin (and the table, the first time) complete; st and xin_next free
     // This tile's row and first output; then the cursor moves to the block's next tile.
@@ -240,6 +306,79 @@ __global__ void __launch_bounds__(kPgThreads)
       ++tc;
     }
     const bool more = b + gridDim.x < total;
+    if constexpr (kStage == 2) {
+      static_assert(kPlain && V == 4, "rounds: plain tile, V = 4");
+      const int lo = out_first > k_tile ? static_cast<int>(out_first - k_tile) : 0;
+      const int hi = out_first + out_count < k_tile + tile_outputs
+                         ? static_cast<int>(out_first + out_count - k_tile)
+                         : tile_outputs;
+      float* const yt = y + c * y_stride + (k_tile - out_first);
+      const bool vec = (reinterpret_cast<uintptr_t>(yt) & 15) == 0;
+      const int rounds = (tasks + kPgWarps - 1) / kPgWarps;
+      // This warp's task (gr, chunk) and this thread's copy-out slot (task rd*8 + slot), both
+      // stepped by kPgWarps tasks a round with a carry. 16-byte copy-out: slot tid % 8 of
+      // periods tid/8 + 32i; 4-byte (y not 16-byte aligned): float lane % 4 of slot lane / 4 of
+      // periods warp + 8i, so that a warp's 32 stores are one period's 32 consecutive outputs.
+      const int slot = vec ? tid & (kPgWarps - 1) : lane >> 2;
+      int gr = gr0, chunk = chunk0;
+      int sgr = slot % a.groups, schunk = slot / a.groups;
+      for (int rd = 0; rd < rounds; ++rd) {
+        float* const sb = st + (rd & 1) * a.st_round;
+        if (rd * kPgWarps + warp < tasks) {
+          float acc[R][V];
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+#pragma unroll
+            for (int v = 0; v < V; ++v) acc[r][v] = 0.f;
+          }
+          PlainBand<V, R>(xin + shift + (chunk * 32 * R + lane) * a.d + qbase[gr] + a.k - 1,
+                          a.d, taps + gr * a.k * V, a.k, acc);
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            StoreGroup<V>(sb + (lane + 32 * r) * a.sr + warp * V, acc[r]);
+          }
+        }
+        gr += a.task_step_group;
+        chunk += a.task_step_chunk;
+        if (gr >= a.groups) {
+          gr -= a.groups;
+          ++chunk;
+        }
+        __syncthreads();  // sb complete; in the last round, every warp is done reading xin
+        if (rd == rounds - 1 && more) issue(tc, tt, xin, shift);
+        if (rd * kPgWarps + slot < tasks && !vec) {
+#pragma unroll
+          for (int i = 0; i < 4 * R; ++i) {
+            const int pl = warp + kPgWarps * i;
+            const int k0 = (schunk * 32 * R + pl) * a.u + sgr * V + (lane & 3);
+            if (k0 >= lo && k0 < hi) yt[k0] = sb[pl * a.sr + lane];
+          }
+        } else if (rd * kPgWarps + slot < tasks) {
+#pragma unroll
+          for (int i = 0; i < R; ++i) {
+            const int pl = (tid >> 3) + 32 * i;  // period within the task
+            const int k0 = (schunk * 32 * R + pl) * a.u + sgr * V;  // tile output
+            const float4 val = *reinterpret_cast<const float4*>(sb + pl * a.sr + slot * V);
+            if (k0 >= lo && k0 + 4 <= hi) {
+              *reinterpret_cast<float4*>(yt + k0) = val;
+            } else {
+              const float vals[4] = {val.x, val.y, val.z, val.w};
+#pragma unroll
+              for (int q = 0; q < 4; ++q) {
+                if (k0 + q >= lo && k0 + q < hi) yt[k0 + q] = vals[q];
+              }
+            }
+          }
+        }
+        sgr += a.task_step_group;
+        schunk += a.task_step_chunk;
+        if (sgr >= a.groups) {
+          sgr -= a.groups;
+          ++schunk;
+        }
+      }
+      continue;
+    }
     if (a.prefetch && more) issue(tc, tt, xin_next, shift_next);
     int gr = gr0, chunk = chunk0;
     for (int task = warp; task < tasks; task += kPgWarps) {
@@ -260,28 +399,8 @@ __global__ void __launch_bounds__(kPgThreads)
       }
       if constexpr (kPlain) {
         // Lane period nl reads z = nl*d + c, c = qbase + i: xr[r][i] with xr[r] = xin + shift +
-        // (nl + 32r)*d + qbase; the 32 lanes' words are d apart, distinct banks for odd d. The
-        // loop walks pointers down (tp: V taps a step, xr[r]: one word a step), so that after
-        // unrolling every load has an immediate offset and a step costs one tap load, R input
-        // loads and R*V FMAs, with one pointer update per pointer every 4 steps.
-        const float* xr[R];
-        xr[0] = xin + shift + nl0 * a.d + qbase[gr_task] + a.k - 1;
-#pragma unroll
-        for (int r = 1; r < R; ++r) xr[r] = xr[r - 1] + 32 * a.d;
-        const float* tp = tg + (a.k - 1) * V;
-#pragma unroll 4
-        for (int n = a.k; n > 0; --n) {
-          float h[V];
-          LoadTaps<V>(tp, h);
-          tp -= V;
-#pragma unroll
-          for (int r = 0; r < R; ++r) {
-            const float sv = *xr[r];
-            --xr[r];
-#pragma unroll
-            for (int v = 0; v < V; ++v) acc[r][v] = fmaf(h[v], sv, acc[r][v]);
-          }
-        }
+        // (nl + 32r)*d + qbase; the 32 lanes' words are d apart, distinct banks for odd d.
+        PlainBand<V, R>(xin + shift + nl0 * a.d + qbase[gr_task] + a.k - 1, a.d, tg, a.k, acc);
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           StoreGroup<V>(st + (nl0 + 32 * r) * a.sr + gr_task * V, acc[r]);
@@ -366,6 +485,9 @@ __global__ void __launch_bounds__(kPgThreads)
         StoreGroup<V>(st + (nl0 + 32 * r) * a.sr + gr_task * V, acc[r]);
       }
     }
+    // The copy engine (kStage 3) reads st through the async proxy: order this thread's st writes
+    // before it (the barrier then orders them before the issuing threads' copies).
+    if constexpr (kStage == 3) kernels::FenceProxyAsyncShared();
     __syncthreads();  // st complete; every warp is done reading xin
     if (a.prefetch) {
       float* const tmp = xin;
@@ -383,6 +505,19 @@ __global__ void __launch_bounds__(kPgThreads)
                        : tile_outputs;
     float* yt = y + c * y_stride + (k_tile - out_first);
     int scalar_hi = hi;
+    if constexpr (kStage == 3) {
+      // A whole, 16-byte aligned tile: each period's u outputs (a multiple of 4 floats, rows
+      // sr floats apart in st) are one bulk copy, issued by one thread; the threads go on to the
+      // next tile at once. Partial tiles (the first and last of a row) take the loops below.
+      if (lo == 0 && hi == tile_outputs && (reinterpret_cast<uintptr_t>(yt) & 15) == 0) {
+        for (int nl = tid; nl < a.periods; nl += kPgThreads) {
+          kernels::BulkStoreCommit<false>(yt + nl * a.u,
+                                          reinterpret_cast<const float4*>(st + nl * a.sr),
+                                          4 * a.u);
+        }
+        continue;
+      }
+    }
     if (kPlain && a.u % 4 == 0 && (reinterpret_cast<uintptr_t>(yt) & 15) == 0) {
       // Four consecutive outputs 4e .. 4e+3 lie in one period (u % 4 == 0) and one aligned
       // staging chunk (sr and j multiples of 4): one 16-byte load and store.
@@ -421,6 +556,7 @@ __global__ void __launch_bounds__(kPgThreads)
       }
     }
   }
+  if constexpr (kStage == 3) kernels::BulkWaitAll();  // the block's bulk copies are complete
 }
 
 using PgKernelFn = void (*)(const float*, int64_t, int64_t, int64_t, float, float*, int64_t,
@@ -452,6 +588,10 @@ PgKernelFn RowBlockKernelFor(int r) {
   return PhaseGroupsKernel<4, 2, false, kD>;
 }
 PgKernelFn KernelFor(const PhaseGroupsPlan& pl) {
+  if (pl.rounds) {  // plain tile, V = 4, R = 1 or 2 (PlanFor)
+    return pl.r == 1 ? PhaseGroupsKernel<4, 1, true, 0, 2> : PhaseGroupsKernel<4, 2, true, 0, 2>;
+  }
+  if (pl.bulk) return PhaseGroupsKernel<4, 2, true, 0, 3>;  // plain tile, V = 4, R = 2
   if (pl.row_blocks) {
     if (pl.d == 2) return RowBlockKernelFor<2>(pl.r);
     if (pl.d == 4) return RowBlockKernelFor<4>(pl.r);
@@ -467,9 +607,14 @@ int InputFloats(const PhaseGroupsPlan& pl) {
                   : AlignUp4(pl.d * pl.ld);
 }
 
+// Floats of the output staging: the tile, or two round buffers of 32R periods.
+int StagingFloats(const PhaseGroupsPlan& pl) {
+  return pl.rounds ? 2 * 32 * pl.r * pl.sr : pl.periods * pl.sr;
+}
+
 int SmemBytes(const PhaseGroupsPlan& pl) {
   return 4 * (AlignUp4(pl.table_floats) + InputFloats(pl) * (pl.prefetch ? 2 : 1) +
-              pl.periods * pl.sr);
+              StagingFloats(pl));
 }
 
 // The plan for period multiple m (u = m*up/g0 outputs per d = m*down/g0 inputs) with the table
@@ -543,7 +688,17 @@ absl::StatusOr<PhaseGroupsPlan> PlanFor(int up, int down, int64_t p, const std::
       std::memcpy(&tab[static_cast<size_t>(tap_floats) + gr], &base, sizeof(int));
     }
   }
-  pl.sr = pl.v * (pl.groups % 2 == 1 ? pl.groups : pl.groups + 1);
+  // Rounds stage 2 x (kPgWarps + 1) V-wide chunks per period (two buffers), the whole tile at
+  // least `groups` per period: they save shared memory only for more groups than that.
+  const int stage = choice.stage == 0 ? kPgDefaultStage : choice.stage;
+  pl.rounds = stage == 2 && pl.plain && pl.v == 4 && pl.u % 4 == 0 && !pl.prefetch &&
+              (pl.r == 1 || pl.r == 2) && pl.groups > 2 * (kPgWarps + 1);
+  // Bulk copy-out: rows of u floats (a multiple of 16 bytes) from the plain tile, R = 2.
+  pl.bulk = stage == 3 && pl.plain && pl.v == 4 && pl.u % 4 == 0 && !pl.prefetch && pl.r == 2;
+  // Staging rows with an odd number of V-wide chunks (conflict-free V-wide stores): a period's
+  // groups, or a round's kPgWarps slots plus one.
+  pl.sr = pl.rounds ? pl.v * (kPgWarps + 1)
+                    : pl.v * (pl.groups % 2 == 1 ? pl.groups : pl.groups + 1);
   // Tasks per tile = chunks * groups: a multiple of the 8 warps when the tile allows.
   int chunks = kPgWarps / std::gcd(pl.groups, kPgWarps);
   for (;;) {
@@ -618,6 +773,7 @@ absl::Status LaunchPhaseGroups(const PhaseGroupsPlan& pl, const float* table, in
   a.in_floats = InputFloats(pl);
   a.prefetch = pl.prefetch ? 1 : 0;
   a.st_off = a.xin_off + a.in_floats * (pl.prefetch ? 2 : 1);
+  a.st_round = 32 * pl.r * pl.sr;
   a.wrap = (pl.d - 1) * pl.ld - 1;
   // Periods n_first .. n_last hold outputs out_first .. out_first + out_count - 1.
   // The rotation that makes every tile's first output 16-byte aligned in y (the same for all

@@ -205,6 +205,7 @@ class Bench {
       absl::StrAppend(&r.kernel, "/r", options.pg_periods_per_lane);
     }
     if (options.pg_prefetch != 0) absl::StrAppend(&r.kernel, "/prefetch", options.pg_prefetch);
+    if (options.pg_stage != 0) absl::StrAppend(&r.kernel, "/stage", options.pg_stage);
     if (options.kernel == CudaKernel::kTensorTf32) r.kernel = "tensor_3xtf32";
     if (r.kernel == "tensor_tf32" || r.kernel == "tensor_3xtf32") {
       r.kernel = "tensor_3xtf32";
@@ -303,13 +304,14 @@ class Bench {
 
 // kPhaseGroups forced with a variant (0: the default).
 internal::CudaPlanOptions PgOptions(int widen, int layout = 0, int periods_per_lane = 0,
-                                    int prefetch = 0) {
+                                    int prefetch = 0, int stage = 0) {
   internal::CudaPlanOptions o;
   o.kernel = CudaKernel::kPhaseGroups;
   o.pg_widen = widen;
   o.pg_layout = layout;
   o.pg_periods_per_lane = periods_per_lane;
   o.pg_prefetch = prefetch;
+  o.pg_stage = stage;
   return o;
 }
 // kTensorTf32 forced with `chunk` k-steps per tensor-core partial sum (0: the default).
@@ -622,6 +624,14 @@ int Main(int argc, char** argv) {
     HostArray x = b.HostSignal(1, n26);
     b.EndToEnd(r, [&](StageTimes* t) { BENCH_CHECK(ResamplePoly(b.device(), x, o, t).status()); });
     rows.push_back(r);
+    // Output staging and copy-out: the whole tile copied out by the threads (sessions 5-8's
+    // kernel), by bulk copies (stage 3), and staged in rounds (three blocks per SM); named so
+    // that --only "b: resample_poly" runs them with the default row.
+    const std::string staging = "b: resample_poly 160/147 (forced)";
+    for (int stage : {1, 3, 2}) {
+      rows.push_back(b.Kernel(staging, d->filter, 1, n26, d->skip, out,
+                              PgOptions(0, 0, 0, 0, stage), stage != 2));
+    }
     rows.push_back(b.Kernel("b: (forced)", d->filter, 1, n26, d->skip, out, PgOptions(1)));
     // Two input tiles per block (the next tile's copies overlap the compute): R = 2 and R = 1,
     // checked against the oracle, and one tile explicitly.
@@ -674,6 +684,10 @@ int Main(int argc, char** argv) {
     HostArray x = b.HostSignal(64, n20);
     b.EndToEnd(r, [&](StageTimes* t) { BENCH_CHECK(ResamplePoly(b.device(), x, o, t).status()); });
     rows.push_back(r);
+    for (int stage : {1, 3}) {
+      rows.push_back(b.Kernel("c: 64ch resample 160/147 2^20", d->filter, 64, n20, d->skip, out,
+                              PgOptions(0, 0, 0, 0, stage)));
+    }
     rows.push_back(b.Kernel("c: 64ch resample 160/147 2^20", d->filter, 64, n20, d->skip, out,
                             PgOptions(0, 0, 0, 2)));
     rows.push_back(b.Kernel("c: 64ch resample 160/147 2^20", d->filter, 64, n20, d->skip, out,

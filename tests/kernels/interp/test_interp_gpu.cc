@@ -97,6 +97,9 @@ std::vector<Config> KernelConfigs() {
   cs.push_back({5, 3, 333, 200003, 1, DType::kFloat32, 0.25});
   cs.push_back({4, 6, 90, 100003, 2, DType::kFloat32, 0.0});
   cs.push_back({11, 7, 7, 50021, 1, DType::kFloat32, 1.0});
+  // Staging in rounds (u % 4 == 0, odd d, > 18 groups) where a tile has several chunks, a
+  // round's tasks span two of them and the last round is partial (76/75: 19 groups).
+  cs.push_back({76, 75, 760, 200003, 2, DType::kFloat32, 0.0});
   // complex128 (double2): kSmemTile with and without the staged span, and kWarpPerOutput.
   cs.push_back({4, 1, 64, 8191, 2, DType::kComplex128, 0.25});
   cs.push_back({2, 61, 300, 40000, 1, DType::kComplex128, 0.0});
@@ -250,6 +253,7 @@ TEST_CASE("every CUDA kernel agrees with the CPU oracle on windows", "[gpu][inte
       int pg_prefetch = 0;
       int tc_chunk = 0;
       int tc_min_blocks = 0;
+      int pg_stage = 0;
     };
     const Variant variants[] = {
         {CudaKernel::kRegisterBlocked, 0}, {CudaKernel::kSmemTile, 0},
@@ -262,6 +266,13 @@ TEST_CASE("every CUDA kernel agrees with the CPU oracle on windows", "[gpu][inte
         {CudaKernel::kPhaseGroups, 0, 0, 0, 1}, {CudaKernel::kPhaseGroups, 0, 0, 0, 0, 1},
         {CudaKernel::kPhaseGroups, 0, 0, 0, 0, 0, 2}, {CudaKernel::kPhaseGroups, 0, 0, 0, 0, 0, 1},
         {CudaKernel::kPhaseGroups, 0, 0, 1, 0, 0, 2}, {CudaKernel::kPhaseGroups, 0, 1, 0, 0, 0, 2},
+        // Output staging: the whole tile copied out by the threads and by bulk copies, and
+        // rounds with R = 1 and without the rotation.
+        {CudaKernel::kPhaseGroups, 0, 0, 0, 0, 0, 0, 0, 0, 1},
+        {CudaKernel::kPhaseGroups, 0, 0, 0, 0, 0, 0, 0, 0, 3},
+        {CudaKernel::kPhaseGroups, 0, 0, 0, 0, 0, 0, 0, 0, 2},
+        {CudaKernel::kPhaseGroups, 0, 0, 1, 0, 0, 0, 0, 0, 2},
+        {CudaKernel::kPhaseGroups, 0, 0, 0, 1, 0, 0, 0, 0, 2},
         {CudaKernel::kTensorTf32, 0},  {CudaKernel::kTensorTf32, 0, 0, 0, 0, 0, 0, 1},
         {CudaKernel::kTensorTf32, 0, 0, 0, 0, 0, 0, kWholeBand},
         {CudaKernel::kTensorTf32, 0, 0, 0, 0, 0, 0, 0, 3},
@@ -273,7 +284,8 @@ TEST_CASE("every CUDA kernel agrees with the CPU oracle on windows", "[gpu][inte
                        << v.pg_widen << " pg_layout " << v.pg_layout << " R "
                        << v.pg_periods_per_lane << " rotate " << v.pg_rotate << " row_blocks "
                        << v.pg_row_blocks << " prefetch " << v.pg_prefetch << " tc_chunk "
-                       << v.tc_chunk << " tc_min_blocks " << v.tc_min_blocks << " x_first "
+                       << v.tc_chunk << " tc_min_blocks " << v.tc_min_blocks << " pg_stage "
+                       << v.pg_stage << " x_first "
                        << x_first << " out_first " << out_first);
       internal::CudaWindowOptions opt;
       opt.plan.kernel = v.kernel;
@@ -285,6 +297,7 @@ TEST_CASE("every CUDA kernel agrees with the CPU oracle on windows", "[gpu][inte
       opt.plan.pg_prefetch = v.pg_prefetch;
       opt.plan.tc_chunk_ksteps = v.tc_chunk;
       opt.plan.tc_min_blocks = v.tc_min_blocks;
+      opt.plan.pg_stage = v.pg_stage;
       opt.poison_output = true;
       auto y = internal::UpfirdnWindowCuda(gpu, f, internal::ViewOf(x), x_first, c.cval,
                                            out_first, out_count, nullptr, opt);
@@ -320,6 +333,8 @@ TEST_CASE("kPhaseGroups variants agree with the CPU oracle on short windows", "[
       {5, 3, 40, 7001, 3, DType::kFloat32, 0.0},
       // One channel: outputs from 5, so the rotated period (s = 3 for an aligned y) is used.
       {160, 147, 3201, 9001, 1, DType::kFloat32, 0.0},
+      // Staging in rounds whose tasks span chunks, the last round partial (19 groups).
+      {76, 75, 760, 9001, 2, DType::kFloat32, 0.0},
   };
   for (const Config& c : configs) {
     internal::Polyphase f{RandomTaps(c.taps), c.up, c.down};
@@ -331,7 +346,7 @@ TEST_CASE("kPhaseGroups variants agree with the CPU oracle on short windows", "[
                                               f.TapsPerPhase(), c.dtype));
     std::optional<HostArray> first;
     struct PgVariant {
-      int widen, layout, periods_per_lane, rotate, prefetch;
+      int widen, layout, periods_per_lane, rotate, prefetch, stage = 0;
     };
     std::vector<PgVariant> variants;
     for (int widen : {1, 2}) {
@@ -341,6 +356,11 @@ TEST_CASE("kPhaseGroups variants agree with the CPU oracle on short windows", "[
           // one layout only (plain / de-interleaved). One or two input tiles per block.
           for (int alt : {1, 2}) {
             for (int prefetch : {1, 2}) variants.push_back({widen, layout, r, alt, prefetch});
+            // The whole tile staged (copied out by the threads or by bulk copies) and rounds
+            // (where they apply: one tile, R <= 2).
+            if (r <= 2) {
+              for (int stage : {1, 2, 3}) variants.push_back({widen, layout, r, alt, 1, stage});
+            }
           }
         }
       }
@@ -348,7 +368,7 @@ TEST_CASE("kPhaseGroups variants agree with the CPU oracle on short windows", "[
     for (const PgVariant& v : variants) {
       INFO(Describe(c) << " pg_widen " << v.widen << " pg_layout " << v.layout << " R "
                        << v.periods_per_lane << " rotate/row_blocks " << v.rotate << " prefetch "
-                       << v.prefetch);
+                       << v.prefetch << " stage " << v.stage);
       internal::CudaWindowOptions opt;
       opt.plan.kernel = internal::CudaKernel::kPhaseGroups;
       opt.plan.pg_widen = v.widen;
@@ -357,6 +377,7 @@ TEST_CASE("kPhaseGroups variants agree with the CPU oracle on short windows", "[
       opt.plan.pg_rotate = v.rotate;
       opt.plan.pg_row_blocks = v.rotate;
       opt.plan.pg_prefetch = v.prefetch;
+      opt.plan.pg_stage = v.stage;
       opt.poison_output = true;
       auto y = internal::UpfirdnWindowCuda(gpu, f, internal::ViewOf(x), -3, c.cval, 5,
                                            out_count, nullptr, opt);

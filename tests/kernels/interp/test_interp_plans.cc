@@ -25,6 +25,7 @@ struct PlanCase {
 constexpr PlanCase kPlanCases[] = {
     {160, 147, 3201}, {147, 160, 3201}, {3, 2, 1024}, {3, 2, 3072}, {2, 1, 256}, {5, 3, 333},
     {1, 3, 400},      {8, 3, 800},      {4, 6, 90},   {11, 7, 7},   {3, 4, 500}, {4, 1, 64},
+    {76, 75, 760},
 };
 
 // A signal defined on every integer (the kernels read cval and padding outside x).
@@ -109,42 +110,104 @@ TEST_CASE("kPhaseGroups band tables reproduce the filter in every rotation", "[i
   }
 }
 
-TEST_CASE("kPhaseGroups with two input tiles plans the same band tables", "[interp]") {
-  // PhaseGroupsChoice::prefetch changes only the shared-memory layout (a second input tile):
-  // where both plans exist they have the same geometry and table, and the two-tile plan's
-  // shared memory holds both tiles. 160/147 (the case it is for) must plan with R = 1 and 2
-  // (R = 4's two tiles exceed shared memory).
-  int compared = 0;
+// Plans every case with R in {0, 1, 2, 4} under two choices (`tweak_a`, `tweak_b` set what
+// differs) and calls check(case, R, P, htf, plan a, plan b), the pair named in the context.
+template <class TweakA, class TweakB, class Check>
+void ForEachPlanPair(TweakA tweak_a, TweakB tweak_b, Check check) {
   for (const PlanCase& c : kPlanCases) {
     int64_t p = 0;
     const std::vector<float> htf = RandomHtf(c, &p);
     for (int r : {0, 1, 2, 4}) {
-      internal::PhaseGroupsChoice one, two;
-      one.periods_per_lane = two.periods_per_lane = r;
-      one.prefetch = 1;
-      two.prefetch = 2;
-      auto a = internal::PlanPhaseGroups(c.up, c.down, p, htf, one);
-      auto b = internal::PlanPhaseGroups(c.up, c.down, p, htf, two);
-      INFO(c.up << "/" << c.down << " taps " << c.taps << " R " << r << " one "
-                << a.status().ToString() << " two " << b.status().ToString());
-      if (c.up == 160 && c.down == 147 && r != 4) CHECK(a.ok() == b.ok());
-      if (!a.ok() || !b.ok()) continue;
-      CHECK(!a->prefetch);
-      CHECK(b->prefetch);
-      CHECK(b->smem_bytes <= 200 * 1024);
-      // The widened period may not fit twice where it fits once (the planner then keeps the
-      // plain period): compare plans of the same period.
-      if (b->u != a->u || b->v != a->v) continue;
-      ++compared;
-      CHECK(b->table == a->table);
-      CHECK(b->k == a->k);
-      if (b->periods == a->periods) {
-        const int in_bytes = b->smem_bytes - a->smem_bytes;
-        CHECK(in_bytes >= 4 * (b->periods * b->d + b->k - 1));
-      }
+      internal::PhaseGroupsChoice ca, cb;
+      ca.periods_per_lane = cb.periods_per_lane = r;
+      tweak_a(ca);
+      tweak_b(cb);
+      auto a = internal::PlanPhaseGroups(c.up, c.down, p, htf, ca);
+      auto b = internal::PlanPhaseGroups(c.up, c.down, p, htf, cb);
+      INFO(c.up << "/" << c.down << " taps " << c.taps << " R " << r << " a "
+                << a.status().ToString() << " b " << b.status().ToString());
+      check(c, r, p, htf, a, b);
     }
   }
+}
+
+TEST_CASE("kPhaseGroups with two input tiles plans the same band tables", "[interp]") {
+  // PhaseGroupsChoice::prefetch changes only the shared-memory layout (a second input tile):
+  // where both plans exist they have the same geometry and table, and the two-tile plan's
+  // shared memory holds both tiles. 160/147 (the case it is for) must plan with R = 1 and 2
+  // (R = 4's two tiles exceed shared memory). The whole tile is staged in both (rounds need
+  // one input tile).
+  int compared = 0;
+  ForEachPlanPair(
+      [](internal::PhaseGroupsChoice& one) {
+        one.prefetch = 1;
+        one.stage = 1;
+      },
+      [](internal::PhaseGroupsChoice& two) {
+        two.prefetch = 2;
+        two.stage = 1;
+      },
+      [&](const PlanCase& c, int r, int64_t, const std::vector<float>&, const auto& a,
+          const auto& b) {
+        if (c.up == 160 && c.down == 147 && r != 4) CHECK(a.ok() == b.ok());
+        if (!a.ok() || !b.ok()) return;
+        CHECK(!a->prefetch);
+        CHECK(b->prefetch);
+        CHECK(b->smem_bytes <= 200 * 1024);
+        // The widened period may not fit twice where it fits once (the planner then keeps the
+        // plain period): compare plans of the same period.
+        if (b->u != a->u || b->v != a->v) return;
+        ++compared;
+        CHECK(b->table == a->table);
+        CHECK(b->k == a->k);
+        if (b->periods == a->periods) {
+          const int in_bytes = b->smem_bytes - a->smem_bytes;
+          CHECK(in_bytes >= 4 * (b->periods * b->d + b->k - 1));
+        }
+      });
   CHECK(compared >= 30);
+}
+
+TEST_CASE("kPhaseGroups staged in rounds or copied out in bulk plans the same band tables",
+          "[interp]") {
+  // PhaseGroupsChoice::stage changes only the output staging: the same geometry and table, and
+  // for 160/147 (R = 1 and 2) rounds fit three blocks per SM (228 KiB of shared memory per SM
+  // on the H100/H200, 1 KiB of it reserved per block) where the whole tile's staging allows
+  // two. The bulk copy-out (stage 3) keeps the whole tile's plan and footprint.
+  int rounds = 0;
+  ForEachPlanPair(
+      [](internal::PhaseGroupsChoice& whole) { whole.stage = 1; },
+      [](internal::PhaseGroupsChoice& staged) { staged.stage = 2; },
+      [&](const PlanCase& c, int r, int64_t p, const std::vector<float>& htf, const auto& a,
+          const auto& b) {
+        if (c.up == 160 && c.down == 147) REQUIRE(a.ok() == b.ok());
+        if (!a.ok() || !b.ok()) return;
+        CHECK(!a->rounds);
+        CHECK(b->rounds ==
+              (b->plain && b->v == 4 && b->u % 4 == 0 && b->r <= 2 && b->groups > 18));
+        if (b->u != a->u || b->v != a->v) return;
+        CHECK(b->table == a->table);
+        CHECK(b->k == a->k);
+        internal::PhaseGroupsChoice bulk;
+        bulk.periods_per_lane = r;
+        bulk.stage = 3;
+        auto e = internal::PlanPhaseGroups(c.up, c.down, p, htf, bulk);
+        REQUIRE(e.ok());
+        CHECK(e->bulk == (e->plain && e->v == 4 && e->u % 4 == 0 && e->r == 2));
+        CHECK(!e->rounds);
+        CHECK(e->table == a->table);
+        CHECK(e->smem_bytes == a->smem_bytes);
+        if (!b->rounds) return;
+        ++rounds;
+        CHECK(b->sr % 4 == 0);
+        CHECK((b->sr / 4) % 2 == 1);
+        if (b->periods == a->periods) CHECK(b->smem_bytes < a->smem_bytes);
+        if (c.up == 160 && c.down == 147 && r != 4) {
+          CHECK(3 * (b->smem_bytes + 1024) <= 228 * 1024);
+          if (r != 1) CHECK(3 * (a->smem_bytes + 1024) > 228 * 1024);
+        }
+      });
+  CHECK(rounds >= 4);  // 160/147 and 76/75 with R = 1 and 2
 }
 
 TEST_CASE("kTensorTf32 fragment tables reproduce the filter", "[interp]") {
