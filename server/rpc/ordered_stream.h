@@ -146,7 +146,6 @@ class OrderedStream : public RpcCall<grpc::ServerBidiReactor<Request, Response>>
   void OnCancel() override { Abort(absl::CancelledError("the client cancelled the stream")); }
 
   void OnDone() override {
-    if (trace_.on) PrintTrace();
     OnStreamDone();
     Release();  // gRPC's hold; an answer still leaving Put() keeps the object a moment longer
   }
@@ -301,7 +300,11 @@ class OrderedStream : public RpcCall<grpc::ServerBidiReactor<Request, Response>>
 
   void Acquire() { refs_.fetch_add(1, std::memory_order_relaxed); }
   void Release() {
-    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+    if (refs_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    // The trace is printed by the last holder: a thread still inside TracedStartWrite (it holds a
+    // reference) has then added its write, which OnDone could run before.
+    if (trace_.on) PrintTrace();
+    delete this;
   }
 
   void Stop(const absl::Status& status, bool abort) {
