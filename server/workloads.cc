@@ -159,6 +159,7 @@ void FillServerLimits(const ServerConfig& config, v1::Limits* limits) {
   s->set_pin_regions(config.pin_regions);
   s->set_fault_injection(config.fault_injection);
   s->set_small_job_bytes(config.small_job_bytes);
+  s->set_overlap_chunk_bytes(config.overlap_chunk_bytes);
   limits->set_max_message_bytes(config.max_message_bytes);
   limits->set_queue_capacity(config.queue_length);
   limits->set_max_streams(config.max_streams);

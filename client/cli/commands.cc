@@ -217,6 +217,11 @@ void PrintLimits(const v1::Limits& l, bool transport, Table& head) {
                                            FormatBytes(s.staging_cache_bytes()),
                                            s.pin_regions() ? ", regions pinned (GPU servers)" : "")
                             : std::string("off")});
+    head.AddRow({"overlap", s.overlap_chunk_bytes() > 0
+                                ? absl::StrCat("direct-path copies and compute overlapped in ",
+                                               FormatBytes(s.overlap_chunk_bytes()),
+                                               " chunks of y (GPU servers)")
+                                : std::string("off: one H2D, kernel, D2H")});
   }
   if (transport) {
     head.AddRow({"gpu memory",

@@ -137,6 +137,7 @@ TEST_CASE("server info carries every limit flag's value, grouped and flat", "[se
                         "--staging-cache-bytes=1024",
                         "--pin-regions=false",
                         "--small-job-bytes=1025",
+                        "--overlap-chunk-bytes=1026",
                         "--fault-injection"};
   absl::StatusOr<server::ServerConfig> config =
       server::ParseConfig(static_cast<int>(std::size(argv)), const_cast<char**>(argv));
@@ -161,6 +162,7 @@ TEST_CASE("server info carries every limit flag's value, grouped and flat", "[se
   CHECK_FALSE(l.server().pin_regions());
   CHECK(l.server().fault_injection());
   CHECK(l.server().small_job_bytes() == 1025);
+  CHECK(l.server().overlap_chunk_bytes() == 1026);
   CHECK(l.jobs().max_jobs() == 1008);
   CHECK(l.jobs().ttl_seconds() == 1006.5);
   CHECK(l.jobs().memory_bytes() == 1048583);
