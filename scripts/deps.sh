@@ -4,7 +4,7 @@
 # uses it, otherwise everything builds and runs on the CPU.
 set -euo pipefail
 packages=(
-  build-essential cmake ninja-build pkg-config python3
+  build-essential cmake ninja-build ccache pkg-config python3
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   prometheus-cpp-dev prometheus catch2 libcli11-dev libsndfile1-dev libpng-dev libtbb-dev
   libkissfft-dev libtiff-dev libssl-dev openssl yamllint python3-yaml libcairo2-dev

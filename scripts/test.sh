@@ -12,7 +12,12 @@ bash scripts/deps.sh
 build=${FRESNEL_BUILD_DIR:-build}
 jobs=${FRESNEL_JOBS:-$(nproc)}
 launcher=()
-command -v ccache >/dev/null 2>&1 && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+if command -v ccache >/dev/null 2>&1; then
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+  # Paths under the checkout are hashed relative to it, so a fresh clone elsewhere (CI) reuses
+  # what earlier builds of the same sources compiled.
+  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
+fi
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${launcher[@]}"
 start=$(date +%s)
 cmake --build "$build" -j "$jobs"
