@@ -16,7 +16,8 @@ if command -v ccache >/dev/null 2>&1; then
   launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
   # Paths under the checkout are hashed relative to it, so a fresh clone elsewhere (CI) reuses
   # what earlier builds of the same sources compiled.
-  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
+  # The sanitizer build's -g1 would otherwise put the build directory into every hash.
+  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
 fi
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${launcher[@]}"
 start=$(date +%s)
