@@ -584,7 +584,7 @@ void CheckVolumeThroughRegion(const TestServer& ts, Client* client, v1::DeviceKi
   *bad.mutable_out_shm() = (*region)->OutRef(0);
   bad.mutable_out_shm()->set_region("missing");
   CHECK(StatusNames(vc.Render(bad).status(), absl::StatusCode::kNotFound, "out_shm.region"));
-  *bad.mutable_out_shm() = (*region)->OutRef(16 << 10);  // 64 x 48 x 16 bytes do not fit
+  *bad.mutable_out_shm() = (*region)->OutRef(20 << 10);  // 64 x 48 x 16 bytes do not fit
   CHECK(StatusNames(vc.Render(bad).status(), absl::StatusCode::kInvalidArgument,
                     "out_shm.offset_bytes"));
   CHECK(vc.Render(RenderReq(up->mesh_id(), camera)).ok());
