@@ -313,6 +313,10 @@ int Main(int argc, const char* const* argv, std::ostream& out, std::ostream& err
   unwrap_cmd->add_flag("--sync", unwrap.sync,
                        "One Unwrap call instead of a job (small images: request and result "
                        "must each fit in one message; no progress)");
+  unwrap_cmd->add_flag("--shm", unwrap.shm,
+                       "Pass the phase, mask, quality and the results through a POSIX "
+                       "shared-memory region instead of gRPC messages (the server must run on "
+                       "this host as this user); no message cap applies");
   unwrap_cmd->add_option("--idempotency-key", unwrap.idempotency_key,
                          "Submitting again with the same key returns the same job");
   unwrap_cmd->add_flag("--json", unwrap.json, "Print the summary as JSON (and no progress)");

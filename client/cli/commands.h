@@ -155,6 +155,7 @@ struct UnwrapOptions {
   int png_max_side = 1024;
   std::string device = "any";
   bool sync = false;               // the Unwrap RPC instead of a job
+  bool shm = false;                // arrays both ways through a POSIX shared-memory region
   std::string idempotency_key;
   bool json = false;
 

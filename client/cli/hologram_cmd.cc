@@ -2,6 +2,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -15,6 +17,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "format.h"
+#include "fresnel/client/shm.h"
 #include "fresnel/io/npy.h"
 #include "fresnel/io/png.h"
 #include "fresnel/core/status.h"
@@ -277,6 +280,9 @@ absl::Status ValidateHologramOptions(HologramCmdOptions* o) {
   if (!(o->wavelength_m > 0)) return absl::InvalidArgumentError("--wavelength must be > 0 (metres)");
   if (!std::isfinite(o->min_snr_db)) return absl::InvalidArgumentError("--min-snr must be finite");
   if (o->frames < 1) return absl::InvalidArgumentError("--frames must be >= 1");
+  if (o->shm && o->frames > 1) {
+    return absl::InvalidArgumentError("--shm goes with one Render, not with --frames");
+  }
   if (!std::isfinite(o->spin_deg)) return absl::InvalidArgumentError("--spin must be finite");
   if (o->spin_deg != 0 && o->points.empty()) {
     return absl::InvalidArgumentError("--spin turns a --points cloud; an --image plane cannot turn");
@@ -413,6 +419,10 @@ CLI::App* AddHologramCommand(CLI::App* app, HologramCmdOptions* o) {
   cmd->add_option("--spin", o->spin_deg,
                   "With --frames and --points: turn the cloud by this many degrees per frame "
                   "about the vertical axis through its centre");
+  cmd->add_flag("--shm", o->shm,
+                "Pass the points (or image) and the outputs through a POSIX shared-memory "
+                "region instead of gRPC messages (the server must run on this host as this "
+                "user); no message cap applies");
   cmd->add_flag("--json", o->json, "Print the summary as JSON");
   cmd->footer(kExitCodeHelp);
   return cmd;
@@ -467,6 +477,31 @@ int RunHologram(const GlobalOptions& global, HologramCmdOptions o, std::ostream&
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<HologramRender> r;
   StreamStats stream;
+  // --shm: the source, then the outputs, in a region made for the command (removed at the end).
+  std::unique_ptr<SharedRegion> region;
+  if (o.shm) {
+    const int64_t pixels = o.width * o.height;
+    const bool recon = o.reconstruct_m > 0;
+    // As the server defaults them: the field when nothing else is asked for.
+    const bool field = !o.field_npy.empty() ||
+                       (o.phase_png.empty() && o.amplitude_npy.empty() && !recon);
+    std::vector<int64_t> outputs;
+    if (field) outputs.push_back(pixels * 8);
+    if (!o.phase_png.empty()) outputs.push_back(pixels);
+    if (!o.amplitude_npy.empty()) outputs.push_back(pixels * 4);
+    if (recon) outputs.push_back(pixels);
+    const int64_t source_bytes = static_cast<int64_t>(
+        request.has_points() ? request.points().data().size()
+                             : request.image().image().data().size());
+    absl::StatusOr<std::unique_ptr<SharedRegion>> made =
+        SharedRegion::Create(client->get(), absl::StrCat("fresnel-cli-", getpid()),
+                             RegionSlotBytes(source_bytes) + OutputRegionBytes(outputs));
+    if (!made.ok()) return ReportError(err, kExitRpc, made.status(), global.server);
+    region = *std::move(made);
+    absl::StatusOr<int64_t> end = region->PutArrays(&request, 0);
+    if (!end.ok()) return ReportError(err, kExitIo, end.status());
+    *request.mutable_out_shm() = region->OutRef(*end);
+  }
   if (o.frames == 1) {
     r = (*client)->Render(std::move(request));
   } else {
@@ -518,7 +553,8 @@ int RunHologram(const GlobalOptions& global, HologramCmdOptions o, std::ostream&
         .Add("gemm_inner_dim", static_cast<int64_t>(h.gemm_inner_dim()))
         .Add("point_batches", static_cast<int64_t>(h.point_batches()))
         .Add("reconstruction_depth_m", o.reconstruct_m)
-        .Add("reconstruction_scale", h.reconstruction_scale());
+        .Add("reconstruction_scale", h.reconstruction_scale())
+        .Add("shm", o.shm);
     AddExecutionJson(exec, round_trip_s, &json);
     if (o.frames > 1) {
       json.Add("frames", o.frames)
@@ -546,7 +582,7 @@ int RunHologram(const GlobalOptions& global, HologramCmdOptions o, std::ostream&
       << (exec.device().empty() ? std::string("?") : exec.device()) << " | server "
       << FormatSeconds(exec.total_seconds()) << " (queue " << FormatSeconds(exec.queue_wait_seconds())
       << ", compute " << FormatSeconds(exec.compute_seconds()) << ") | round trip "
-      << FormatSeconds(round_trip_s) << "\n";
+      << FormatSeconds(round_trip_s) << (o.shm ? " | through shared memory" : "") << "\n";
   if (o.frames > 1) {
     out << o.frames << " frames over one Stream call in " << FormatSeconds(round_trip_s) << ": "
         << absl::StrFormat("%.1f", static_cast<double>(o.frames) / round_trip_s)

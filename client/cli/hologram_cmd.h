@@ -44,6 +44,7 @@ struct HologramCmdOptions {
   std::string reconstruct_source = "field";  // field | phase
   std::string device = "any";
   bool json = false;
+  bool shm = false;  // the source and the outputs through a POSIX shared-memory region
   // Holographic video: send this many frames over HologramService.Stream and report frames per
   // second; the files are the last frame's. With --points, frame i shows the cloud turned by
   // i * spin_deg about the vertical axis through its centre.

@@ -19,6 +19,7 @@
 #include "absl/strings/strip.h"
 #include "commands.h"
 #include "format.h"
+#include "fresnel/client/shm.h"
 #include "fresnel/io/npy.h"
 #include "fresnel/io/png.h"
 #include "fresnel/v1/array_convert.h"
@@ -391,6 +392,28 @@ int RunUnwrap(const GlobalOptions& global, UnwrapOptions o, std::ostream& out, s
   if (!client.ok()) return ReportError(err, kExitRpc, client.status(), global.server);
 
   const auto start = std::chrono::steady_clock::now();
+  // --shm: the inputs, then the outputs, in a region made for the command (removed at the end).
+  std::unique_ptr<SharedRegion> region;
+  v1::ShmRef out_shm;
+  if (o.shm) {
+    const int64_t pixels = phase->size();
+    std::vector<int64_t> outputs = {static_cast<int64_t>(phase->nbytes())};
+    if (want_maps) {
+      for (int64_t itemsize : {2, 1, 4, 1}) outputs.push_back(pixels * itemsize);
+    }
+    std::vector<int64_t> inputs = {static_cast<int64_t>(phase->nbytes())};
+    if (mask) inputs.push_back(static_cast<int64_t>(mask->nbytes()));
+    if (quality) inputs.push_back(static_cast<int64_t>(quality->nbytes()));
+    absl::StatusOr<std::unique_ptr<SharedRegion>> r =
+        SharedRegion::Create(client->get(), absl::StrCat("fresnel-cli-", getpid()),
+                             OutputRegionBytes(inputs) + OutputRegionBytes(outputs));
+    if (!r.ok()) return ReportError(err, kExitRpc, r.status(), global.server);
+    region = *std::move(r);
+    absl::StatusOr<int64_t> end = region->PutArrays(&request, 0);
+    if (!end.ok()) return ReportError(err, kExitIo, end.status());
+    out_shm = region->OutRef(*end);
+    if (o.sync) *request.mutable_out_shm() = out_shm;
+  }
   absl::StatusOr<UnwrapResult> result;
   std::string job_id;
   if (o.sync) {
@@ -414,7 +437,7 @@ int RunUnwrap(const GlobalOptions& global, UnwrapOptions o, std::ostream& out, s
     if (final_state->state() != v1::JOB_STATE_DONE) {
       return ReportError(err, kExitRpc, JobFailure(*final_state), global.server);
     }
-    result = (*client)->GetUnwrapResult(job_id);
+    result = (*client)->GetUnwrapResult(job_id, 0, CallOptions(), o.shm ? &out_shm : nullptr);
   }
   if (!result.ok()) return ReportError(err, kExitRpc, result.status(), global.server);
   const double round_trip_s =
@@ -448,6 +471,7 @@ int RunUnwrap(const GlobalOptions& global, UnwrapOptions o, std::ostream& out, s
         .Add("dtype", DTypeName(phase->dtype()))
         .Add("masked", mask.has_value())
         .Add("sync", o.sync)
+        .Add("shm", o.shm)
         .Add("job_id", job_id)
         .Add("stats", StatsJson(result->stats));
     AddExecutionJson(exec, round_trip_s, &json);
@@ -458,7 +482,7 @@ int RunUnwrap(const GlobalOptions& global, UnwrapOptions o, std::ostream& out, s
              o.input, " [", phase->dim(0), " x ", phase->dim(1), "] ", DTypeName(phase->dtype()),
              " -> ", o.output, " | ", method, " | ", StatsText(*result), " | ",
              job_id.empty() ? std::string("sync") : absl::StrCat("job ", job_id.substr(0, 8)),
-             " | ", exec.device().empty() ? std::string("?") : exec.device(), " | server ",
+             o.shm ? " through shared memory" : "", " | ", exec.device().empty() ? std::string("?") : exec.device(), " | server ",
              FormatSeconds(exec.total_seconds()), " (queue ",
              FormatSeconds(exec.queue_wait_seconds()), ", compute ",
              FormatSeconds(exec.compute_seconds()), ") | round trip ", FormatSeconds(round_trip_s))

@@ -11,7 +11,19 @@
 #include "fresnel/client/client.h"
 #include "fresnel/v1/array_convert.h"
 
+namespace fresnel {
+class SharedRegion;
+}
+
 namespace fresnel::internal {
+
+// Every NdArray of `response` that names a region (shm set) is copied back out of the live
+// SharedRegion of `client` of that name into its data (shm cleared): results written to a region
+// (a request's out_shm) then parse as inline ones. FAILED_PRECONDITION naming the field for a
+// region that is not a live SharedRegion of this client (shm_client.cc keeps the list).
+absl::Status TakeRegionArrays(const Client* client, google::protobuf::Message* response);
+void AddLiveRegion(const Client* client, const std::string& name, const SharedRegion* region);
+void RemoveLiveRegion(const Client* client, const std::string& name, const SharedRegion* region);
 
 inline absl::Status FromGrpc(const grpc::Status& status) {
   return FromGrpcStatus(static_cast<int>(status.error_code()), status.error_message());

@@ -350,8 +350,9 @@ absl::StatusOr<v1::UnwrapJob> Client::GetUnwrapJob(const std::string& job_id,
 
 absl::StatusOr<UnwrapResult> Client::GetUnwrapResult(const std::string& job_id,
                                                      int64_t max_chunk_bytes,
-                                                     const CallOptions& call) {
-  return impl_->unwrap->GetResult(job_id, max_chunk_bytes, call);
+                                                     const CallOptions& call,
+                                                     const v1::ShmRef* out_shm) {
+  return impl_->unwrap->GetResult(job_id, max_chunk_bytes, call, out_shm);
 }
 
 absl::StatusOr<v1::UnwrapJob> Client::CancelUnwrap(const std::string& job_id,

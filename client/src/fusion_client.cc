@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "call_util.h"
+#include "fresnel/core/status.h"
 #include "fresnel/v1/array_convert.h"
 #include "fresnel/v1/wire_limits.h"
 
@@ -25,6 +26,7 @@ absl::Status ItemStatus(const v1::FusionResponse& r) {
 absl::StatusOr<std::unique_ptr<FusionSession>> FusionSession::Start(Client& client,
                                                                      const CallOptions& call) {
   std::unique_ptr<FusionSession> s(new FusionSession());
+  s->client_ = &client;
   s->stub_ = v1::FusionService::NewStub(client.channel());
   internal::ApplyDeadline(&s->context_, client.options(), call);
   s->stream_ = s->stub_->Session(&s->context_);
@@ -156,6 +158,8 @@ absl::StatusOr<HostArray> FusionSession::Render(const v1::FusionRenderRequest& r
   if (!seq.ok()) return seq.status();
   absl::StatusOr<v1::FusionResponse> r = Expect(*seq);
   if (!r.ok()) return r.status();
+  // An image written to a region (render.out_shm) is read back out of it.
+  FRESNEL_RETURN_IF_ERROR(internal::TakeRegionArrays(client_, &*r));
   return FromProto(std::move(*r->mutable_render()->mutable_image()), "render.image");
 }
 

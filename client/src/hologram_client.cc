@@ -26,6 +26,7 @@ using v1::kEnvelopeBytes;
 using internal::ApplyDeadline;
 using internal::FromGrpc;
 using internal::ReadAll;
+using internal::TakeRegionArrays;
 
 const char* OutputName(v1::HologramOutput which) {
   switch (which) {
@@ -146,6 +147,8 @@ absl::StatusOr<HologramRender> HologramClient::Render(v1::RenderRequest request,
             return absl::DataLossError("the first Render message carries no header");
           }
           have_header = true;
+          // Outputs written to a region (out_shm) are read back out of it first.
+          FRESNEL_RETURN_IF_ERROR(TakeRegionArrays(client_, message->mutable_header()));
           return assembler.Header(message->mutable_header(), &result);
         }
         if (message->msg_case() != v1::RenderResponse::kChunk) {
@@ -253,6 +256,7 @@ absl::Status HologramClient::RenderStream(
       }
       current = HologramRender();
       current.frame_index = index;
+      FRESNEL_RETURN_IF_ERROR(TakeRegionArrays(client_, message->mutable_header()));
       FRESNEL_RETURN_IF_ERROR(assembler.Header(message->mutable_header(), &current));
     } else if (message->msg_case() == v1::HologramFrameResponse::kChunk && in_frame &&
                message->frame_index() == current.frame_index) {
@@ -284,10 +288,13 @@ absl::StatusOr<HologramReconstruction> HologramClient::Reconstruct(
       stub_->Reconstruct(&context, &response);
   v1::ReconstructRequest first;
   *first.mutable_config() = config;
-  first.mutable_config()->clear_field();
+  // config.field naming a region (field.shm): sent as it is, `field` is not read.
+  const bool field_in_region = config.field().has_shm();
+  if (!field_in_region) first.mutable_config()->clear_field();
   const bool inline_field =
+      field_in_region ||
       static_cast<int64_t>(field.nbytes() + first.ByteSizeLong()) + kEnvelopeBytes <= cap;
-  if (inline_field) ToProto(field, first.mutable_config()->mutable_field());
+  if (inline_field && !field_in_region) ToProto(field, first.mutable_config()->mutable_field());
   bool ok = writer->Write(first);
   if (!inline_field) {
     const int64_t chunk_bytes = v1::ChunkPayloadBytes(cap);
@@ -306,6 +313,7 @@ absl::StatusOr<HologramReconstruction> HologramClient::Reconstruct(
   r.request_id = response.request_id();
   r.scale = response.scale();
   r.info = response.info();
+  FRESNEL_RETURN_IF_ERROR(TakeRegionArrays(client_, &response));
   absl::StatusOr<HostArray> image = FromProto(std::move(*response.mutable_image()), "image");
   if (!image.ok()) return image.status();
   r.image = *std::move(image);

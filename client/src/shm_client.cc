@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <future>
+#include <map>
 #include <mutex>
 #include <numeric>
 #include <random>
@@ -148,10 +149,12 @@ absl::StatusOr<std::unique_ptr<SharedRegion>> SharedRegion::Create(Client* clien
   absl::StatusOr<v1::RegisterRegionResponse> registered = client->RegisterRegion(request, call);
   if (!registered.ok()) return registered.status();
   region->registered_ = true;
+  internal::AddLiveRegion(client, region->name_, region.get());
   return region;
 }
 
 SharedRegion::~SharedRegion() {
+  if (client_ != nullptr) internal::RemoveLiveRegion(client_, name_, this);
   if (registered_) {
     CallOptions call;
     call.timeout = std::chrono::milliseconds(5000);
@@ -207,6 +210,82 @@ absl::StatusOr<HostArray> SharedRegion::Read(const v1::NdArray& array) const {
                               std::string(static_cast<const char*>(data_) + offset,
                                           static_cast<size_t>(*nbytes)),
                               "array");
+}
+
+absl::StatusOr<int64_t> SharedRegion::PutArrays(google::protobuf::Message* request,
+                                                int64_t offset_bytes) {
+  std::vector<v1::NdArray*> arrays;
+  std::vector<int64_t> sizes;
+  for (const NdArrayField& f : NdArrayFields(request)) {
+    if (f.array->has_shm()) continue;
+    arrays.push_back(f.array);
+    sizes.push_back(static_cast<int64_t>(f.array->data().size()));
+  }
+  const int64_t total = OutputRegionBytes(sizes);
+  if (total < 0) return absl::InvalidArgumentError("the arrays' byte count overflows int64");
+  if (absl::Status st = CheckRange(offset_bytes, total, size_, name_); !st.ok()) return st;
+  int64_t at = offset_bytes;
+  for (v1::NdArray* a : arrays) {
+    const int64_t n = static_cast<int64_t>(a->data().size());
+    if (n > 0) std::memcpy(static_cast<char*>(data_) + at, a->data().data(), n);
+    std::string().swap(*a->mutable_data());
+    a->mutable_shm()->set_region(name_);
+    a->mutable_shm()->set_offset_bytes(at);
+    at += RegionSlotBytes(n);
+  }
+  return at;
+}
+
+v1::ShmRef SharedRegion::OutRef(int64_t offset_bytes) const {
+  v1::ShmRef r;
+  r.set_region(name_);
+  r.set_offset_bytes(offset_bytes);
+  return r;
+}
+
+// The SharedRegions alive in this process, by (Client, name): a response's arrays that name one
+// are read back out of it (TakeRegionArrays), so that results look as they do inline.
+namespace {
+std::mutex& LiveMu() {
+  static std::mutex mu;
+  return mu;
+}
+std::map<std::pair<const Client*, std::string>, const SharedRegion*>& Live() {
+  static auto* live = new std::map<std::pair<const Client*, std::string>, const SharedRegion*>();
+  return *live;
+}
+}  // namespace
+
+void internal::AddLiveRegion(const Client* client, const std::string& name,
+                             const SharedRegion* region) {
+  std::lock_guard<std::mutex> lock(LiveMu());
+  Live()[{client, name}] = region;
+}
+
+void internal::RemoveLiveRegion(const Client* client, const std::string& name,
+                                const SharedRegion* region) {
+  std::lock_guard<std::mutex> lock(LiveMu());
+  auto it = Live().find({client, name});
+  if (it != Live().end() && it->second == region) Live().erase(it);
+}
+
+absl::Status internal::TakeRegionArrays(const Client* client,
+                                        google::protobuf::Message* response) {
+  std::lock_guard<std::mutex> lock(LiveMu());  // the region cannot go while it is read
+  for (const NdArrayField& f : NdArrayFields(response)) {
+    if (!f.array->has_shm()) continue;
+    auto it = Live().find({client, f.array->shm().region()});
+    if (it == Live().end()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          f.path, ".shm: the result lies in region '", f.array->shm().region(),
+          "', which is not a live SharedRegion of this Client: read it with SharedRegion::Read"));
+    }
+    absl::StatusOr<HostArray> a = it->second->Read(*f.array);
+    if (!a.ok()) return a.status();
+    f.array->clear_shm();
+    *f.array->mutable_data() = std::move(*a).TakeBytes();
+  }
+  return absl::OkStatus();
 }
 
 // --- chunked transfer through a staging region (issue 10 item 2) ---

@@ -23,6 +23,7 @@ namespace {
 using internal::ApplyDeadline;
 using internal::FromGrpc;
 using internal::ReadAll;
+using internal::TakeRegionArrays;
 using internal::Unary;
 
 using v1::kEnvelopeBytes;
@@ -90,6 +91,8 @@ absl::StatusOr<UnwrapResult> UnwrapClient::Unwrap(const v1::UnwrapRequest& reque
         return unwrap_->Unwrap(c, req, resp);
       });
   if (!response.ok()) return response.status();
+  // Arrays written to a region (out_shm) are read back out of it.
+  FRESNEL_RETURN_IF_ERROR(TakeRegionArrays(client_, &*response));
   UnwrapResult r;
   TakeHeader(&*response, &r);
   const std::pair<v1::NdArray*, v1::UnwrapArray> arrays[] = {
@@ -207,12 +210,14 @@ absl::StatusOr<v1::UnwrapJob> UnwrapClient::GetJob(const std::string& job_id,
 
 absl::StatusOr<UnwrapResult> UnwrapClient::GetResult(const std::string& job_id,
                                                      int64_t max_chunk_bytes,
-                                                     const CallOptions& call) {
+                                                     const CallOptions& call,
+                                                     const v1::ShmRef* out_shm) {
   grpc::ClientContext context;
   ApplyDeadline(&context, client_->options(), call);
   v1::GetUnwrapResultRequest request;
   request.set_job_id(job_id);
   request.set_max_chunk_bytes(max_chunk_bytes);
+  if (out_shm != nullptr) *request.mutable_out_shm() = *out_shm;
   std::unique_ptr<grpc::ClientReader<v1::GetUnwrapResultResponse>> reader =
       jobs_->Get(&context, request);
   UnwrapResult result;
@@ -226,7 +231,19 @@ absl::StatusOr<UnwrapResult> UnwrapClient::GetResult(const std::string& job_id,
         return absl::DataLossError("the first Get message carries no result header");
       }
       have_header = true;
-      TakeHeader(message->mutable_result(), &result);
+      // With out_shm the arrays are in the header, naming the region: read them back.
+      v1::UnwrapResponse* header = message->mutable_result();
+      FRESNEL_RETURN_IF_ERROR(TakeRegionArrays(client_, header));
+      const std::pair<v1::NdArray*, v1::UnwrapArray> arrays[] = {
+          {header->mutable_unwrapped(), v1::UNWRAP_ARRAY_UNWRAPPED},
+          {header->mutable_residues(), v1::UNWRAP_ARRAY_RESIDUES},
+          {header->mutable_cuts(), v1::UNWRAP_ARRAY_CUTS},
+          {header->mutable_regions(), v1::UNWRAP_ARRAY_REGIONS},
+          {header->mutable_unreached(), v1::UNWRAP_ARRAY_UNREACHED}};
+      for (const auto& [array, which] : arrays) {
+        FRESNEL_RETURN_IF_ERROR(TakeInlineArray(array, ArrayName(which), OutputSlot(&result, which)));
+      }
+      TakeHeader(header, &result);
       for (int a : message->result().chunked_arrays()) {
         expected.push_back(static_cast<v1::UnwrapArray>(a));
       }

@@ -24,7 +24,8 @@ constexpr int64_t kMaxChunkBytes = 4 << 20;
 }  // namespace
 
 VolumeClient::VolumeClient(Client* client)
-    : options_(client->options()), stub_(v1::VolumeRenderService::NewStub(client->channel())) {}
+    : client_(client),
+      options_(client->options()), stub_(v1::VolumeRenderService::NewStub(client->channel())) {}
 
 absl::StatusOr<v1::UploadMeshResponse> VolumeClient::UploadMesh(const HostArray& points_xyz,
                                                                 const HostArray& tets,
@@ -88,6 +89,8 @@ absl::StatusOr<VolumeRenderResult> VolumeClient::Render(
           if (on_partial) on_partial(message->partial());
         } else if (message->has_image()) {
           v1::VolumeImage* image = message->mutable_image();
+          // An image written to a region (out_shm) is read back out of it.
+          FRESNEL_RETURN_IF_ERROR(internal::TakeRegionArrays(client_, image));
           FRESNEL_ASSIGN_OR_RETURN(result.image,
                                    FromProto(std::move(*image->mutable_image()), "image"));
           result.stats = image->stats();

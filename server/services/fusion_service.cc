@@ -14,6 +14,7 @@
 #include "fresnel/v1/wire_limits.h"
 #include "server/rpc/ordered_stream.h"
 #include "server/services/fusion_params.h"
+#include "server/shm_arrays.h"
 #include "server/sessions.h"
 #include "server/status_util.h"
 
@@ -410,12 +411,23 @@ class SessionCall : public OrderedStream<v1::FusionRequest, v1::FusionResponse> 
           absl::StrCat("render.camera: ", view.camera.width, "x", view.camera.height,
                        " exceeds the limit of ", limits_.max_render_pixels, " pixels"));
     }
+    auto out = std::make_shared<OutputRegion>();
     if (st.ok()) {
       const int64_t per_pixel = *mode == fusion::RenderMode::kNormals ? 12
                                 : *mode == fusion::RenderMode::kDepth ? 4
                                 : *mode == fusion::RenderMode::kColor ? 3
                                                                       : 1;
-      if (pixels * per_pixel + kEnvelopeBytes > ctx_->max_message_bytes) {
+      // The image into the client's region when the request names one (checked now).
+      absl::StatusOr<OutputRegion> reserved =
+          OutputRegion::Reserve(request.has_out_shm(), request.out_shm(), {pixels * per_pixel},
+                                ClientRegions(ctx_, client_), "render.out_shm");
+      if (reserved.ok()) {
+        *out = *std::move(reserved);
+      } else {
+        st = reserved.status();
+      }
+      if (st.ok() && !out->active() &&
+          pixels * per_pixel + kEnvelopeBytes > ctx_->max_message_bytes) {
         st = absl::InvalidArgumentError(absl::StrCat(
             "render.camera: the image (", pixels * per_pixel,
             " bytes) does not fit in one message (ServerInfo.limits.max_message_bytes = ",
@@ -440,12 +452,20 @@ class SessionCall : public OrderedStream<v1::FusionRequest, v1::FusionResponse> 
               *image, volume.Render(device, pose ? *pose : volume.pose(), camera, m));
           return absl::OkStatus();
         },
-        [this, seq, image, proto_mode, received](const JobReport& report) {
+        [this, seq, image, proto_mode, received, out](const JobReport& report) {
           v1::FusionResponse r = OkResponse(seq);
-          v1::FusionRenderResult* out = r.mutable_render();
-          ToProto(std::move(*image), out->mutable_image());
-          out->set_mode(proto_mode);
-          FillExecutionInfo(report, SecondsSince(received), out->mutable_info());
+          v1::FusionRenderResult* result = r.mutable_render();
+          ToProto(std::move(*image), result->mutable_image());
+          if (out->active()) {
+            absl::Status stored = out->Store(result);
+            out->Release();
+            if (!stored.ok()) {
+              Answer(seq, ErrorResponse(seq, stored));
+              return;
+            }
+          }
+          result->set_mode(proto_mode);
+          FillExecutionInfo(report, SecondsSince(received), result->mutable_info());
           Answer(seq, std::move(r));
         });
   }

@@ -134,6 +134,16 @@ absl::StatusOr<hologram::HologramOptions> ApplyOverrides(const hologram::Hologra
   return o;
 }
 
+std::vector<int64_t> OutputArrayBytes(const hologram::HologramOptions& options) {
+  const int64_t pixels = options.width * options.height;
+  std::vector<int64_t> bytes;
+  if (options.outputs.field) bytes.push_back(pixels * 8);      // complex64
+  if (options.outputs.phase) bytes.push_back(pixels);          // uint8
+  if (options.outputs.amplitude) bytes.push_back(pixels * 4);  // float32
+  if (options.reconstruction.enabled) bytes.push_back(pixels);  // uint8
+  return bytes;
+}
+
 absl::Status CheckPointsShape(const v1::NdArray& points, const hologram::Limits& limits) {
   if (points.dtype() != v1::FLOAT32 && points.dtype() != v1::FLOAT64) {
     return Invalid("points", absl::StrCat("must be float32 or float64, got dtype ",

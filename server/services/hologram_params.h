@@ -64,6 +64,10 @@ absl::StatusOr<hologram::ReconstructionSource> SourceFromProto(
 void FillResultHeader(const hologram::HologramResult& result, int64_t points,
                       const hologram::HologramOptions& options, v1::HologramResultHeader* header);
 
+// The byte counts of the outputs a render with these options returns (field, phase,
+// amplitude, reconstruction, those requested): what an output region must hold.
+std::vector<int64_t> OutputArrayBytes(const hologram::HologramOptions& options);
+
 // One output array of a result, by name; null when `which` is not an output.
 HostArray* OutputArray(hologram::HologramResult* result, v1::HologramOutput which);
 v1::NdArray* HeaderArray(v1::HologramResultHeader* header, v1::HologramOutput which);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <limits>
 #include <optional>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "server/rpc/ordered_stream.h"
 #include "server/rpc/upload_reader.h"
 #include "server/services/hologram_params.h"
+#include "server/shm_arrays.h"
 #include "server/status_util.h"
 
 namespace fresnel::server {
@@ -94,7 +96,24 @@ struct RenderWork {
   hologram::HologramOptions options;
   hologram::HologramResult result;
   absl::Status error;
+  OutputRegion out;  // active: the outputs go to the client's region (out_shm)
 };
+
+// The result's messages: all outputs in the header, written to the client's region, when the
+// request set out_shm; else the header with what fits inline and the chunks of the rest.
+absl::StatusOr<std::shared_ptr<ResultMessages>> MakeResultMessages(
+    RenderWork* work, int64_t chunk_bytes, v1::HologramResultHeader* header, int64_t* out_bytes) {
+  const bool to_region = work->out.active();
+  auto messages = std::make_shared<ResultMessages>(
+      std::move(work->result), to_region ? std::numeric_limits<int64_t>::max() : chunk_bytes);
+  const int64_t bytes = messages->BuildHeader(header);
+  if (out_bytes != nullptr) *out_bytes = bytes;
+  if (to_region) {
+    FRESNEL_RETURN_IF_ERROR(work->out.Store(header));
+    work->out.Release();
+  }
+  return messages;
+}
 
 std::shared_ptr<Job> MakeRenderJob(std::shared_ptr<RenderWork> work, const char* method,
                                    DevicePreference preference,
@@ -175,7 +194,16 @@ class RenderCall : public RpcCall<grpc::ServerWriteReactor<v1::RenderResponse>> 
   absl::Status Start(const v1::RenderRequest& request) {
     request_id_ = RequestIdOr(request.request_id());
     auto work = std::make_shared<RenderWork>();
+    // Points or an image in the client's region are copied out of it now (nothing reads the
+    // request's arrays after this call).
+    const ShmResolver regions = ClientRegions(ctx_, context_);
+    FRESNEL_RETURN_IF_ERROR(
+        InlineShmInputs(const_cast<v1::RenderRequest*>(&request), regions));
     FRESNEL_ASSIGN_OR_RETURN(work->options, ParseHologramConfig(request.config(), limits_));
+    FRESNEL_ASSIGN_OR_RETURN(work->out,
+                             OutputRegion::Reserve(request.has_out_shm(), request.out_shm(),
+                                                   OutputArrayBytes(work->options), regions,
+                                                   "out_shm"));
     FRESNEL_RETURN_IF_ERROR(
         CheckAlgorithmPlacement(work->options, request.config().device(), ctx_->pool->gpu_count()));
     hologram::CloudBuilder cloud(work->options, limits_);
@@ -203,8 +231,15 @@ class RenderCall : public RpcCall<grpc::ServerWriteReactor<v1::RenderResponse>> 
       header->set_request_id(request_id_);
       FillResultHeader(work->result, points, work->options, header);
       FillExecutionInfo(report, record().Elapsed(), header->mutable_info());
-      messages_.emplace(std::move(work->result), chunk_bytes_);
-      record().Payload("out", static_cast<double>(messages_->BuildHeader(header)));
+      int64_t out_bytes = 0;
+      absl::StatusOr<std::shared_ptr<ResultMessages>> messages =
+          MakeResultMessages(work.get(), chunk_bytes_, header, &out_bytes);
+      if (!messages.ok()) {
+        FinishWith(messages.status());
+        return;
+      }
+      messages_ = *std::move(messages);
+      record().Payload("out", static_cast<double>(out_bytes));
       StartWrite(&response_);
     };
     absl::Status submitted = slot_.Submit(ctx_->pool, job);
@@ -219,7 +254,7 @@ class RenderCall : public RpcCall<grpc::ServerWriteReactor<v1::RenderResponse>> 
   std::string request_id_;
   int64_t chunk_bytes_ = 0;
   v1::RenderResponse response_;
-  std::optional<ResultMessages> messages_;
+  std::shared_ptr<ResultMessages> messages_;
   JobSlot slot_;  // the job in flight, for OnCancel
 };
 
@@ -238,7 +273,8 @@ class StreamCall : public OrderedStream<v1::HologramFrameRequest, v1::HologramFr
       : OrderedStream(ctx->metrics, kService, "Stream", PipelineDepth(*ctx->pool)),
         ctx_(ctx),
         limits_(limits),
-        context_(context) {
+        context_(context),
+        regions_(ClientRegions(ctx, context)) {
     absl::Status open = ReserveStream(ctx, context, "a hologram Stream", &stream_slot_);
     if (open.ok() && ctx->drain != nullptr) {
       open = ctx->drain->Register("hologram Stream", [this](const absl::Status& st) { Abort(st); },
@@ -280,6 +316,7 @@ class StreamCall : public OrderedStream<v1::HologramFrameRequest, v1::HologramFr
     // The parts' points under --stream-state-bytes, charged as they arrive.
     Budget::Reservation held;
     bool charged = false;
+    std::optional<v1::ShmRef> out_shm;  // the frame's (its first part's) out_shm
   };
 
   void OnRequest(int64_t seq, v1::HologramFrameRequest* request) override {
@@ -315,7 +352,7 @@ class StreamCall : public OrderedStream<v1::HologramFrameRequest, v1::HologramFr
     }
     FrameInput input;
     if (partial_.has_value() || request->points_continue()) {
-      AddPart(*request);
+      AddPart(*request, InlineShmInputs(request, regions_));
       if (request->points_continue()) {
         Absorb(seq);  // the frame goes on in the next message, whose answer covers this one
         return;
@@ -326,6 +363,7 @@ class StreamCall : public OrderedStream<v1::HologramFrameRequest, v1::HologramFr
       input.received = Clock::now();
       input.had_config = request->has_config();
       if (request->has_overrides()) input.overrides = request->overrides();
+      if (request->has_out_shm()) input.out_shm = request->out_shm();
     }
     const int64_t index = next_frame_++;
     if (index > 0 && input.had_config) {
@@ -346,7 +384,8 @@ class StreamCall : public OrderedStream<v1::HologramFrameRequest, v1::HologramFr
         // An exception (out of memory) ends the stream with a status, as in OnRequest; the frame
         // is answered (a second answer would be dropped).
         absl::Status st = Guarded("converting the frame's points", [&] {
-          absl::Status prepared = PrepareFrame(*frame, in.get(), work.get());
+          absl::Status prepared = InlineShmInputs(frame.get(), regions_);
+          if (prepared.ok()) prepared = PrepareFrame(*frame, in.get(), work.get());
           frame->Clear();  // the points' bytes are converted: free them before the render
           if (!prepared.ok()) {
             Answer(seq, FrameError(index, prepared));
@@ -362,7 +401,8 @@ class StreamCall : public OrderedStream<v1::HologramFrameRequest, v1::HologramFr
       });
       return;
     }
-    absl::Status prepared = PrepareFrame(*request, &input, work.get());
+    absl::Status prepared = InlineShmInputs(request, regions_);
+    if (prepared.ok()) prepared = PrepareFrame(*request, &input, work.get());
     if (!prepared.ok()) {
       Answer(seq, FrameError(index, prepared));
       return;
@@ -427,17 +467,22 @@ class StreamCall : public OrderedStream<v1::HologramFrameRequest, v1::HologramFr
   }
 
   // Adds `request` as the next part of partial_ (its first part when partial_ is empty).
-  void AddPart(const v1::HologramFrameRequest& request) {
+  // `resolved`: whether its arrays in the client's region could be copied out (InlineShmInputs).
+  void AddPart(const v1::HologramFrameRequest& request, const absl::Status& resolved) {
     if (!partial_.has_value()) {
       partial_.emplace();
       partial_->received = Clock::now();
       partial_->had_config = request.has_config();
       if (request.has_overrides()) partial_->overrides = request.overrides();
+      if (request.has_out_shm()) partial_->out_shm = request.out_shm();
       partial_->cloud.emplace(base_, limits_);
-    } else if (partial_->error.ok() && (request.has_config() || request.has_overrides())) {
+    } else if (partial_->error.ok() &&
+               (request.has_config() || request.has_overrides() || request.has_out_shm())) {
       partial_->error = absl::InvalidArgumentError(
-          "points_continue: only the first part of a frame may carry config or overrides");
+          "points_continue: only the first part of a frame may carry config, overrides or "
+          "out_shm");
     }
+    if (partial_->error.ok() && !resolved.ok()) partial_->error = resolved;
     if (!partial_->error.ok()) return;  // read on to the frame's last part, then answer
     if (request.source_case() != v1::HologramFrameRequest::kPoints) {
       partial_->error = absl::InvalidArgumentError(
@@ -489,6 +534,12 @@ class StreamCall : public OrderedStream<v1::HologramFrameRequest, v1::HologramFr
           CheckAlgorithmPlacement(work->options, hint_, ctx_->pool->gpu_count()));
     } else {
       work->options = base_;
+    }
+    if (input->out_shm.has_value()) {
+      FRESNEL_ASSIGN_OR_RETURN(work->out,
+                               OutputRegion::Reserve(true, *input->out_shm,
+                                                     OutputArrayBytes(work->options), regions_,
+                                                     "out_shm"));
     }
     if (input->cloud.has_value()) {
       FRESNEL_RETURN_IF_ERROR(input->values_error);
@@ -546,8 +597,13 @@ class StreamCall : public OrderedStream<v1::HologramFrameRequest, v1::HologramFr
     header->set_request_id(request_id_);
     FillResultHeader(work->result, points, work->options, header);
     FillExecutionInfo(report, SecondsSince(received), header->mutable_info());
-    auto messages = std::make_shared<ResultMessages>(std::move(work->result), chunk_bytes_);
-    messages->BuildHeader(header);
+    absl::StatusOr<std::shared_ptr<ResultMessages>> made =
+        MakeResultMessages(work, chunk_bytes_, header, nullptr);
+    if (!made.ok()) {
+      Answer(seq, FrameError(index, made.status()));
+      return;
+    }
+    std::shared_ptr<ResultMessages> messages = *std::move(made);
     reply.more = [messages, index](v1::HologramFrameResponse* next) {
       next->set_frame_index(index);
       return messages->NextChunk(next->mutable_chunk());
@@ -571,6 +627,7 @@ class StreamCall : public OrderedStream<v1::HologramFrameRequest, v1::HologramFr
   ServiceContext* ctx_;
   hologram::Limits limits_;
   grpc::CallbackServerContext* context_;
+  const ShmResolver regions_;  // the client's shared-memory regions
   StreamSlot stream_slot_;
   DrainGate::Ticket ticket_;  // while open: SIGTERM's drain may end it (server/drain.h)
   // Reader side (OnRequest and OnHalfClose run one at a time).
@@ -640,8 +697,11 @@ class ReconstructCall : public UploadReader<v1::ReconstructRequest> {
       return absl::InvalidArgumentError("config: the stream ended before a config message");
     }
     auto field = std::make_shared<HostArray>();
+    const ShmResolver regions = ClientRegions(ctx_, context());
     if (inline_field_) {
-      FRESNEL_ASSIGN_OR_RETURN(*field, FromProto(std::move(*config_.mutable_field()), "field"));
+      // A field in the client's region is copied out of it here.
+      FRESNEL_ASSIGN_OR_RETURN(*field,
+                               FromProto(std::move(*config_.mutable_field()), "field", regions));
     } else if (!any_chunk_) {
       return absl::InvalidArgumentError(
           "field: no field was sent (config.field, or field_chunk messages)");
@@ -656,7 +716,9 @@ class ReconstructCall : public UploadReader<v1::ReconstructRequest> {
           "field: must be 2-D [height, width], got shape ", ShapeString(field->shape())));
     }
     const int64_t image_bytes = field->size();
-    if (image_bytes + kEnvelopeBytes > ctx_->max_message_bytes) {
+    FRESNEL_ASSIGN_OR_RETURN(out_, OutputRegion::Reserve(config_.has_out_shm(), config_.out_shm(),
+                                                         {image_bytes}, regions, "out_shm"));
+    if (!out_.active() && image_bytes + kEnvelopeBytes > ctx_->max_message_bytes) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "image: the reconstruction would be ", image_bytes,
           " bytes, over the server's max message size of ", ctx_->max_message_bytes, " bytes"));
@@ -686,14 +748,17 @@ class ReconstructCall : public UploadReader<v1::ReconstructRequest> {
     const std::string request_id = RequestIdOr(config_.request_id());
     job->done = [this, result, request_id](const absl::Status& status, const JobReport& report) {
       slot_.Clear();
-      if (status.ok()) {
+      absl::Status st = status;
+      if (st.ok()) {
         response_->set_request_id(request_id);
         response_->set_scale(result->scale);
         record().Payload("out", static_cast<double>(result->image.nbytes()));
         ToProto(std::move(result->image), response_->mutable_image());
+        if (out_.active()) st = out_.Store(response_);
+        out_.Release();
         FillExecutionInfo(report, record().Elapsed(), response_->mutable_info());
       }
-      FinishWith(status);
+      FinishWith(st);
     };
     absl::Status submitted = slot_.Submit(ctx_->pool, job);
     if (!submitted.ok()) return submitted;
@@ -709,6 +774,7 @@ class ReconstructCall : public UploadReader<v1::ReconstructRequest> {
   bool any_chunk_ = false;
   bool field_complete_ = false;
   ChunkAssembler assembler_;
+  OutputRegion out_;  // active: the image goes to the client's region (config.out_shm)
   JobSlot slot_;  // the job in flight, for OnCancel
 };
 

@@ -61,10 +61,17 @@ int64_t UnwrapInput::InputBytes() const {
 }
 
 int64_t UnwrapInput::OutputBytes() const {
+  int64_t bytes = 0;
+  for (int64_t b : OutputArrayBytes()) bytes += b;
+  return bytes;
+}
+
+std::vector<int64_t> UnwrapInput::OutputArrayBytes() const {
   const int64_t n = rows() * cols();
-  int64_t bytes = n * static_cast<int64_t>(DTypeSize(phase.dtype()));
+  std::vector<int64_t> bytes = {n * static_cast<int64_t>(DTypeSize(phase.dtype()))};
   if (method == v1::UNWRAP_METHOD_GOLDSTEIN && return_maps) {
-    bytes += n * (2 + 1 + 4 + 1);  // residues int16, cuts uint8, regions int32, unreached uint8
+    // residues int16, cuts uint8, regions int32, unreached uint8
+    for (int64_t itemsize : {2, 1, 4, 1}) bytes.push_back(n * itemsize);
   }
   return bytes;
 }

@@ -42,6 +42,8 @@ struct UnwrapInput {
   int64_t InputBytes() const;
   // Bytes of the arrays the result holds (exact: what Unwrap and Get send).
   int64_t OutputBytes() const;
+  // The same per array, in the response's order (unwrapped, then the maps when returned).
+  std::vector<int64_t> OutputArrayBytes() const;
   // Upper bound of the device memory a CUDA run takes, for placement (unwrap::UnwrapDeviceBytes).
   int64_t DeviceBytes() const;
   // The kernel's options, borrowing this input's arrays.

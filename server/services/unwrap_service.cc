@@ -13,6 +13,7 @@
 #include "server/rpc/chunked.h"
 #include "server/rpc/upload_reader.h"
 #include "server/services/unwrap_params.h"
+#include "server/shm_arrays.h"
 #include "server/status_util.h"
 
 namespace fresnel::server {
@@ -143,7 +144,9 @@ class SubmitCall : public UploadReader<v1::SubmitRequest> {
                                   : i == 1 ? r.mutable_mask()
                                            : r.mutable_quality();
       record().Payload("in", static_cast<double>(inline_array->data().size()));
-      FRESNEL_ASSIGN_OR_RETURN(HostArray a, FromProto(std::move(*inline_array), kNames[i]));
+      // An array in the client's region is copied out of it here, when the job is created.
+      FRESNEL_ASSIGN_OR_RETURN(HostArray a, FromProto(std::move(*inline_array), kNames[i],
+                                                      ClientRegions(ctx_, owner_)));
       return std::optional<HostArray>(std::move(a));
     }
     return chunks_.Take(kArrays[i]);
@@ -165,6 +168,11 @@ class SubmitCall : public UploadReader<v1::SubmitRequest> {
     const v1::UnwrapRequest& req = header_.request();
     if (!phase) {
       return absl::InvalidArgumentError("phase: required (inline in the header or in chunks)");
+    }
+    if (req.has_out_shm()) {
+      return absl::InvalidArgumentError(
+          "out_shm: a job's result goes to a region when it is fetched: set "
+          "GetUnwrapResultRequest.out_shm");
     }
     FRESNEL_ASSIGN_OR_RETURN(
         UnwrapInput input, ParseUnwrap(req, *std::move(phase), std::move(mask), std::move(quality),
@@ -377,14 +385,39 @@ class GetCall : public RpcCall<grpc::ServerWriteReactor<v1::GetUnwrapResultRespo
     output_ = std::dynamic_pointer_cast<const UnwrapOutput>(result.output);
     if (!output_) return absl::InternalError("job output is not an unwrap result");
     chunks_.emplace(v1::ChunkPayloadBytes(ctx_->max_message_bytes, request.max_chunk_bytes()));
-    for (const auto& [which, array] : output_->Arrays()) chunks_->AddBorrowed(which, array);
     v1::UnwrapResponse* header = response_.mutable_result();
+    if (request.has_out_shm()) {
+      // The arrays go to the client's region, resolved now (an unregistered region is NOT_FOUND
+      // and the result stays fetchable); the stream is the header alone.
+      std::vector<int64_t> sizes;
+      std::vector<std::pair<const HostArray*, v1::NdArray*>> arrays;
+      for (const auto& [which, array] : output_->Arrays()) {
+        sizes.push_back(static_cast<int64_t>(array->nbytes()));
+        arrays.emplace_back(array, ResponseArray(header, which));
+      }
+      FRESNEL_ASSIGN_OR_RETURN(OutputRegion out,
+                               OutputRegion::Reserve(true, request.out_shm(), sizes,
+                                                     ClientRegions(ctx_, owner), "out_shm"));
+      FRESNEL_RETURN_IF_ERROR(out.Write(arrays));
+    } else {
+      for (const auto& [which, array] : output_->Arrays()) chunks_->AddBorrowed(which, array);
+    }
     header->set_request_id(result.job.request_id);
     FillResultHeader(*output_, header);
     FillExecutionInfo(result.job.report, result.job.total_s, header->mutable_info());
     for (int which : chunks_->names()) header->add_chunked_arrays(static_cast<v1::UnwrapArray>(which));
     StartWrite(&response_);
     return absl::OkStatus();
+  }
+
+  static v1::NdArray* ResponseArray(v1::UnwrapResponse* r, v1::UnwrapArray which) {
+    switch (which) {
+      case v1::UNWRAP_ARRAY_RESIDUES: return r->mutable_residues();
+      case v1::UNWRAP_ARRAY_CUTS: return r->mutable_cuts();
+      case v1::UNWRAP_ARRAY_REGIONS: return r->mutable_regions();
+      case v1::UNWRAP_ARRAY_UNREACHED: return r->mutable_unreached();
+      default: return r->mutable_unwrapped();
+    }
   }
 
   ServiceContext* ctx_;
@@ -399,19 +432,30 @@ grpc::ServerUnaryReactor* UnwrapService::Unwrap(grpc::CallbackServerContext* con
                                                 const v1::UnwrapRequest* request,
                                                 v1::UnwrapResponse* response) {
   auto* call = new UnaryJobCall(ctx_, context, kService, "Unwrap");
+  // The request lives until the call finishes and nothing reads its arrays again: take their
+  // bytes instead of copying them (arrays in the client's region are copied out of it first).
+  auto* mutable_request = const_cast<v1::UnwrapRequest*>(request);
+  const ShmResolver regions = ClientRegions(ctx_, context);
+  if (absl::Status st = InlineShmInputs(mutable_request, regions); !st.ok()) {
+    call->Reject(st);
+    return call;
+  }
   const int64_t in_bytes =
       static_cast<int64_t>(request->phase().data().size() + request->mask().data().size() +
                            request->quality().data().size());
-  // The request lives until the call finishes and nothing reads its arrays again: take their
-  // bytes instead of copying them.
-  absl::StatusOr<UnwrapInput> input =
-      ParseUnwrap(const_cast<v1::UnwrapRequest*>(request), limits_);
+  absl::StatusOr<UnwrapInput> input = ParseUnwrap(mutable_request, limits_);
   if (!input.ok()) {
     call->Reject(input.status());
     return call;
   }
+  absl::StatusOr<OutputRegion> out_region = OutputRegion::Reserve(
+      request->has_out_shm(), request->out_shm(), input->OutputArrayBytes(), regions, "out_shm");
+  if (!out_region.ok()) {
+    call->Reject(out_region.status());
+    return call;
+  }
   const int64_t out_bytes = input->OutputBytes();
-  if (out_bytes + kEnvelopeBytes > ctx_->max_message_bytes) {
+  if (!out_region->active() && out_bytes + kEnvelopeBytes > ctx_->max_message_bytes) {
     call->Reject(absl::ResourceExhaustedError(
         absl::StrCat("unwrapped: the result would be ", out_bytes,
                      " bytes, over the server's max message "
@@ -427,8 +471,10 @@ grpc::ServerUnaryReactor* UnwrapService::Unwrap(grpc::CallbackServerContext* con
   struct State {
     UnwrapInput input;
     std::shared_ptr<UnwrapOutput> output;
+    OutputRegion out;  // active: the arrays go to the client's region
   };
   auto state = std::make_shared<State>();
+  state->out = *std::move(out_region);
   auto job = std::make_shared<Job>();
   job->preference = input->preference;
   job->device_bytes = input->DeviceBytes();
@@ -451,6 +497,10 @@ grpc::ServerUnaryReactor* UnwrapService::Unwrap(grpc::CallbackServerContext* con
       metrics->AddPayload(kService, "Unwrap", "out", static_cast<double>(state->output->bytes()));
     }
     MoveArraysInto(state->output.get(), response);
+    if (state->out.active()) {
+      FRESNEL_RETURN_IF_ERROR(state->out.Store(response));
+      state->out.Release();
+    }
     FillExecutionInfo(report, total, response->mutable_info());
     return absl::OkStatus();
   });

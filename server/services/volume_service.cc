@@ -16,6 +16,7 @@
 #include "server/rpc/chunked.h"
 #include "server/rpc/upload_reader.h"
 #include "server/sessions.h"
+#include "server/shm_arrays.h"
 #include "server/status_util.h"
 
 namespace fresnel::server {
@@ -298,7 +299,13 @@ absl::Status StartRender(ServiceContext* ctx, grpc::CallbackServerContext* conte
     return absl::NotFoundError(absl::StrCat("mesh_id ", request.mesh_id(), " is not a mesh"));
   }
   FRESNEL_ASSIGN_OR_RETURN(VolumeRenderInput parsed, ParseVolumeRender(request, state->report));
-  if (parsed.ImageBytes() + kEnvelopeBytes > ctx->max_message_bytes) {
+  // The final image into the client's region when the request names one (checked now).
+  FRESNEL_ASSIGN_OR_RETURN(OutputRegion parsed_out,
+                           OutputRegion::Reserve(request.has_out_shm(), request.out_shm(),
+                                                 {parsed.ImageBytes()},
+                                                 ClientRegions(ctx, context), "out_shm"));
+  auto out = std::make_shared<OutputRegion>(std::move(parsed_out));
+  if (!out->active() && parsed.ImageBytes() + kEnvelopeBytes > ctx->max_message_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "camera: a ", parsed.camera.width, "x", parsed.camera.height, " image is ",
         parsed.ImageBytes(), " bytes in this format, over the server's max message size of ",
@@ -313,8 +320,8 @@ absl::Status StartRender(ServiceContext* ctx, grpc::CallbackServerContext* conte
   job->method = "Render";
   job->deadline = DeadlineOf(context);
   std::weak_ptr<Job> weak_job = job;
-  job->run = [state, input, result, writer, weak_job](const Device& device,
-                                                      StageTimes* times) -> absl::Status {
+  job->run = [state, input, result, writer, weak_job, out](const Device& device,
+                                                           StageTimes* times) -> absl::Status {
     if (!state->mesh) return absl::FailedPreconditionError("the mesh was not built");
     volume::PartialFrameCallback on_block;
     if (input->progressive) {
@@ -342,6 +349,10 @@ absl::Status StartRender(ServiceContext* ctx, grpc::CallbackServerContext* conte
     StatsToProto(stats, result->mutable_stats());
     FRESNEL_ASSIGN_OR_RETURN(HostArray image, ImageInFormat(std::move(frame), input->format));
     ToProto(std::move(image), result->mutable_image());
+    if (out->active()) {
+      FRESNEL_RETURN_IF_ERROR(out->Store(result.get()));
+      out->Release();
+    }
     return absl::OkStatus();
   };
   job->done = [writer, result](const absl::Status& status, const JobReport& report) {

@@ -182,6 +182,26 @@ int RunCheck(Client* client) {
       fft.set_num(1000);
       CheckStatus(client->Resample(fft).status(), absl::StatusCode::kInvalidArgument,
                   "x.shm.region", "Resample on device memory");
+      // The other services read and write host memory only: an input or an output region in
+      // device memory is refused, naming the field (docs/transport.md, "Which requests accept
+      // it").
+      v1::UnwrapRequest unwrap;
+      *unwrap.mutable_phase() = Named(x, "ipc", 0);
+      CheckStatus(client->Unwrap(unwrap).status(), absl::StatusCode::kInvalidArgument,
+                  "phase.shm.region", "Unwrap's phase in device memory");
+      v1::RenderRequest render;
+      v1::HologramConfig* hc = render.mutable_config();
+      hc->set_width(64);
+      hc->set_height(48);
+      hc->set_pitch_m(8e-6);
+      hc->set_wavelength_m(532e-9);
+      HostArray point(DType::kFloat64, {1, 4});
+      const double p[4] = {0, 0, 0.05, 1};
+      std::memcpy(point.raw(), p, sizeof(p));
+      ToProto(point, render.mutable_points());
+      render.mutable_out_shm()->set_region("ipc");
+      CheckStatus(client->Render(render).status(), absl::StatusCode::kInvalidArgument,
+                  "out_shm.region", "Render's outputs into device memory");
       // Registration errors.
       auto ipc = CudaIpcRegionOf(buf, total);
       Check(ipc.ok(), "CudaIpcRegionOf: " + ipc.status().ToString());

@@ -18,6 +18,8 @@
 #include "fresnel/fusion/dataset.h"
 #include "fresnel/fusion/fusion.h"
 #include "fresnel/v1/fusion.grpc.pb.h"
+#include "fresnel/client/shm.h"
+#include "region_check.h"
 #include "server_fixture.h"
 #include "support/cli_runner.h"
 #include "support/test_support.h"
@@ -639,6 +641,64 @@ TEST_CASE("fusion service: a GPU session agrees with the CPU oracle", "[fusion_s
   CHECK(mesh->vertices > 100);
   REQUIRE((*session)->Close().ok());
   CHECK(SessionsReleased(ts));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Renders into a shared-memory region (docs/transport.md, "Outputs to a region").
+
+static void CheckFusionRenderThroughRegion(Client* client, v1::DeviceKind kind) {
+  const Sequence seq = MakeSequence(3);
+  auto session = FusionSession::Open(*client, ProtoConfig(kind));
+  REQUIRE(session.ok());
+  for (int i = 0; i < 3; ++i) REQUIRE((*session)->ProcessFrame(ProtoFrame(seq, i)).ok());
+  auto region = SharedRegion::Create(client, "fuse-out", 1 << 17);
+  REQUIRE(region.ok());
+  for (v1::FusionRenderMode mode : {v1::FUSION_RENDER_SHADED, v1::FUSION_RENDER_NORMALS}) {
+    INFO("mode " << mode);
+    v1::FusionRenderRequest view;
+    SetPose(seq.poses[1], view.mutable_t_world_camera());
+    view.set_mode(mode);
+    auto want = (*session)->Render(view);
+    REQUIRE(want.ok());
+    *view.mutable_out_shm() = (*region)->OutRef(64);
+    auto got = (*session)->Render(view);
+    INFO(got.status().ToString());
+    REQUIRE(got.ok());
+    CHECK(SameBytes(*got, *want));
+    auto in_region = (*region)->Read(ShmArray(want->dtype(), want->shape(), "fuse-out", 64));
+    REQUIRE(in_region.ok());
+    CHECK(in_region->bytes() == want->bytes());
+  }
+  // Bad ranges are answered per request; the session goes on.
+  v1::FusionRenderRequest bad;
+  bad.set_mode(v1::FUSION_RENDER_DEPTH);
+  *bad.mutable_out_shm() = (*region)->OutRef(0);
+  bad.mutable_out_shm()->set_region("missing");
+  CHECK(StatusNames((*session)->Render(bad).status(), absl::StatusCode::kNotFound,
+                    "render.out_shm.region"));
+  *bad.mutable_out_shm() = (*region)->OutRef((1 << 17) - 1024);
+  CHECK(StatusNames((*session)->Render(bad).status(), absl::StatusCode::kInvalidArgument,
+                    "render.out_shm.offset_bytes"));
+  bad.clear_out_shm();
+  CHECK((*session)->Render(bad).ok());
+  REQUIRE((*session)->Close().ok());
+}
+
+TEST_CASE("fusion service: renders into a shared region equal the inline ones",
+          "[fusion_service][shm]") {
+  TestServer ts;
+  auto client = Connect(ts);
+  CheckFusionRenderThroughRegion(client.get(), v1::DEVICE_KIND_CPU);
+}
+
+TEST_CASE("fusion service: a GPU session's renders into a shared region equal the inline ones",
+          "[fusion_service][shm][gpu]") {
+  if (SkipWithoutGpu()) return;
+  server::ServerConfig config = TestServer::CpuConfig();
+  config.gpus = "all";
+  TestServer ts(config);
+  auto client = Connect(ts);
+  CheckFusionRenderThroughRegion(client.get(), v1::DEVICE_KIND_GPU);
 }
 
 }  // namespace fresnel::testing

@@ -12,11 +12,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "fresnel/client/client.h"
+#include "fresnel/client/shm.h"
 #include "fresnel/io/npy.h"
 #include "fresnel/hologram/hologram.h"
 #include "fresnel/hologram/point_cloud.h"
 #include "fresnel/v1/array_convert.h"
 #include "fresnel/v1/hologram.grpc.pb.h"
+#include "region_check.h"
 #include "server_fixture.h"
 #include "support/cli_runner.h"
 #include "support/test_support.h"
@@ -905,6 +907,267 @@ TEST_CASE("Render on the GPU matches the CPU oracle", "[server][hologram][gpu]")
   const double psnr = hologram::Psnr8(gpu_ta->reconstruction, cpu_ta->reconstruction);
   INFO("TA reconstruction PSNR " << psnr << " dB");
   CHECK(psnr >= 40);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared-memory regions (docs/transport.md, "Which requests accept it", "Outputs to a region").
+
+// Render's messages through the raw stub, and the call's status.
+std::vector<v1::RenderResponse> RawRender(const TestServer& ts, const v1::RenderRequest& request,
+                                          absl::Status* status) {
+  auto stub = v1::HologramService::NewStub(ts.channel);
+  grpc::ClientContext context;
+  auto reader = stub->Render(&context, request);
+  std::vector<v1::RenderResponse> out;
+  v1::RenderResponse m;
+  while (reader->Read(&m)) out.push_back(m);
+  grpc::Status st = reader->Finish();
+  *status = FromGrpcStatus(static_cast<int>(st.error_code()), st.error_message());
+  return out;
+}
+
+// Render (points and image sources), Stream frames and Reconstruct with inputs and outputs in a
+// region give the inline calls' bits, on `kind`'s devices.
+void CheckHologramThroughRegion(const TestServer& ts, Client* client, v1::DeviceKind kind) {
+  auto region = SharedRegion::Create(client, "holo-io", 4 << 20);
+  REQUIRE(region.ok());
+  const hologram::PointCloud cloud = RandomCloud(300, 41);
+  v1::RenderRequest inline_req = RenderReq(cloud, Config(96, 64, v1::HOLOGRAM_ALGORITHM_REFERENCE));
+  inline_req.mutable_config()->mutable_device()->set_kind(kind);
+  inline_req.set_request_id("same");
+  absl::Status st;
+  std::vector<v1::RenderResponse> want = RawRender(ts, inline_req, &st);
+  REQUIRE(st.ok());
+  REQUIRE(want.size() == 1);  // everything inline under the default cap
+  ClearTimes(&want[0]);
+
+  SECTION("Render: points and outputs in the region; points only; outputs only") {
+    v1::RenderRequest req = inline_req;
+    auto end = (*region)->PutArrays(&req, 0);
+    REQUIRE(end.ok());
+    CHECK(req.points().has_shm());
+    *req.mutable_out_shm() = (*region)->OutRef(*end);
+    std::vector<v1::RenderResponse> got = RawRender(ts, req, &st);
+    INFO(st.ToString());
+    REQUIRE(st.ok());
+    REQUIRE(got.size() == 1);
+    CHECK(got[0].header().chunked_outputs_size() == 0);
+    v1::RenderResponse want_copy = want[0];
+    CHECK(CheckArraysInRegion(&want_copy, &got[0], **region, *end) == 4);
+    ClearTimes(&got[0]);
+    CHECK(got[0].SerializeAsString() == want[0].SerializeAsString());
+
+    v1::RenderRequest points_only = req;
+    points_only.clear_out_shm();
+    got = RawRender(ts, points_only, &st);
+    REQUIRE(st.ok());
+    ClearTimes(&got[0]);
+    CHECK(got[0].SerializeAsString() == want[0].SerializeAsString());
+
+    v1::RenderRequest out_only = inline_req;
+    *out_only.mutable_out_shm() = (*region)->OutRef(1 << 20);
+    got = RawRender(ts, out_only, &st);
+    REQUIRE(st.ok());
+    want_copy = want[0];
+    CHECK(CheckArraysInRegion(&want_copy, &got[0], **region, 1 << 20) == 4);
+
+    // The client library reads them back.
+    auto lib_inline = client->Render(inline_req);
+    auto lib_region = client->Render(req);
+    REQUIRE(lib_inline.ok());
+    REQUIRE(lib_region.ok());
+    CHECK(SameBytes(lib_region->field, lib_inline->field));
+    CHECK(SameBytes(lib_region->phase, lib_inline->phase));
+    CHECK(SameBytes(lib_region->reconstruction, lib_inline->reconstruction));
+  }
+
+  SECTION("Render from an image source in the region") {
+    v1::RenderRequest img;
+    *img.mutable_config() = inline_req.config();
+    HostArray gray = RandomArray(DType::kUint8, {12, 16}, 3);
+    ToProto(gray, img.mutable_image()->mutable_image());
+    img.mutable_image()->set_spacing_m(20e-6);
+    img.mutable_image()->set_depth_m(0.05);
+    img.set_request_id("img");
+    std::vector<v1::RenderResponse> img_want = RawRender(ts, img, &st);
+    REQUIRE(st.ok());
+    v1::RenderRequest img_req = img;
+    auto end = (*region)->PutArrays(&img_req, 64);
+    REQUIRE(end.ok());
+    CHECK(img_req.image().image().has_shm());
+    *img_req.mutable_out_shm() = (*region)->OutRef(*end);
+    std::vector<v1::RenderResponse> got = RawRender(ts, img_req, &st);
+    REQUIRE(st.ok());
+    CHECK(CheckArraysInRegion(&img_want[0], &got[0], **region, *end) == 4);
+  }
+
+  SECTION("Stream: frames with points and outputs in the region, each with its own range") {
+    const hologram::PointCloud clouds[3] = {RandomCloud(200, 51), RandomCloud(150, 52),
+                                            RandomCloud(250, 53)};
+    const int64_t frame_out = 1 << 20;  // each frame's outputs (96 x 64 x 14 bytes) fit in 1 MiB
+    std::vector<v1::HologramFrameRequest> frames(3);
+    int64_t in_at = 3 * frame_out;
+    for (int i = 0; i < 3; ++i) {
+      if (i == 0) *frames[0].mutable_config() = inline_req.config();
+      ToProto(CloudArray(clouds[i]), frames[i].mutable_points());
+      if (i != 1) {  // frame 1: points inline
+        auto end = (*region)->PutArrays(&frames[i], in_at);
+        REQUIRE(end.ok());
+        in_at = *end;
+      }
+      *frames[i].mutable_out_shm() = (*region)->OutRef(i * frame_out);
+    }
+    size_t next = 0;
+    std::vector<HologramRender> results(3);
+    std::vector<absl::Status> statuses(3);
+    REQUIRE(client
+                ->RenderStream(
+                    [&](v1::HologramFrameRequest* f) {
+                      if (next == frames.size()) return false;
+                      *f = frames[next++];
+                      return true;
+                    },
+                    [&](int64_t index, const absl::Status& status, HologramRender* r) {
+                      statuses[index] = status;
+                      if (r != nullptr) results[index] = std::move(*r);
+                    })
+                .ok());
+    for (int i = 0; i < 3; ++i) {
+      INFO("frame " << i);
+      REQUIRE(statuses[i].ok());
+      v1::RenderRequest one = RenderReq(clouds[i], inline_req.config());
+      auto want_frame = client->Render(one);
+      REQUIRE(want_frame.ok());
+      CHECK(SameBytes(results[i].field, want_frame->field));
+      CHECK(SameBytes(results[i].amplitude, want_frame->amplitude));
+      // And the bytes are where the frame's out_shm said: field first.
+      auto field = (*region)->Read(ShmArray(DType::kComplex64, {64, 96}, "holo-io", i * frame_out));
+      REQUIRE(field.ok());
+      CHECK(field->bytes() == want_frame->field.bytes());
+    }
+  }
+
+  SECTION("Reconstruct: the field and the image in the region") {
+    HostArray field = RandomArray(DType::kComplex64, {40, 50}, 9);
+    v1::ReconstructConfig rc;
+    rc.set_pitch_m(kPitch);
+    rc.set_wavelength_m(kWavelength);
+    rc.set_depth_m(0.03);
+    rc.mutable_device()->set_kind(kind);
+    auto want_rc = client->Reconstruct(rc, field);
+    REQUIRE(want_rc.ok());
+    v1::ReconstructConfig in_region = rc;
+    ToProto(field, in_region.mutable_field());
+    auto end = (*region)->PutArrays(&in_region, 0);
+    REQUIRE(end.ok());
+    *in_region.mutable_out_shm() = (*region)->OutRef(*end);
+    auto got = client->Reconstruct(in_region, HostArray());
+    INFO(got.status().ToString());
+    REQUIRE(got.ok());
+    CHECK(SameBytes(got->image, want_rc->image));
+    CHECK(got->scale == want_rc->scale);
+    auto image = (*region)->Read(ShmArray(DType::kUint8, {40, 50}, "holo-io", *end));
+    REQUIRE(image.ok());
+    CHECK(image->bytes() == want_rc->image.bytes());
+  }
+}
+
+TEST_CASE("Render, Stream and Reconstruct with arrays in a shared region give the inline bits",
+          "[server][hologram][shm]") {
+  TestServer ts;
+  auto client = Connect(ts);
+  CheckHologramThroughRegion(ts, client.get(), v1::DEVICE_KIND_CPU);
+}
+
+TEST_CASE("hologram: bad regions get the right codes naming the field, and the server serves on",
+          "[server][hologram][shm]") {
+  TestServer ts;
+  auto client = Connect(ts);
+  auto region = SharedRegion::Create(client.get(), "r", 1 << 16);
+  REQUIRE(region.ok());
+  const v1::RenderRequest inline_req =
+      RenderReq(RandomCloud(50, 61), Config(64, 48, v1::HOLOGRAM_ALGORITHM_REFERENCE));
+  v1::RenderRequest req = inline_req;
+  auto end = (*region)->PutArrays(&req, 0);
+  REQUIRE(end.ok());
+  absl::Status st;
+
+  v1::RenderRequest bad = req;
+  bad.mutable_points()->mutable_shm()->set_region("missing");
+  RawRender(ts, bad, &st);
+  CHECK(StatusNames(st, absl::StatusCode::kNotFound, "points.shm.region"));
+  bad = req;
+  bad.mutable_points()->mutable_shm()->set_offset_bytes((1 << 16) - 8);
+  RawRender(ts, bad, &st);
+  CHECK(StatusNames(st, absl::StatusCode::kInvalidArgument, "points.shm.offset_bytes"));
+  bad = inline_req;
+  *bad.mutable_out_shm() = (*region)->OutRef(0);
+  bad.mutable_out_shm()->set_region("missing");
+  RawRender(ts, bad, &st);
+  CHECK(StatusNames(st, absl::StatusCode::kNotFound, "out_shm.region"));
+  // 64 x 48 x (8 + 1 + 4 + 1) bytes = 43008: from 32 KiB on they do not fit.
+  *bad.mutable_out_shm() = (*region)->OutRef(32 << 10);
+  RawRender(ts, bad, &st);
+  CHECK(StatusNames(st, absl::StatusCode::kInvalidArgument, "out_shm.offset_bytes"));
+  *bad.mutable_out_shm() = (*region)->OutRef(-64);
+  RawRender(ts, bad, &st);
+  CHECK(StatusNames(st, absl::StatusCode::kInvalidArgument, "out_shm.offset_bytes"));
+
+  // Stream: a bad frame gets its own status; the others render.
+  std::vector<v1::HologramFrameRequest> frames(4);
+  *frames[0].mutable_config() = inline_req.config();
+  *frames[0].mutable_points() = req.points();
+  *frames[1].mutable_points() = req.points();
+  frames[1].mutable_points()->mutable_shm()->set_region("missing");
+  *frames[2].mutable_points() = inline_req.points();
+  *frames[2].mutable_out_shm() = (*region)->OutRef(60 << 10);
+  *frames[3].mutable_points() = inline_req.points();
+  size_t next = 0;
+  std::vector<absl::Status> statuses(4);
+  REQUIRE(client
+              ->RenderStream(
+                  [&](v1::HologramFrameRequest* f) {
+                    if (next == frames.size()) return false;
+                    *f = frames[next++];
+                    return true;
+                  },
+                  [&](int64_t index, const absl::Status& status, HologramRender*) {
+                    statuses[index] = status;
+                  })
+              .ok());
+  CHECK(statuses[0].ok());
+  CHECK(StatusNames(statuses[1], absl::StatusCode::kNotFound, "points.shm.region"));
+  CHECK(StatusNames(statuses[2], absl::StatusCode::kInvalidArgument, "out_shm.offset_bytes"));
+  CHECK(statuses[3].ok());
+
+  // Reconstruct: a field in an unknown region, an image range outside the region.
+  v1::ReconstructConfig rc;
+  rc.set_pitch_m(kPitch);
+  rc.set_wavelength_m(kWavelength);
+  rc.set_depth_m(0.03);
+  *rc.mutable_field() = ShmArray(DType::kComplex64, {40, 50}, "missing", 0);
+  CHECK(StatusNames(client->Reconstruct(rc, HostArray()).status(), absl::StatusCode::kNotFound,
+                    "field.shm.region"));
+  *rc.mutable_field() = ShmArray(DType::kComplex64, {40, 50}, "r", 0);
+  *rc.mutable_out_shm() = (*region)->OutRef((1 << 16) - 100);
+  CHECK(StatusNames(client->Reconstruct(rc, HostArray()).status(),
+                    absl::StatusCode::kInvalidArgument, "out_shm.offset_bytes"));
+
+  // Unregistered: its name is gone; the server still renders.
+  REQUIRE((*region)->Unregister().ok());
+  RawRender(ts, req, &st);
+  CHECK(StatusNames(st, absl::StatusCode::kNotFound, "points.shm.region"));
+  CHECK(client->Render(inline_req).ok());
+}
+
+TEST_CASE("a GPU server: Render, Stream and Reconstruct through a shared region give the inline bits",
+          "[server][hologram][shm][gpu]") {
+  if (SkipWithoutGpu()) return;
+  server::ServerConfig config = TestServer::CpuConfig();
+  config.gpus = "all";
+  TestServer ts(config);
+  auto client = Connect(ts);
+  CheckHologramThroughRegion(ts, client.get(), v1::DEVICE_KIND_GPU);
 }
 
 }  // namespace

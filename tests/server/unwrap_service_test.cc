@@ -19,12 +19,14 @@
 #include "absl/strings/str_cat.h"
 #include "commands.h"
 #include "fresnel/client/client.h"
+#include "fresnel/client/shm.h"
 #include "fresnel/client/unwrap_client.h"
 #include "fresnel/io/npy.h"
 #include "fresnel/io/png.h"
 #include "fresnel/unwrap/unwrap.h"
 #include "fresnel/v1/array_convert.h"
 #include "server/jobs.h"
+#include "region_check.h"
 #include "server_fixture.h"
 #include "support/cli_runner.h"
 #include "support/test_support.h"
@@ -969,6 +971,235 @@ TEST_CASE("a GPU server unwraps like the CPU, bit for bit (Goldstein)", "[gpu][s
     CHECK(sync->info.device().rfind("cuda:", 0) == 0);
     CheckEqualsDirect(*sync, want);
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared-memory regions (docs/transport.md, "Which requests accept it", "Outputs to a region").
+
+v1::UnwrapResponse RawUnwrap(const TestServer& ts, const v1::UnwrapRequest& request,
+                             grpc::Status* status) {
+  grpc::ClientContext context;
+  v1::UnwrapResponse response;
+  *status = ts.unwrap->Unwrap(&context, request, &response);
+  return response;
+}
+
+absl::Status UnwrapStatus(const TestServer& ts, const v1::UnwrapRequest& request) {
+  grpc::Status st;
+  RawUnwrap(ts, request, &st);
+  return FromGrpcStatus(static_cast<int>(st.error_code()), st.error_message());
+}
+
+// Get's messages for `job` with `out_shm` (when set); the status in *status.
+std::vector<v1::GetUnwrapResultResponse> RawGet(const TestServer& ts, const std::string& job,
+                                                const v1::ShmRef* out_shm, absl::Status* status) {
+  grpc::ClientContext context;
+  v1::GetUnwrapResultRequest request;
+  request.set_job_id(job);
+  if (out_shm != nullptr) *request.mutable_out_shm() = *out_shm;
+  auto reader = ts.unwrap->Get(&context, request);
+  std::vector<v1::GetUnwrapResultResponse> out;
+  v1::GetUnwrapResultResponse m;
+  while (reader->Read(&m)) out.push_back(m);
+  grpc::Status st = reader->Finish();
+  *status = FromGrpcStatus(static_cast<int>(st.error_code()), st.error_message());
+  return out;
+}
+
+// Unwrap, Submit + Get and the client library with inputs and outputs in a region give the
+// inline call's bits, on `kind`'s devices.
+void CheckUnwrapThroughRegion(const TestServer& ts, Client* client, v1::DeviceKind kind) {
+  TestPhase p = MakePhase(90, 110, DType::kFloat32, 0.2, 2, true);
+  v1::UnwrapRequest inline_req = Request(p);
+  inline_req.mutable_device()->set_kind(kind);
+  inline_req.set_request_id("same");
+  grpc::Status st;
+  v1::UnwrapResponse want = RawUnwrap(ts, inline_req, &st);
+  REQUIRE(st.ok());
+  ClearTimes(&want);
+  auto region = SharedRegion::Create(client, "unwrap-io", 1 << 20);
+  REQUIRE(region.ok());
+
+  // Inputs and outputs in the region.
+  v1::UnwrapRequest req = inline_req;
+  auto end = (*region)->PutArrays(&req, 128);
+  REQUIRE(end.ok());
+  CHECK(req.phase().has_shm());
+  CHECK(req.mask().has_shm());
+  CHECK(req.phase().data().empty());
+  *req.mutable_out_shm() = (*region)->OutRef(*end);
+  v1::UnwrapResponse got = RawUnwrap(ts, req, &st);
+  INFO(st.error_message());
+  REQUIRE(st.ok());
+  v1::UnwrapResponse want_copy = want;
+  CHECK(CheckArraysInRegion(&want_copy, &got, **region, *end) == 5);
+  ClearTimes(&got);
+  CHECK(got.SerializeAsString() == want.SerializeAsString());
+
+  // Inputs in the region, outputs inline; inputs inline, outputs in the region.
+  v1::UnwrapRequest in_only = req;
+  in_only.clear_out_shm();
+  v1::UnwrapResponse inline_out = RawUnwrap(ts, in_only, &st);
+  REQUIRE(st.ok());
+  ClearTimes(&inline_out);
+  CHECK(inline_out.SerializeAsString() == want.SerializeAsString());
+  v1::UnwrapRequest out_only = inline_req;
+  *out_only.mutable_out_shm() = (*region)->OutRef(4096 * 16);
+  got = RawUnwrap(ts, out_only, &st);
+  REQUIRE(st.ok());
+  want_copy = want;
+  CHECK(CheckArraysInRegion(&want_copy, &got, **region, 4096 * 16) == 5);
+
+  // The client library reads results in a region back: the same UnwrapResult.
+  auto lib_inline = client->Unwrap(inline_req);
+  auto lib_region = client->Unwrap(req);
+  REQUIRE(lib_inline.ok());
+  REQUIRE(lib_region.ok());
+  CHECK(Same(lib_region->unwrapped, lib_inline->unwrapped));
+  CHECK(Same(lib_region->regions, lib_inline->regions));
+  CHECK(Same(lib_region->residues, lib_inline->residues));
+
+  // A job: the inputs are copied out when Submit returns (the region is rewritten at once), and
+  // Get writes the result into the region (one header message, no chunks).
+  v1::UnwrapRequest job_req = req;
+  job_req.clear_out_shm();
+  const std::string id = Id(client->SubmitUnwrap(job_req));
+  std::memset((*region)->data(), 0x7f, static_cast<size_t>(*end));
+  REQUIRE(client->WatchUnwrap(id).ok());
+  absl::Status get_status;
+  const v1::ShmRef out = (*region)->OutRef(8192);
+  std::vector<v1::GetUnwrapResultResponse> messages = RawGet(ts, id, &out, &get_status);
+  REQUIRE(get_status.ok());
+  REQUIRE(messages.size() == 1);
+  CHECK(messages[0].result().chunked_arrays_size() == 0);
+  v1::UnwrapResponse job_got = messages[0].result();
+  want_copy = want;
+  CHECK(CheckArraysInRegion(&want_copy, &job_got, **region, 8192) == 5);
+  auto lib_job = client->GetUnwrapResult(id, 0, {}, &out);
+  REQUIRE(lib_job.ok());
+  CHECK(Same(lib_job->unwrapped, lib_inline->unwrapped));
+  CHECK(Same(lib_job->cuts, lib_inline->cuts));
+}
+
+TEST_CASE("Unwrap and jobs with arrays in a shared region give the inline bits", "[server][unwrap][shm]") {
+  TestServer ts;
+  auto client = Connect(ts);
+  CheckUnwrapThroughRegion(ts, client.get(), v1::DEVICE_KIND_CPU);
+}
+
+TEST_CASE("Unwrap and jobs: bad regions get the right codes naming the field, and the server serves on",
+          "[server][unwrap][shm]") {
+  TestServer ts;
+  auto client = Connect(ts);
+  TestPhase p = MakePhase(40, 50, DType::kFloat64, 0.1, 1, true);
+  const v1::UnwrapRequest inline_req = Request(p);
+  auto region = SharedRegion::Create(client.get(), "r", 1 << 16);
+  REQUIRE(region.ok());
+  v1::UnwrapRequest req = inline_req;
+  auto end = (*region)->PutArrays(&req, 0);
+  REQUIRE(end.ok());
+
+  v1::UnwrapRequest bad = req;
+  bad.mutable_phase()->mutable_shm()->set_region("missing");
+  CHECK(StatusNames(UnwrapStatus(ts, bad), absl::StatusCode::kNotFound, "phase.shm.region"));
+  CHECK(StatusNames(client->SubmitUnwrap(bad).status(), absl::StatusCode::kNotFound,
+                    "phase.shm.region"));
+  bad = req;
+  bad.mutable_mask()->mutable_shm()->set_offset_bytes((1 << 16) - 10);
+  CHECK(StatusNames(UnwrapStatus(ts, bad), absl::StatusCode::kInvalidArgument,
+                    "mask.shm.offset_bytes"));
+  bad = req;
+  bad.mutable_phase()->mutable_shm()->set_offset_bytes(-64);
+  CHECK(StatusNames(UnwrapStatus(ts, bad), absl::StatusCode::kInvalidArgument,
+                    "phase.shm.offset_bytes"));
+  bad = req;
+  bad.mutable_phase()->set_data("x");
+  CHECK(StatusNames(UnwrapStatus(ts, bad), absl::StatusCode::kInvalidArgument, "phase: set data or shm"));
+  bad = req;
+  bad.mutable_phase()->add_shape(1LL << 40);
+  bad.mutable_phase()->add_shape(1LL << 40);
+  CHECK(StatusNames(UnwrapStatus(ts, bad), absl::StatusCode::kInvalidArgument, "phase.shape"));
+  // Outputs: an unknown region, a range too small, a negative offset; nothing runs.
+  bad = inline_req;
+  *bad.mutable_out_shm() = (*region)->OutRef(0);
+  bad.mutable_out_shm()->set_region("missing");
+  CHECK(StatusNames(UnwrapStatus(ts, bad), absl::StatusCode::kNotFound, "out_shm.region"));
+  *bad.mutable_out_shm() = (*region)->OutRef((1 << 16) - 4096);  // 40*50*16 bytes do not fit
+  CHECK(StatusNames(UnwrapStatus(ts, bad), absl::StatusCode::kInvalidArgument,
+                    "out_shm.offset_bytes"));
+  *bad.mutable_out_shm() = (*region)->OutRef(-1);
+  CHECK(StatusNames(UnwrapStatus(ts, bad), absl::StatusCode::kInvalidArgument,
+                    "out_shm.offset_bytes"));
+  // A job's result goes to a region at Get, not at Submit.
+  v1::UnwrapRequest submit_out = inline_req;
+  *submit_out.mutable_out_shm() = (*region)->OutRef(0);
+  CHECK(StatusNames(client->SubmitUnwrap(submit_out).status(),
+                    absl::StatusCode::kInvalidArgument, "out_shm"));
+
+  // Get into a region that is too small, or that was unregistered after Submit: refused, and the
+  // result is still there to fetch inline.
+  const std::string id = Id(client->SubmitUnwrap(req));
+  REQUIRE(client->WatchUnwrap(id).ok());
+  absl::Status st;
+  const v1::ShmRef tight = (*region)->OutRef((1 << 16) - 1000);
+  RawGet(ts, id, &tight, &st);
+  CHECK(StatusNames(st, absl::StatusCode::kInvalidArgument, "out_shm.offset_bytes"));
+  REQUIRE((*region)->Unregister().ok());
+  const v1::ShmRef gone = (*region)->OutRef(0);
+  RawGet(ts, id, &gone, &st);
+  CHECK(StatusNames(st, absl::StatusCode::kNotFound, "out_shm.region"));
+  CHECK(StatusNames(UnwrapStatus(ts, req), absl::StatusCode::kNotFound, "phase.shm.region"));
+  auto fetched = client->GetUnwrapResult(id);
+  REQUIRE(fetched.ok());
+  auto fresh = client->Unwrap(inline_req);
+  REQUIRE(fresh.ok());
+  CHECK(Same(fetched->unwrapped, fresh->unwrapped));
+}
+
+TEST_CASE("another client's region is NOT_FOUND for Unwrap's inputs and outputs",
+          "[server][unwrap][shm][auth]") {
+  const std::filesystem::path tokens =
+      std::filesystem::temp_directory_path() / absl::StrCat("fresnel-regions-tokens-", getpid());
+  std::ofstream(tokens) << "alice aaaaaaaaaaaaaaaaaaaaaaaa\nbob bbbbbbbbbbbbbbbbbbbbbbbb\n";
+  server::ServerConfig config = TestServer::CpuConfig();
+  config.token_file = tokens.string();
+  TestServer ts(config);
+  auto connect = [&](const char* token) {
+    ClientOptions o;
+    o.address = ts.address;
+    o.token = token;
+    o.default_timeout = std::chrono::seconds(60);
+    auto c = Client::Connect(o);
+    REQUIRE(c.ok());
+    return std::move(*c);
+  };
+  auto alice = connect("aaaaaaaaaaaaaaaaaaaaaaaa");
+  auto bob = connect("bbbbbbbbbbbbbbbbbbbbbbbb");
+  TestPhase p = MakePhase(30, 40, DType::kFloat32, 0.0, 1, false);
+  auto region = SharedRegion::Create(alice.get(), "mine", 1 << 16);
+  REQUIRE(region.ok());
+  v1::UnwrapRequest req = Request(p);
+  auto end = (*region)->PutArrays(&req, 0);
+  REQUIRE(end.ok());
+  *req.mutable_out_shm() = (*region)->OutRef(*end);
+  REQUIRE(alice->Unwrap(req).ok());
+  CHECK(StatusNames(bob->Unwrap(req).status(), absl::StatusCode::kNotFound, "phase.shm.region"));
+  v1::UnwrapRequest out_only = Request(p);
+  *out_only.mutable_out_shm() = (*region)->OutRef(*end);
+  CHECK(StatusNames(bob->Unwrap(out_only).status(), absl::StatusCode::kNotFound,
+                    "out_shm.region"));
+  CHECK(alice->Unwrap(req).ok());  // still alice's, still served
+  std::filesystem::remove(tokens);
+}
+
+TEST_CASE("a GPU server: Unwrap and jobs through a shared region give the inline bits",
+          "[gpu][server][unwrap][shm]") {
+  if (SkipWithoutGpu()) return;
+  server::ServerConfig config = TestServer::CpuConfig();
+  config.gpus = "all";
+  TestServer ts(config);
+  auto client = Connect(ts);
+  CheckUnwrapThroughRegion(ts, client.get(), v1::DEVICE_KIND_GPU);
 }
 
 }  // namespace

@@ -17,11 +17,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "fresnel/client/shm.h"
 #include "fresnel/client/volume_client.h"
 #include "fresnel/io/png.h"
 #include "fresnel/v1/array_convert.h"
 #include "fresnel/volume/mesh.h"
 #include "fresnel/volume/render.h"
+#include "region_check.h"
 #include "server_fixture.h"
 #include "support/cli_runner.h"
 #include "support/test_support.h"
@@ -543,6 +545,66 @@ TEST_CASE("turntable frames per second through the service", "[.][volume_bench]"
               << std::flush;
     REQUIRE(r.code == 0);
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Outputs to a shared-memory region (docs/transport.md, "Outputs to a region").
+
+// Render with out_shm gives the inline render's bits, in the region (the final image; progressive
+// blocks stay inline); bad ranges are refused before rendering. On `kind`'s devices.
+void CheckVolumeThroughRegion(const TestServer& ts, Client* client, v1::DeviceKind kind) {
+  (void)ts;
+  VolumeClient vc(client);
+  const volume::TetMesh m = Grid(6);
+  auto up = Upload(vc, m, kind);
+  REQUIRE(up.ok());
+  const volume::Camera camera = CameraFor(m, 40, 64, 48);
+  auto region = SharedRegion::Create(client, "vol-out", 1 << 16);
+  REQUIRE(region.ok());
+  for (v1::VolumeImageFormat format : {v1::VOLUME_IMAGE_RGBA_F32, v1::VOLUME_IMAGE_RGBA8}) {
+    INFO("format " << format);
+    v1::VolumeRenderRequest req = RenderReq(up->mesh_id(), camera, format);
+    auto want = vc.Render(req);
+    REQUIRE(want.ok());
+    std::memset((*region)->data(), 0xab, 1 << 16);
+    *req.mutable_out_shm() = (*region)->OutRef(128);
+    req.set_progressive(true);
+    auto got = vc.Render(req);
+    INFO(got.status().ToString());
+    REQUIRE(got.ok());
+    CHECK(got->partial_frames > 0);
+    CHECK(got->image.shape() == want->image.shape());
+    CHECK(got->image.bytes() == want->image.bytes());
+    auto in_region = (*region)->Read(ShmArray(want->image.dtype(), want->image.shape(),
+                                              "vol-out", 128));
+    REQUIRE(in_region.ok());
+    CHECK(in_region->bytes() == want->image.bytes());
+  }
+  v1::VolumeRenderRequest bad = RenderReq(up->mesh_id(), camera);
+  *bad.mutable_out_shm() = (*region)->OutRef(0);
+  bad.mutable_out_shm()->set_region("missing");
+  CHECK(StatusNames(vc.Render(bad).status(), absl::StatusCode::kNotFound, "out_shm.region"));
+  *bad.mutable_out_shm() = (*region)->OutRef(20 << 10);  // 64 x 48 x 16 bytes do not fit
+  CHECK(StatusNames(vc.Render(bad).status(), absl::StatusCode::kInvalidArgument,
+                    "out_shm.offset_bytes"));
+  CHECK(vc.Render(RenderReq(up->mesh_id(), camera)).ok());
+}
+
+TEST_CASE("Render into a shared region gives the inline image; bad regions are refused",
+          "[server][volume][shm]") {
+  TestServer ts;
+  auto client = Connect(ts);
+  CheckVolumeThroughRegion(ts, client.get(), v1::DEVICE_KIND_CPU);
+}
+
+TEST_CASE("a GPU server: Render into a shared region gives the inline image",
+          "[server][volume][shm][gpu]") {
+  if (SkipWithoutGpu()) return;
+  server::ServerConfig config = TestServer::CpuConfig();
+  config.gpus = "all";
+  TestServer ts(config);
+  auto client = Connect(ts);
+  CheckVolumeThroughRegion(ts, client.get(), v1::DEVICE_KIND_GPU);
 }
 
 }  // namespace

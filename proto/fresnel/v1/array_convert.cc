@@ -110,6 +110,57 @@ v1::NdArray ShmArray(DType dtype, const std::vector<int64_t>& shape, const std::
   return a;
 }
 
+namespace {
+void CollectNdArrays(google::protobuf::Message* message, const std::string& prefix,
+                     std::vector<NdArrayField>* out) {
+  const google::protobuf::Reflection* r = message->GetReflection();
+  std::vector<const google::protobuf::FieldDescriptor*> fields;
+  r->ListFields(*message, &fields);  // the set fields, by field number
+  for (const google::protobuf::FieldDescriptor* f : fields) {
+    if (f->cpp_type() != google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE) continue;
+    const std::string path = prefix.empty() ? f->name() : absl::StrCat(prefix, ".", f->name());
+    const bool is_array = f->message_type() == v1::NdArray::descriptor();
+    if (f->is_repeated()) {
+      if (f->is_map()) continue;
+      for (int i = 0, n = r->FieldSize(*message, f); i < n; ++i) {
+        google::protobuf::Message* m = r->MutableRepeatedMessage(message, f, i);
+        const std::string item = absl::StrCat(path, "[", i, "]");
+        if (is_array) {
+          out->push_back({item, static_cast<v1::NdArray*>(m)});
+        } else {
+          CollectNdArrays(m, item, out);
+        }
+      }
+    } else if (is_array) {
+      out->push_back({path, static_cast<v1::NdArray*>(r->MutableMessage(message, f))});
+    } else {
+      CollectNdArrays(r->MutableMessage(message, f), path, out);
+    }
+  }
+}
+}  // namespace
+
+std::vector<NdArrayField> NdArrayFields(google::protobuf::Message* message) {
+  std::vector<NdArrayField> out;
+  CollectNdArrays(message, "", &out);
+  return out;
+}
+
+int64_t RegionSlotBytes(int64_t nbytes) {
+  if (nbytes < 0 || nbytes > std::numeric_limits<int64_t>::max() - kRegionSlotAlign) return -1;
+  return (nbytes + kRegionSlotAlign - 1) / kRegionSlotAlign * kRegionSlotAlign;
+}
+
+int64_t OutputRegionBytes(const std::vector<int64_t>& nbytes) {
+  int64_t total = 0;
+  for (int64_t n : nbytes) {
+    const int64_t slot = RegionSlotBytes(n);
+    if (slot < 0 || total > std::numeric_limits<int64_t>::max() - slot) return -1;
+    total += slot;
+  }
+  return total;
+}
+
 void ToProto(const HostArray& array, v1::NdArray* out) {
   out->set_dtype(ToProto(array.dtype()));
   out->mutable_shape()->Assign(array.shape().begin(), array.shape().end());

@@ -12,6 +12,7 @@
 #include "absl/strings/string_view.h"
 #include "fresnel/core/array.h"
 #include "fresnel/v1/common.pb.h"
+#include "google/protobuf/message.h"
 
 namespace fresnel {
 
@@ -49,6 +50,23 @@ absl::StatusOr<HostArray> FromProto(v1::NdArray&& array, absl::string_view field
 // them: dtype and shape set, data empty.
 v1::NdArray ShmArray(DType dtype, const std::vector<int64_t>& shape, const std::string& region,
                      int64_t offset_bytes);
+
+// Every NdArray set in `message` (singular and repeated message fields, depth first in field
+// number order, through any message type) with its path: "phase", "image.image",
+// "header.request.mask", "frames[2].points". The order is the one output regions lay arrays
+// out in (docs/transport.md, "Outputs to a region").
+struct NdArrayField {
+  std::string path;
+  v1::NdArray* array = nullptr;
+};
+std::vector<NdArrayField> NdArrayFields(google::protobuf::Message* message);
+
+// Output regions: each array of a response occupies a slot of RegionSlotBytes(its bytes) from
+// the request's out_shm.offset_bytes on, one after another; OutputRegionBytes is what the region
+// must hold from there (a sum of slots, so the order does not change it). -1 on overflow.
+constexpr int64_t kRegionSlotAlign = 64;
+int64_t RegionSlotBytes(int64_t nbytes);
+int64_t OutputRegionBytes(const std::vector<int64_t>& nbytes);
 
 // Copies (or, for an rvalue HostArray, moves) into `out`.
 void ToProto(const HostArray& array, v1::NdArray* out);

@@ -308,9 +308,12 @@ class Client {
                                              const CallOptions& call = {});
   // The result of a DONE job, reassembled from its chunks. `max_chunk_bytes` 0 = the server's
   // choice (just under its message cap; the client's cap must be at least that large).
+  // `out_shm` (optional): the arrays go to that region (a live SharedRegion of this Client, read
+  // back into the result; docs/transport.md, "Outputs to a region") instead of in chunks.
   absl::StatusOr<UnwrapResult> GetUnwrapResult(const std::string& job_id,
                                                int64_t max_chunk_bytes = 0,
-                                               const CallOptions& call = {});
+                                               const CallOptions& call = {},
+                                               const v1::ShmRef* out_shm = nullptr);
   absl::StatusOr<v1::UnwrapJob> CancelUnwrap(const std::string& job_id,
                                              const CallOptions& call = {});
   absl::StatusOr<v1::ListUnwrapJobsResponse> ListUnwrapJobs(

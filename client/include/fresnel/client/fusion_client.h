@@ -92,6 +92,7 @@ class FusionSession {
   static absl::StatusOr<std::unique_ptr<FusionSession>> Start(Client& client,
                                                               const CallOptions& call);
 
+  const Client* client_ = nullptr;  // whose SharedRegions a render's out_shm may name
   std::unique_ptr<v1::FusionService::Stub> stub_;
   grpc::ClientContext context_;
   std::unique_ptr<grpc::ClientReaderWriter<v1::FusionRequest, v1::FusionResponse>> stream_;

@@ -7,6 +7,12 @@
 //   v1::UpfirdnRequest req;  ...;  req.mutable_x()->set_dtype(...); shape ...
 //   auto r = client->Upfirdn(req, *region, /*x_offset=*/0, /*y_offset=*/x.nbytes());
 //   FRESNEL_ASSIGN_OR_RETURN(HostArray y, region->Read(r->y()));
+//
+// Any other request (UnwrapRequest, RenderRequest, ...): `region->PutArrays(&request, 0)` moves
+// its arrays into the region, `*request.mutable_out_shm() = region->OutRef(end)` asks for the
+// outputs there, and the client's calls (Unwrap, GetUnwrapResult with out_shm, Render,
+// RenderStream, Reconstruct) read results that name a live SharedRegion of the same Client back
+// out of it, so their results look as they do inline.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +25,7 @@
 #include "fresnel/core/array.h"
 #include "fresnel/v1/common.pb.h"
 #include "fresnel/v1/shm.pb.h"
+#include "google/protobuf/message.h"
 
 namespace fresnel {
 
@@ -57,6 +64,16 @@ class SharedRegion {
   // Copies the array an NdArray names out of this region (array.shm.region must be name());
   // INVALID_ARGUMENT for another region, a bad dtype/shape or a range outside the region.
   absl::StatusOr<HostArray> Read(const v1::NdArray& array) const;
+
+  // Any request's inline arrays into this region (docs/transport.md, "Which requests accept
+  // it"): every NdArray of `request` that carries data (fresnel::NdArrayFields order: phase,
+  // mask, quality; points; field; ...) is copied to the next slot of RegionSlotBytes(its bytes)
+  // from `offset_bytes` and replaced by a reference (dtype, shape, shm). Returns the offset
+  // after the last slot (where an out_shm may start). INVALID_ARGUMENT, nothing written or
+  // changed, when they do not all fit.
+  absl::StatusOr<int64_t> PutArrays(google::protobuf::Message* request, int64_t offset_bytes);
+  // Where a request's outputs go (its out_shm): this region at `offset_bytes`.
+  v1::ShmRef OutRef(int64_t offset_bytes) const;
 
  private:
   SharedRegion() = default;

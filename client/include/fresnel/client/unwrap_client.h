@@ -40,8 +40,11 @@ class UnwrapClient {
       const CallOptions& call = {});
   absl::StatusOr<v1::UnwrapJob> GetJob(const std::string& job_id, const CallOptions& call = {});
   // `max_chunk_bytes` 0 = the server's choice (just under its message cap).
+  // `out_shm`: the arrays are written to that region of this client (a live SharedRegion, read
+  // back into the result) instead of sent in chunks.
   absl::StatusOr<UnwrapResult> GetResult(const std::string& job_id, int64_t max_chunk_bytes = 0,
-                                         const CallOptions& call = {});
+                                         const CallOptions& call = {},
+                                         const v1::ShmRef* out_shm = nullptr);
   absl::StatusOr<v1::UnwrapJob> Cancel(const std::string& job_id, const CallOptions& call = {});
   absl::StatusOr<v1::ListUnwrapJobsResponse> List(const v1::ListJobsRequest& request = {},
                                                   const CallOptions& call = {});

@@ -52,6 +52,7 @@ class VolumeClient {
   absl::Status DeleteMesh(const std::string& mesh_id, const CallOptions& call = {});
 
  private:
+  const Client* client_;  // whose SharedRegions a render's out_shm may name
   const ClientOptions options_;
   std::unique_ptr<v1::VolumeRenderService::Stub> stub_;
 };
