@@ -1,7 +1,7 @@
-// StagedUpload / StagedDownload (core/staged_copy.cuh): pageable host memory <-> device memory
+// StagedUpload / StagedDownload (core/staged_copy.h): pageable host memory <-> device memory
 // through a bounded pool of pinned chunks per device, two chunks per call, one on the bus while
 // the other is filled or emptied on all cores.
-#include "core/staged_copy.cuh"
+#include "core/staged_copy.h"
 
 #include <algorithm>
 #include <atomic>
@@ -139,7 +139,8 @@ std::vector<Part> PartsOf(const std::vector<StagedPiece>& pieces, size_t* total)
 }  // namespace
 
 absl::Status StagedUpload(int ordinal, const std::vector<StagedPiece>& pieces,
-                          cudaStream_t stream) {
+                          void* stream_ptr) {
+  cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   size_t total = 0;
   const std::vector<Part> parts = PartsOf(pieces, &total);
   if (total < kStagingMinBytes) {
@@ -167,7 +168,8 @@ absl::Status StagedUpload(int ordinal, const std::vector<StagedPiece>& pieces,
 }
 
 absl::Status StagedDownload(int ordinal, const std::vector<StagedPiece>& pieces,
-                            cudaStream_t stream) {
+                            void* stream_ptr) {
+  cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   size_t total = 0;
   const std::vector<Part> parts = PartsOf(pieces, &total);
   std::unique_ptr<Pair> pair;

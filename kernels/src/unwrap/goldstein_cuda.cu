@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "core/cuda_util.cuh"
-#include "core/staged_copy.cuh"
+#include "core/staged_copy.h"
 #include "fresnel/core/uninitialized_array.h"
 #include "fresnel/core/status.h"
 #include "unwrap/goldstein_kernels.cuh"
@@ -427,7 +427,7 @@ absl::StatusOr<GoldsteinResult> Run(const Device& device, const HostArray& phase
   DeviceBuffer<Counters> d_counters;
 
   FRESNEL_RETURN_IF_ERROR(d_phase.Allocate(device, n));
-  // Up through the pinned staging chunks (core/staged_copy.cuh): phase, mask and quality in one
+  // Up through the pinned staging chunks (core/staged_copy.h): phase, mask and quality in one
   // pass, one chunk on the bus while the next is filled.
   std::vector<StagedPiece> up = {{d_phase.get(), phase.raw(), phase.nbytes()}};
   p.phase = d_phase.get();

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "core/cuda_util.cuh"
-#include "core/staged_copy.cuh"
+#include "core/staged_copy.h"
 #include "fresnel/core/uninitialized_array.h"
 #include "fresnel/core/status.h"
 #include "unwrap/unwrap_common.h"
@@ -369,7 +369,7 @@ absl::StatusOr<LeastSquaresResult> Run(const Device& device, const HostArray& ph
   DeviceBuffer<cufftComplex> d_buf;
   DeviceBuffer<int> d_bad;
   FRESNEL_RETURN_IF_ERROR(d_phase.Allocate(device, n));
-  // Up through the pinned staging chunks (core/staged_copy.cuh), phase and mask in one pass.
+  // Up through the pinned staging chunks (core/staged_copy.h), phase and mask in one pass.
   std::vector<StagedPiece> up = {{d_phase.get(), phase.raw(), phase.nbytes()}};
   const uint8_t* mask = nullptr;
   if (options.mask != nullptr) {

@@ -3,15 +3,14 @@
 // large pageable array goes up or down at DMA speed without pinning the array itself (pinning
 // costs about as much as copying it) and without the driver's own single-threaded pageable path
 // (~12 GB/s on the H200 machine). Each chunk is copied between the caller's memory and a pinned
-// chunk on all cores (TBB) while the other chunk of the pair is on the bus. .cu files only.
+// chunk on all cores (TBB) while the other chunk of the pair is on the bus. No CUDA types here
+// (`stream` is a cudaStream_t); defined in CUDA builds only.
 //
 // Bounded: kStagingChunks chunks of kStagingChunkBytes per device (128 MiB), two per call; a
 // call that finds fewer than two free (several large copies at once on one device) or copies
 // less than kStagingMinBytes in all takes the plain pageable cudaMemcpyAsync instead. The same
 // bytes arrive either way.
 #pragma once
-
-#include <cuda_runtime.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -39,14 +38,14 @@ struct StagedPiece {
 // or already on the device); the DMAs may still be in flight on `stream`, ordered before what
 // is enqueued on it next.
 absl::Status StagedUpload(int ordinal, const std::vector<StagedPiece>& pieces,
-                          cudaStream_t stream);
+                          void* stream);
 
 // The downloads of `pieces` (device src of `ordinal`, pageable host dst), after everything
 // enqueued on `stream` so far. Synchronous: the host destinations are complete when it returns,
 // and so is the work enqueued on `stream` before it. Pieces are downloaded in order, chunk i+1's
 // DMA overlapping the copy-out of chunk i, across pieces too.
 absl::Status StagedDownload(int ordinal, const std::vector<StagedPiece>& pieces,
-                            cudaStream_t stream);
+                            void* stream);
 
 // Pinned bytes the pools hold now (all devices), and how many calls took the pageable path
 // because no pair of chunks was free (tests, benchmarks).
