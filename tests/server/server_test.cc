@@ -773,8 +773,9 @@ TEST_CASE("ResampleStream in chunks equals the one-shot result", "[server][inter
 
 // Chunks of a MiB and more on a GPU server go through the stream's pinned staging ring
 // (StreamingResampler::PushInto, windows of 4 MiB of y overlapped): the bytes are those of a GPU
-// server without staging (--shm-bytes 0: Push, pageable), for every dtype a stream takes, one
-// and two channels, uneven chunk sizes; the ring's buffers are reused chunk after chunk.
+// server without staging (--shm-bytes 0: Push, pageable), float32 and complex128 (the kernels'
+// test covers every dtype), one and two channels, uneven chunk sizes; the ring's buffers are
+// reused chunk after chunk.
 TEST_CASE("GPU server: ResampleStream through pinned staging = the pageable Push path",
           "[server][interp][gpu]") {
   if (SkipWithoutGpu()) return;
@@ -783,7 +784,7 @@ TEST_CASE("GPU server: ResampleStream through pinned staging = the pageable Push
   server::ServerConfig plain_cfg = staged_cfg;
   plain_cfg.shm_bytes = 0;
   TestServer staged(staged_cfg), plain(plain_cfg);
-  for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kComplex64, DType::kComplex128}) {
+  for (DType dtype : {DType::kFloat32, DType::kComplex128}) {
     for (int64_t channels : {1, 2}) {
       CAPTURE(DTypeName(dtype), channels);
       const int64_t n = 1200000 / channels;

@@ -8,8 +8,8 @@
 //
 // Bounded: kStagingChunks chunks of kStagingChunkBytes per device (128 MiB), two per call; a
 // call that finds fewer than two free (several large copies at once on one device) or copies
-// less than kStagingMinBytes in all takes the plain pageable cudaMemcpyAsync instead. The same
-// bytes arrive either way.
+// less than kStagingMinBytes in all takes the plain pageable cudaMemcpyAsync instead, and so does
+// every call when the environment sets FRESNEL_HOST_STAGING=0. The same bytes arrive either way.
 #pragma once
 
 #include <cstddef>

@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -77,6 +79,16 @@ class Pool {
   std::atomic<int64_t> fallbacks_{0};
 };
 
+// FRESNEL_HOST_STAGING=0 (read once): every call takes the pageable path, as before the pool
+// existed (diagnosis, and the before/after of one binary in a benchmark).
+bool StagingOff() {
+  static const bool off = [] {
+    const char* v = std::getenv("FRESNEL_HOST_STAGING");
+    return v != nullptr && std::string(v) == "0";
+  }();
+  return off;
+}
+
 Pool& ThePool() {
   static Pool* pool = new Pool();  // never destroyed: the chunks outlive every caller
   return *pool;
@@ -143,7 +155,7 @@ absl::Status StagedUpload(int ordinal, const std::vector<StagedPiece>& pieces,
   cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   size_t total = 0;
   const std::vector<Part> parts = PartsOf(pieces, &total);
-  if (total < kStagingMinBytes) {
+  if (total < kStagingMinBytes || StagingOff()) {
     for (const Part& p : parts) {
       FRESNEL_CUDA_RETURN_IF_ERROR(
           cudaMemcpyAsync(p.dst, p.src, p.n, cudaMemcpyHostToDevice, stream));
@@ -173,7 +185,7 @@ absl::Status StagedDownload(int ordinal, const std::vector<StagedPiece>& pieces,
   size_t total = 0;
   const std::vector<Part> parts = PartsOf(pieces, &total);
   std::unique_ptr<Pair> pair;
-  if (total >= kStagingMinBytes) pair = std::make_unique<Pair>(ordinal);
+  if (total >= kStagingMinBytes && !StagingOff()) pair = std::make_unique<Pair>(ordinal);
   if (pair == nullptr || !pair->ok()) {  // small, or no free pair: the driver's pageable copy
     for (const Part& p : parts) {
       FRESNEL_CUDA_RETURN_IF_ERROR(
