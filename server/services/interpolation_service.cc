@@ -1,14 +1,17 @@
 #include "server/services/interpolation_service.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstring>
 #include <deque>
 #include <mutex>
 #include <optional>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "fresnel/core/copy.h"
 #include "fresnel/core/status.h"
+#include "fresnel/core/uninitialized_array.h"
 #include "fresnel/v1/wire_limits.h"
 #include "fresnel/v1/array_convert.h"
 #include "fresnel/v1/region_wire.h"
@@ -674,6 +677,51 @@ namespace {
 // still run one at a time, in order: the resampler (the delay line) is touched by one job at a
 // time. Memory per stream: at most kStreamReadAhead chunks and their answers.
 constexpr int kStreamReadAhead = 3;
+// A CUDA chunk's job cuts its call into windows of at most this many bytes of y (no more than
+// --overlap-chunk-bytes; 0 there turns it off) so that their H2D, kernels and D2H overlap: stream
+// chunks are a few MiB, well under the one-shot calls' 32 MiB windows.
+constexpr int64_t kStreamOverlapBytes = int64_t{4} << 20;
+
+// A stream's kept page-locked buffers (issue 10 item 3): taken from the server's staging pool
+// (ShmRegistry::AcquireStaging: counted in --shm-bytes while held, back to the staging cache when
+// dropped), handed to a chunk's job and given back when it is done with them, so a stream of
+// equal chunks pins its buffers once. At most kKeep are kept between chunks.
+class StagingRing {
+ public:
+  // The smallest kept buffer of at least `bytes`, else a new one from `shm` (RESOURCE_EXHAUSTED
+  // when --shm-bytes is full).
+  absl::StatusOr<ShmSpan> Take(ShmRegistry* shm, int64_t bytes) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto best = spans_.end();
+      for (auto it = spans_.begin(); it != spans_.end(); ++it) {
+        if (it->size >= bytes && (best == spans_.end() || it->size < best->size)) best = it;
+      }
+      if (best != spans_.end()) {
+        ShmSpan span = std::move(*best);
+        spans_.erase(best);
+        return span;
+      }
+    }
+    return shm->AcquireStaging(bytes);
+  }
+  void Give(ShmSpan span) {
+    if (span.keepalive == nullptr) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    spans_.push_back(std::move(span));
+    if (spans_.size() > kKeep) {  // the smallest goes back to the server's cache
+      auto smallest = std::min_element(
+          spans_.begin(), spans_.end(),
+          [](const ShmSpan& a, const ShmSpan& b) { return a.size < b.size; });
+      spans_.erase(smallest);
+    }
+  }
+
+ private:
+  static constexpr size_t kKeep = 4;  // x and y of one chunk, and room for a change of size
+  std::mutex mu_;
+  std::vector<ShmSpan> spans_;
+};
 
 class ResampleStreamCall
     : public OrderedStream<v1::ResampleStreamRequest, v1::ResampleStreamResponse> {
@@ -884,7 +932,7 @@ class ResampleStreamCall
     job->run = [this, input, output, end](const Device& device, StageTimes* times) -> absl::Status {
       HostArray y;
       if (input->has_value()) {
-        FRESNEL_ASSIGN_OR_RETURN(y, resampler_->Push(device, **input, times));
+        FRESNEL_ASSIGN_OR_RETURN(y, PushChunk(device, **input, times));
         input->reset();  // the chunk is consumed: free it before the answer is built
       }
       if (end) {
@@ -932,10 +980,59 @@ class ResampleStreamCall
     }
   }
 
+  // One chunk's outputs. On CUDA, chunks of at least kMinStagedBytes go through the stream's
+  // staging ring: gathered (on all cores) into a page-locked buffer, one DMA up, the kernel, one
+  // DMA down into another, then copied into an answer array that is not zero-filled first (the
+  // D2H used to read the chunk's pageable bytes and write a fresh zero-filled array). The ring's
+  // gather counts as h2d, the copy out as d2h. Elsewhere, or when --shm-bytes is full, Push. The
+  // same bits either way (StreamingResampler::PushInto).
+  absl::StatusOr<HostArray> PushChunk(const Device& device, const HostArray& chunk,
+                                      StageTimes* times) {
+    if (device.kind != DeviceKind::kCuda || ctx_->shm == nullptr ||
+        static_cast<int64_t>(chunk.nbytes()) < kMinStagedBytes) {
+      return resampler_->Push(device, chunk, times);
+    }
+    const int64_t es = static_cast<int64_t>(DTypeSize(chunk.dtype()));
+    const int64_t k = chunk.ndim() > 0 ? chunk.shape().back() : 0;
+    const int64_t y_room = resampler_->channels() * resampler_->MaxPushOutputSamples(k) * es;
+    absl::StatusOr<ShmSpan> xs = ring_.Take(ctx_->shm, static_cast<int64_t>(chunk.nbytes()));
+    absl::StatusOr<ShmSpan> ys =
+        xs.ok() ? ring_.Take(ctx_->shm, std::max<int64_t>(y_room, 1)) : xs.status();
+    if (!ys.ok()) {  // --shm-bytes is full: the pageable way
+      if (xs.ok()) ring_.Give(*std::move(xs));
+      return resampler_->Push(device, chunk, times);
+    }
+    const Clock::time_point t0 = Clock::now();
+    GatherBytes({{static_cast<const char*>(chunk.raw()), chunk.nbytes()}}, xs->data);
+    const double gather_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    const interp::HostSignalRef ref{chunk.dtype(), chunk.shape(), xs->data};
+    const int64_t overlap = std::min(ctx_->shm->overlap_chunk_bytes(), kStreamOverlapBytes);
+    absl::StatusOr<int64_t> count =
+        resampler_->PushInto(device, ref, ys->data, ys->size, times, overlap);
+    ring_.Give(*std::move(xs));
+    if (!count.ok()) {
+      ring_.Give(*std::move(ys));
+      return count.status();
+    }
+    std::vector<int64_t> shape = chunk.shape();
+    shape.back() = *count;
+    HostArray y = UninitializedArray(chunk.dtype(), shape, FirstTouch::kOnWrite);
+    const Clock::time_point t1 = Clock::now();
+    GatherBytes({{ys->data, y.nbytes()}}, static_cast<char*>(y.raw()));
+    const double copy_s = std::chrono::duration<double>(Clock::now() - t1).count();
+    ring_.Give(*std::move(ys));
+    if (times != nullptr) {
+      times->h2d_s += gather_s;
+      times->d2h_s += copy_s;
+    }
+    return y;
+  }
+
   ServiceContext* ctx_;
   const interp::Limits limits_;
   grpc::CallbackServerContext* context_;
   ShmResolver resolver_;  // chunks may lie in the client's shared-memory regions
+  StagingRing ring_;      // page-locked buffers for the chunks' jobs (PushChunk)
   StreamSlot stream_slot_;
   Budget::Reservation state_;
   // Configured by the first message (on a gRPC thread, before any job); then used by one job at

@@ -773,6 +773,57 @@ TEST_CASE("ResampleStream in chunks equals the one-shot result", "[server][inter
   }
 }
 
+// Chunks of a MiB and more on a GPU server go through the stream's pinned staging ring
+// (StreamingResampler::PushInto, windows of 4 MiB of y overlapped): the bytes are those of a GPU
+// server without staging (--shm-bytes 0: Push, pageable), float32 and complex128 (the kernels'
+// test covers every dtype), one and two channels, uneven chunk sizes; the ring's buffers are
+// reused chunk after chunk.
+TEST_CASE("GPU server: ResampleStream through pinned staging = the pageable Push path",
+          "[server][interp][gpu]") {
+  if (SkipWithoutGpu()) return;
+  server::ServerConfig staged_cfg = TestServer::CpuConfig();
+  staged_cfg.gpus = "all";
+  server::ServerConfig plain_cfg = staged_cfg;
+  plain_cfg.shm_bytes = 0;
+  TestServer staged(staged_cfg), plain(plain_cfg);
+  for (DType dtype : {DType::kFloat32, DType::kComplex128}) {
+    for (int64_t channels : {1, 2}) {
+      CAPTURE(DTypeName(dtype), channels);
+      const int64_t n = 1200000 / channels;
+      HostArray x = RandomArray(dtype, channels == 1 ? std::vector<int64_t>{n}
+                                                    : std::vector<int64_t>{channels, n}, 31);
+      for (bool poly : {false, true}) {
+        v1::ResampleStreamConfig config;
+        v1::NdArray* cx = nullptr;
+        if (poly) {
+          auto* rp = config.mutable_resample_poly();
+          rp->set_up(160);
+          rp->set_down(147);
+          rp->mutable_device()->set_kind(v1::DEVICE_KIND_GPU);
+          cx = rp->mutable_x();
+        } else {
+          auto* u = config.mutable_upfirdn();
+          u->set_up(4);
+          u->mutable_design()->set_numtaps(65);
+          u->mutable_design()->set_cutoff(0.25);
+          u->mutable_device()->set_kind(v1::DEVICE_KIND_GPU);
+          cx = u->mutable_x();
+        }
+        cx->set_dtype(ToProto(dtype));
+        if (channels == 2) cx->add_shape(channels);
+        cx->add_shape(0);
+        const std::vector<int64_t> sizes = {300001 / channels, 7, 250000 / channels, 1};
+        StreamResult want = RunStream(plain, config, x, sizes);
+        REQUIRE(want.status.ok());
+        StreamResult got = RunStream(staged, config, x, sizes);
+        REQUIRE(got.status.ok());
+        CHECK(got.y.shape() == want.y.shape());
+        CHECK(got.y.bytes() == want.y.bytes());
+      }
+    }
+  }
+}
+
 // The server reads up to three messages ahead of the chunk it filters (OrderedStream): a client
 // that writes every chunk before reading an answer gets the same bytes, in order, and a chunk
 // that fails with others queued behind it ends the stream after the answers before it.

@@ -15,7 +15,9 @@
 #include "absl/strings/str_cat.h"
 #include "fresnel/core/status.h"
 #include "fresnel/interp/interp.h"
+#include "fresnel/interp/into.h"
 #include "interp/interp_internal.h"
+#include "interp/window_internal.h"
 
 namespace fresnel::interp {
 namespace {
@@ -116,58 +118,146 @@ absl::StatusOr<StreamingResampler> StreamingResampler::ForResamplePoly(
   return s;
 }
 
-absl::StatusOr<HostArray> StreamingResampler::Push(const Device& device, const HostArray& chunk,
-                                                   StageTimes* times) {
+absl::Status StreamingResampler::CheckChunk(DType dtype, const std::vector<int64_t>& shape) const {
   if (finished_) return absl::FailedPreconditionError("the stream has already finished");
-  if (times != nullptr) *times = StageTimes{};
-  if (chunk.dtype() != dtype_) {
-    return absl::InvalidArgumentError(absl::StrCat("x.dtype ", DTypeName(chunk.dtype()),
+  if (dtype != dtype_) {
+    return absl::InvalidArgumentError(absl::StrCat("x.dtype ", DTypeName(dtype),
                                                    " differs from the stream's ",
                                                    DTypeName(dtype_)));
   }
-  const bool shape_ok = (chunk.ndim() == 2 && chunk.dim(0) == channels_) ||
-                        (chunk.ndim() == 1 && channels_ == 1);
+  const bool shape_ok = (shape.size() == 2 && shape[0] == channels_) ||
+                        (shape.size() == 1 && channels_ == 1);
   if (!shape_ok) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "x.shape ", ShapeString(chunk.shape()), " does not match the stream's ", channels_,
+        "x.shape ", ShapeString(shape), " does not match the stream's ", channels_,
         channels_ == 1 ? " channel ([k] or [1, k])" : " channels ([channels, k])"));
   }
+  return absl::OkStatus();
+}
+
+StreamingResampler::Step StreamingResampler::StepFor(int64_t k) const {
+  const int64_t h = history_.dim(1);
+  const int64_t n_new = samples_in_ + k;
+  Step st;
+  st.end = CeilDiv(n_new * up_, down_);
+  if (!resample_poly_) {
+    st.end = std::min(st.end, UpfirdnOutputLength(n_new, static_cast<int64_t>(taps_.size()), up_,
+                                                  down_));
+  }
+  st.start = std::max(full_emitted_, skip_);
+  st.count = std::max<int64_t>(st.end - st.start, 0);
+  const int64_t taps_per_phase = (static_cast<int64_t>(taps_.size()) + up_ - 1) / up_;
+  st.keep = std::min<int64_t>(taps_per_phase - 1, h + k);
+  return st;
+}
+
+void StreamingResampler::Advance(const Step& st, const void* chunk, int64_t k, int chunk_ndim) {
+  const int64_t h = history_.dim(1);
+  const internal::HostSignalView in{dtype_, channels_, k, k, chunk};
+  // The last st.keep samples of [delay line | chunk]: from the delay line, then from the chunk.
+  const int64_t from = h + k - st.keep;
+  const int64_t from_history = std::max<int64_t>(h - from, 0);
+  HostArray history(dtype_, {channels_, st.keep});
+  CopyColumns(internal::ViewOf(history_), std::min(from, h), from_history, history, 0);
+  CopyColumns(in, std::max<int64_t>(from - h, 0), st.keep - from_history, history,
+              from_history);
+  history_ = std::move(history);
+  full_emitted_ = std::max(full_emitted_, st.end);
+  samples_in_ += k;
+  samples_out_ += st.count;
+  one_dim_ = chunk_ndim == 1;
+}
+
+namespace {
+
+// The delay line followed by the chunk, as one [channels, h + k] array.
+HostArray WindowOf(const HostArray& history, const internal::HostSignalView& chunk) {
+  const int64_t h = history.dim(1);
+  HostArray window(chunk.dtype, {chunk.channels, h + chunk.len});
+  CopyColumns(internal::ViewOf(history), 0, h, window, 0);
+  CopyColumns(chunk, 0, chunk.len, window, h);
+  return window;
+}
+
+}  // namespace
+
+absl::StatusOr<HostArray> StreamingResampler::Push(const Device& device, const HostArray& chunk,
+                                                   StageTimes* times) {
+  if (times != nullptr) *times = StageTimes{};
+  FRESNEL_RETURN_IF_ERROR(CheckChunk(chunk.dtype(), chunk.shape()));
   internal::Polyphase filter{taps_, up_, down_};
   const internal::HostSignalView in = internal::ViewOf(chunk);
   const int64_t k = in.len;
   const int64_t h = history_.dim(1);
-  const int64_t n_new = samples_in_ + k;
-
-  // The window: delay line followed by the chunk, starting at input index samples_in_ - h.
-  HostArray window(dtype_, {channels_, h + k});
-  CopyColumns(internal::ViewOf(history_), 0, h, window, 0);
-  CopyColumns(in, 0, k, window, h);
-  const internal::HostSignalView wv = internal::ViewOf(window);
-
-  int64_t end = CeilDiv(n_new * up_, down_);
-  if (!resample_poly_) {
-    end = std::min(end, UpfirdnOutputLength(n_new, static_cast<int64_t>(taps_.size()), up_,
-                                            down_));
+  const Step st = StepFor(k);
+  HostArray y(dtype_, {channels_, st.count});
+  if (st.count > 0) {
+    // The window: delay line followed by the chunk, starting at input index samples_in_ - h.
+    const HostArray window = WindowOf(history_, in);
+    FRESNEL_ASSIGN_OR_RETURN(y, internal::UpfirdnWindow(device, filter, internal::ViewOf(window),
+                                                        samples_in_ - h, cval_, st.start,
+                                                        st.count, times));
   }
-  const int64_t start = std::max(full_emitted_, skip_);
-  const int64_t count = std::max<int64_t>(end - start, 0);
-  HostArray y(dtype_, {channels_, count});
-  if (count > 0) {
-    FRESNEL_ASSIGN_OR_RETURN(y, internal::UpfirdnWindow(device, filter, wv, samples_in_ - h,
-                                                        cval_, start, count, times));
-  }
-
-  // Keep the last P - 1 samples as the delay line.
-  const int64_t keep = std::min<int64_t>(filter.TapsPerPhase() - 1, h + k);
-  HostArray history(dtype_, {channels_, keep});
-  CopyColumns(wv, h + k - keep, keep, history, 0);
-  history_ = std::move(history);
-  full_emitted_ = std::max(full_emitted_, end);
-  samples_in_ = n_new;
-  samples_out_ += count;
-  one_dim_ = chunk.ndim() == 1;
-  if (one_dim_) FRESNEL_RETURN_IF_ERROR(y.Reshape({count}));
+  Advance(st, in.data, k, chunk.ndim());
+  if (one_dim_) FRESNEL_RETURN_IF_ERROR(y.Reshape({st.count}));
   return y;
+}
+
+absl::StatusOr<int64_t> StreamingResampler::PushInto(const Device& device,
+                                                     const HostSignalRef& chunk, void* y,
+                                                     int64_t y_bytes, StageTimes* times,
+                                                     int64_t overlap_chunk_bytes) {
+  if (times != nullptr) *times = StageTimes{};
+  FRESNEL_RETURN_IF_ERROR(CheckChunk(chunk.dtype, chunk.shape));
+  const int64_t k = chunk.shape.back();
+  if (channels_ * k > 0 && chunk.data == nullptr) {
+    return absl::InvalidArgumentError("x.data: null");
+  }
+  const Step st = StepFor(k);
+  const int64_t es = static_cast<int64_t>(DTypeSize(dtype_));
+  const int64_t need = channels_ * st.count * es;
+  if (need > y_bytes || (need > 0 && y == nullptr)) {
+    return absl::InvalidArgumentError(absl::StrCat("y: the chunk's ", st.count,
+                                                   " outputs per channel need ", need,
+                                                   " bytes, the buffer has ", y_bytes));
+  }
+  const int64_t h = history_.dim(1);
+  internal::Polyphase filter{taps_, up_, down_};
+  const internal::HostSignalView in{dtype_, channels_, k, k, chunk.data};
+  if (st.count > 0 && device.kind == DeviceKind::kCuda) {
+#if defined(FRESNEL_WITH_CUDA)
+    // [delay line | chunk] goes up in two pieces straight from where they lie.
+    internal::PlacedWindow w;
+    w.filter = &filter;
+    w.dtype = dtype_;
+    w.channels = channels_;
+    w.len = k;
+    w.x = chunk.data;
+    w.head = history_.raw();
+    w.head_len = h;
+    w.x_first = samples_in_ - h;
+    w.cval = cval_;
+    w.out_first = st.start;
+    w.out_count = st.count;
+    w.y = y;
+    if (overlap_chunk_bytes > 0 && need >= 2 * overlap_chunk_bytes) {
+      w.chunk_outputs = std::max<int64_t>(1, overlap_chunk_bytes / (channels_ * es));
+    }
+    FRESNEL_RETURN_IF_ERROR(internal::UpfirdnWindowCudaPlaced(device, w, times));
+#else
+    return absl::FailedPreconditionError(
+        absl::StrCat("device ", device.Name(), ": this build has no CUDA support"));
+#endif
+  } else if (st.count > 0) {
+    const HostArray window = WindowOf(history_, in);
+    FRESNEL_ASSIGN_OR_RETURN(HostArray out,
+                             internal::UpfirdnWindow(device, filter, internal::ViewOf(window),
+                                                     samples_in_ - h, cval_, st.start, st.count,
+                                                     times));
+    std::memcpy(y, out.raw(), static_cast<size_t>(need));
+  }
+  Advance(st, chunk.data, k, static_cast<int>(chunk.shape.size()));
+  return st.count;
 }
 
 absl::StatusOr<HostArray> StreamingResampler::Finish(const Device& device, StageTimes* times) {

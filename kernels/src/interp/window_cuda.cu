@@ -35,13 +35,36 @@ int64_t FloorDiv(int64_t a, int64_t b) {
   return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
 }
 
-// The samples [first, end) of x[0, len) that full outputs [k0, k1) read.
-void InputsOfFull(const Polyphase& f, int64_t len, int64_t k0, int64_t k1, int64_t* first,
-                  int64_t* end) {
+// The samples [first, end) of a window of `len` samples starting at signal index x_first that
+// full outputs [k0, k1) read, as indices into the window.
+void InputsOfFull(const Polyphase& f, int64_t x_first, int64_t len, int64_t k0, int64_t k1,
+                  int64_t* first, int64_t* end) {
   const int64_t p = f.TapsPerPhase();
-  *first = std::clamp<int64_t>(FloorDiv(k0 * f.down, f.up) - p + 1, 0, len);
-  *end = std::clamp<int64_t>(FloorDiv((k1 - 1) * f.down, f.up) + 1, 0, len);
+  *first = std::clamp<int64_t>(FloorDiv(k0 * f.down, f.up) - p + 1 - x_first, 0, len);
+  *end = std::clamp<int64_t>(FloorDiv((k1 - 1) * f.down, f.up) + 1 - x_first, 0, len);
   if (*end < *first) *end = *first;
+}
+
+// Enqueues window samples [a, b) of every channel ([head | x] on the host, head `head_len` and x
+// `len` samples per row) to dst as rows of b - a samples.
+absl::Status UploadWindowAsync(const PlacedWindow& c, int64_t a, int64_t b, void* dst,
+                               cudaStream_t st) {
+  const int64_t es = static_cast<int64_t>(DTypeSize(c.dtype));
+  const int64_t span = b - a;
+  char* d = static_cast<char*>(dst);
+  if (a < c.head_len) {  // the part in the head
+    const int64_t e = std::min(b, c.head_len);
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(
+        d, span * es, static_cast<const char*>(c.head) + a * es, c.head_len * es, (e - a) * es,
+        c.channels, cudaMemcpyHostToDevice, st));
+  }
+  if (b > c.head_len) {  // the part in x
+    const int64_t s = std::max(a, c.head_len);
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(
+        d + (s - a) * es, span * es, static_cast<const char*>(c.x) + (s - c.head_len) * es,
+        c.len * es, (b - s) * es, c.channels, cudaMemcpyHostToDevice, st));
+  }
+  return absl::OkStatus();
 }
 
 // The extra streams of one call and the join at its end: on every exit (errors included) S0
@@ -142,6 +165,9 @@ absl::Status UpfirdnWindowCudaPlaced(const Device& device, const PlacedWindow& c
     return absl::FailedPreconditionError("UpfirdnWindowCudaPlaced: needs a CUDA device stream");
   }
   if (c.channels * c.out_count == 0) return absl::OkStatus();
+  if ((c.head_len > 0 || c.x_first != 0) && c.x_device >= 0) {
+    return absl::InternalError("UpfirdnWindowCudaPlaced: a head or x_first needs host x");
+  }
   FRESNEL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device.ordinal));
   cudaStream_t s0 = cuda::StreamOf(device);
   const int64_t es = static_cast<int64_t>(DTypeSize(c.dtype));
@@ -193,7 +219,7 @@ absl::Status UpfirdnWindowCudaPlaced(const Device& device, const PlacedWindow& c
     const int64_t k0 = c.out_first + i * chunk;
     const int64_t k1 = k0 + std::min(chunk, c.out_count - i * chunk);
     int64_t a = 0, b = 0;
-    InputsOfFull(*c.filter, c.len, k0, k1, &a, &b);
+    InputsOfFull(*c.filter, c.x_first, c.head_len + c.len, k0, k1, &a, &b);
     max_span = std::max(max_span, b - a);
   }
   std::vector<cuda::DeviceBuffer<unsigned char>> x_ring(n_streams), y_ring(n_streams);
@@ -231,17 +257,16 @@ absl::Status UpfirdnWindowCudaPlaced(const Device& device, const PlacedWindow& c
       s.x_len = c.len;
     } else {
       int64_t a = 0, b = 0;
-      InputsOfFull(*c.filter, c.len, s.out_first, s.out_first + count, &a, &b);
+      InputsOfFull(*c.filter, c.x_first, c.head_len + c.len, s.out_first, s.out_first + count,
+                   &a, &b);
       const int64_t span = b - a;
-      if (prefix_hook && c.channels == 1) c.x_prefix_ready(b * es);
-      if (span > 0) {
-        FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(
-            x_ring[slot].get(), span * es, static_cast<const char*>(c.x) + a * es, c.len * es,
-            span * es, c.channels, cudaMemcpyHostToDevice, st));
+      if (prefix_hook && c.channels == 1) {
+        c.x_prefix_ready(std::max<int64_t>(b - c.head_len, 0) * es);
       }
+      if (span > 0) FRESNEL_RETURN_IF_ERROR(UploadWindowAsync(c, a, b, x_ring[slot].get(), st));
       s.x = x_ring[slot].get();
       s.x_stride = span;
-      s.x_first = a;
+      s.x_first = c.x_first + a;
       s.x_len = span;
     }
     FRESNEL_RETURN_IF_ERROR(events.Record(st));

@@ -22,6 +22,13 @@ struct PlacedWindow {
   int64_t len = 0;
   const void* x = nullptr;
   int x_device = -1;
+  // Host x only: x is preceded by `head_len` samples per channel at `head` ([channels, head_len]
+  // contiguous), so the window is [head | x], head_len + len samples (StreamingResampler's delay
+  // line and the new chunk, never copied into one buffer on the host). `x_first` is the window's
+  // first sample index in the signal (the kernel sees cval outside [x_first, x_first + window)).
+  const void* head = nullptr;
+  int64_t head_len = 0;
+  int64_t x_first = 0;
   double cval = 0;
   int64_t out_first = 0;
   int64_t out_count = 0;

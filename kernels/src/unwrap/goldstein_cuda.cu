@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "core/cuda_util.cuh"
+#include "core/staged_copy.h"
+#include "fresnel/core/uninitialized_array.h"
 #include "fresnel/core/status.h"
 #include "unwrap/goldstein_kernels.cuh"
 #include "unwrap/unwrap_internal.h"
@@ -25,6 +27,9 @@ namespace {
 using fresnel::cuda::BlocksFor;
 using fresnel::cuda::DeviceBuffer;
 using fresnel::cuda::StageClock;
+using fresnel::cuda::StagedDownload;
+using fresnel::cuda::StagedPiece;
+using fresnel::cuda::StagedUpload;
 using fresnel::cuda::StreamOf;
 using namespace fresnel::unwrap::internal::cuda;  // NOLINT: the kernels of this area
 
@@ -422,23 +427,22 @@ absl::StatusOr<GoldsteinResult> Run(const Device& device, const HostArray& phase
   DeviceBuffer<Counters> d_counters;
 
   FRESNEL_RETURN_IF_ERROR(d_phase.Allocate(device, n));
-  FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_phase.get(), phase.raw(), phase.nbytes(),
-                                               cudaMemcpyHostToDevice, stream));
+  // Up through the pinned staging chunks (core/staged_copy.h): phase, mask and quality in one
+  // pass, one chunk on the bus while the next is filled.
+  std::vector<StagedPiece> up = {{d_phase.get(), phase.raw(), phase.nbytes()}};
   p.phase = d_phase.get();
   if (options.mask != nullptr) {
     FRESNEL_RETURN_IF_ERROR(d_mask.Allocate(device, n));
-    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_mask.get(), options.mask->raw(), n,
-                                                 cudaMemcpyHostToDevice, stream));
+    up.push_back({d_mask.get(), options.mask->raw(), static_cast<size_t>(n)});
     p.mask = d_mask.get();
   }
   if (options.quality != nullptr) {
     FRESNEL_RETURN_IF_ERROR(d_quality.Allocate(device, options.quality->nbytes()));
-    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_quality.get(), options.quality->raw(),
-                                                 options.quality->nbytes(),
-                                                 cudaMemcpyHostToDevice, stream));
+    up.push_back({d_quality.get(), options.quality->raw(), options.quality->nbytes()});
     p.quality = d_quality.get();
     p.quality_double = options.quality->dtype() == DType::kFloat64;
   }
+  FRESNEL_RETURN_IF_ERROR(StagedUpload(device.ordinal, up, stream));
   FRESNEL_RETURN_IF_ERROR(clock.Mark());
 
   // Everything the kernels need, allocated up front from the stream-ordered pool.
@@ -628,25 +632,26 @@ absl::StatusOr<GoldsteinResult> Run(const Device& device, const HostArray& phase
   Counters c{};
   FRESNEL_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(&c, p.counters, sizeof(Counters), cudaMemcpyDeviceToHost, stream));
-  result.unwrapped = HostArray(phase.dtype(), phase.shape());
-  FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(result.unwrapped.raw(), p.out, n * sizeof(T),
-                                               cudaMemcpyDeviceToHost, stream));
+  // The results are written in full by the download: no zero fill first (their pages are
+  // faulted in by the copy-out threads). All of them go down through one pair of pinned chunks,
+  // one chunk's DMA overlapping the previous one's copy-out, across arrays too.
+  const auto fresh = [&](DType dtype) {
+    return UninitializedArray(dtype, phase.shape(), FirstTouch::kOnWrite);
+  };
+  result.unwrapped = fresh(phase.dtype());
+  std::vector<StagedPiece> down = {{result.unwrapped.raw(), p.out, n * sizeof(T)}};
   if (options.return_maps) {
-    result.residues = HostArray(DType::kInt16, phase.shape());
-    result.cuts = HostArray(DType::kUint8, phase.shape());
-    result.regions = HostArray(DType::kInt32, phase.shape());
-    result.unreached = HostArray(DType::kUint8, phase.shape());
-    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(result.residues.raw(), p.charge,
-                                                 n * sizeof(int16_t), cudaMemcpyDeviceToHost,
-                                                 stream));
-    FRESNEL_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(result.cuts.raw(), p.cut, n, cudaMemcpyDeviceToHost, stream));
-    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(result.regions.raw(), p.regions_out,
-                                                 n * sizeof(int), cudaMemcpyDeviceToHost,
-                                                 stream));
-    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(result.unreached.raw(), p.unreached_out, n,
-                                                 cudaMemcpyDeviceToHost, stream));
+    result.residues = fresh(DType::kInt16);
+    result.cuts = fresh(DType::kUint8);
+    result.regions = fresh(DType::kInt32);
+    result.unreached = fresh(DType::kUint8);
+    down.push_back({result.residues.raw(), p.charge, n * sizeof(int16_t)});
+    down.push_back({result.cuts.raw(), p.cut, static_cast<size_t>(n)});
+    down.push_back({result.regions.raw(), p.regions_out, n * sizeof(int)});
+    down.push_back({result.unreached.raw(), p.unreached_out, static_cast<size_t>(n)});
   }
+  // Synchronises the stream (the counters above included).
+  FRESNEL_RETURN_IF_ERROR(StagedDownload(device.ordinal, down, stream));
   FRESNEL_RETURN_IF_ERROR(clock.Mark());
   FRESNEL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
 

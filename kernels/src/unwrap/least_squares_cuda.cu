@@ -12,8 +12,11 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <vector>
 
 #include "core/cuda_util.cuh"
+#include "core/staged_copy.h"
+#include "fresnel/core/uninitialized_array.h"
 #include "fresnel/core/status.h"
 #include "unwrap/unwrap_common.h"
 #include "unwrap/unwrap_internal.h"
@@ -24,6 +27,9 @@ namespace {
 using fresnel::cuda::BlocksFor;
 using fresnel::cuda::DeviceBuffer;
 using fresnel::cuda::StageClock;
+using fresnel::cuda::StagedDownload;
+using fresnel::cuda::StagedPiece;
+using fresnel::cuda::StagedUpload;
 using fresnel::cuda::StreamOf;
 
 absl::Status CufftStatus(cufftResult r, const char* what) {
@@ -363,15 +369,15 @@ absl::StatusOr<LeastSquaresResult> Run(const Device& device, const HostArray& ph
   DeviceBuffer<cufftComplex> d_buf;
   DeviceBuffer<int> d_bad;
   FRESNEL_RETURN_IF_ERROR(d_phase.Allocate(device, n));
-  FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_phase.get(), phase.raw(), phase.nbytes(),
-                                               cudaMemcpyHostToDevice, stream));
+  // Up through the pinned staging chunks (core/staged_copy.h), phase and mask in one pass.
+  std::vector<StagedPiece> up = {{d_phase.get(), phase.raw(), phase.nbytes()}};
   const uint8_t* mask = nullptr;
   if (options.mask != nullptr) {
     FRESNEL_RETURN_IF_ERROR(d_mask.Allocate(device, n));
-    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_mask.get(), options.mask->raw(), n,
-                                                 cudaMemcpyHostToDevice, stream));
+    up.push_back({d_mask.get(), options.mask->raw(), static_cast<size_t>(n)});
     mask = d_mask.get();
   }
+  FRESNEL_RETURN_IF_ERROR(StagedUpload(device.ordinal, up, stream));
   FRESNEL_RETURN_IF_ERROR(clock.Mark());
   FRESNEL_RETURN_IF_ERROR(Report(options.progress, Stage::kLeastSquares, 0.0));
 
@@ -403,8 +409,8 @@ absl::StatusOr<LeastSquaresResult> Run(const Device& device, const HostArray& ph
     } else {
       // The weights travel in their own dtype through d_buf (8 bytes per pixel, enough for
       // float64), which the Poisson solve only needs later.
-      FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_buf.get(), w->raw(), w->nbytes(),
-                                                   cudaMemcpyHostToDevice, stream));
+      FRESNEL_RETURN_IF_ERROR(
+          StagedUpload(device.ordinal, {{d_buf.get(), w->raw(), w->nbytes()}}, stream));
       if (w->dtype() == DType::kFloat32) {
         EdgeWeightKernel<float><<<grid, block, 0, stream>>>(
             reinterpret_cast<const float*>(d_buf.get()), mask, rows, cols, d_wx.get(),
@@ -441,12 +447,15 @@ absl::StatusOr<LeastSquaresResult> Run(const Device& device, const HostArray& ph
   FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(LsOutputKernel<T>);
   FRESNEL_RETURN_IF_ERROR(clock.Mark());
 
-  result.unwrapped = HostArray(phase.dtype(), phase.shape());
+  // Every byte is written by the download: no zero fill first (its pages are faulted in by the
+  // copy-out threads).
+  result.unwrapped = UninitializedArray(phase.dtype(), phase.shape(), FirstTouch::kOnWrite);
   int bad = INT_MAX;
   FRESNEL_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(&bad, d_bad.get(), sizeof(int), cudaMemcpyDeviceToHost, stream));
-  FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(result.unwrapped.raw(), d_out.get(),
-                                               n * sizeof(T), cudaMemcpyDeviceToHost, stream));
+  // Synchronises the stream (the flag above included).
+  FRESNEL_RETURN_IF_ERROR(StagedDownload(
+      device.ordinal, {{result.unwrapped.raw(), d_out.get(), n * sizeof(T)}}, stream));
   FRESNEL_RETURN_IF_ERROR(clock.Mark());
   FRESNEL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
   if (bad != INT_MAX) return BadPhaseValue(phase, bad);

@@ -2,14 +2,19 @@
 // equal the CPU reference bit for bit on fresh random inputs; least squares must agree to float32
 // rounding; errors and progress behave as on the CPU.
 #include <catch2/catch.hpp>
+#if defined(FRESNEL_WITH_CUDA)
+#include <cuda_runtime.h>
+#endif
 
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <future>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "core/staged_copy.h"
 #include "fresnel/core/device.h"
 #include "fresnel/unwrap/unwrap.h"
 #include "pairing_replay.h"
@@ -378,6 +383,94 @@ TEST_CASE("GPU errors and progress match the CPU", "[unwrap][gpu]") {
   REQUIRE_FALSE(cancelled.ok());
   CHECK(cancelled.status().code() == absl::StatusCode::kCancelled);
 }
+
+// Arrays of several staging chunks (core/staged_copy.h: 16 MiB each, two per call) go up and
+// come down through the pinned pool: still the CPU's bits, maps included.
+TEST_CASE("GPU Goldstein through the pinned staging chunks equals the CPU", "[unwrap][gpu]") {
+  if (SkipWithoutGpu()) return;
+  SyntheticSpec spec;
+  spec.rows = 2600;
+  spec.cols = 1901;
+  spec.turns = 8;
+  spec.sigma = 0.8;
+  spec.seed = FreshSeed();
+  auto data = MakeSynthetic(spec, DType::kFloat64);  // 39.5 MB: three chunks
+  HostArray mask = RandomMask(spec.rows, spec.cols, 30, 25, 200, spec.seed);
+  HostArray quality = RandomPhase(DType::kFloat64, spec.rows, spec.cols, spec.seed + 7);
+  GoldsteinOptions options;
+  options.mask = &mask;
+  options.quality = &quality;
+  std::ostringstream label;
+  label << "2600x1901 float64, mask, quality; seed " << spec.seed;
+  CheckBitExact(data.wrapped, options, label.str());
+}
+
+#if defined(FRESNEL_WITH_CUDA)
+// StagedUpload / StagedDownload move exactly the bytes given: sizes below, at and across chunk
+// boundaries, several pieces per call, and more calls at once than the pool has pairs (those
+// take the pageable path).
+TEST_CASE("staged host<->device copies move every byte", "[unwrap][gpu][staging]") {
+  if (SkipWithoutGpu()) return;
+  const Device& gpu = *TestGpu();
+  const size_t chunk = fresnel::cuda::kStagingChunkBytes;
+  const std::vector<std::vector<size_t>> calls = {
+      {1000},          {chunk},          {chunk + 1, 7},       {3 * chunk - 5},
+      {5 << 20, 333, 2 * chunk + 17}, {fresnel::cuda::kStagingMinBytes - 1}};
+  // "" when the bytes came back, else what went wrong (no Catch2 macros: it runs on threads).
+  auto round_trip = [&](const std::vector<size_t>& sizes, uint32_t seed) -> std::string {
+    auto pattern = [&](size_t i, size_t b) {
+      return static_cast<char>((b * 2654435761u + seed * 977 + i) >> 7);
+    };
+    if (cudaSetDevice(gpu.ordinal) != cudaSuccess) return "cudaSetDevice";
+    cudaStream_t stream = nullptr;
+    if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) return "stream";
+    std::vector<std::string> src, back;
+    std::vector<void*> dev(sizes.size(), nullptr);
+    std::vector<fresnel::cuda::StagedPiece> up, down;
+    std::string error;
+    for (size_t i = 0; i < sizes.size() && error.empty(); ++i) {
+      src.emplace_back(sizes[i], '\0');
+      for (size_t b = 0; b < sizes[i]; ++b) src.back()[b] = pattern(i, b);
+      back.emplace_back(sizes[i], '\x5a');
+      if (cudaMalloc(&dev[i], sizes[i]) != cudaSuccess) error = "cudaMalloc";
+      up.push_back({dev[i], src.back().data(), sizes[i]});
+      down.push_back({back.back().data(), dev[i], sizes[i]});
+    }
+    if (error.empty() && !fresnel::cuda::StagedUpload(gpu.ordinal, up, stream).ok()) {
+      error = "upload";
+    }
+    for (std::string& s : src) s.assign(s.size(), '\x11');  // the sources may change at once
+    if (error.empty() && !fresnel::cuda::StagedDownload(gpu.ordinal, down, stream).ok()) {
+      error = "download";
+    }
+    for (size_t i = 0; i < back.size() && error.empty(); ++i) {
+      for (size_t b = 0; b < sizes[i]; ++b) {
+        if (back[i][b] != pattern(i, b)) {
+          error = "piece " + std::to_string(i) + " differs at byte " + std::to_string(b);
+          break;
+        }
+      }
+    }
+    for (void* d : dev) cudaFree(d);
+    cudaStreamDestroy(stream);
+    return error;
+  };
+  for (size_t c = 0; c < calls.size(); ++c) {
+    CAPTURE(c);
+    CHECK(round_trip(calls[c], static_cast<uint32_t>(c)) == "");
+  }
+  // Six at once on one device: more than the pool's four pairs.
+  std::vector<std::future<std::string>> at_once;
+  for (uint32_t t = 0; t < 6; ++t) {
+    at_once.push_back(std::async(std::launch::async, [&, t] {
+      return round_trip({2 * chunk + 4099 * t, 12345}, 100 + t);
+    }));
+  }
+  for (auto& f : at_once) CHECK(f.get() == "");
+  CHECK(fresnel::cuda::StagingPoolBytes() <=
+        int64_t{fresnel::cuda::kStagingChunks} * static_cast<int64_t>(chunk));
+}
+#endif
 
 TEST_CASE("GPU least squares agrees with the CPU", "[unwrap][gpu]") {
   if (SkipWithoutGpu()) return;

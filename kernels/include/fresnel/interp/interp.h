@@ -273,6 +273,8 @@ int64_t ResampleDeviceBytes(DType x, int64_t channels, int64_t samples,
 int64_t DecimateDeviceBytes(DType x, int64_t channels, int64_t samples,
                             const DecimateOptions& options);
 
+struct HostSignalRef;  // fresnel/interp/into.h
+
 // Chunked filtering whose concatenated outputs equal the one-shot Upfirdn (kConstant mode) or
 // ResamplePoly (kConstant padtype) result exactly as the same Device computes it. It keeps each
 // channel's last taps_per_phase - 1 input samples (the delay line) and the global output index.
@@ -292,6 +294,20 @@ class StreamingResampler {
   // no later input can change, same rank as the chunk (possibly zero-length).
   absl::StatusOr<HostArray> Push(const Device& device, const HostArray& chunk,
                                  StageTimes* times = nullptr);
+  // Push between caller-owned host buffers (issue 10; include fresnel/interp/into.h for
+  // HostSignalRef): the chunk is read where it lies and the outputs are written to y as
+  // [channels, count] row-major in the stream's dtype; returns count, the outputs per channel,
+  // at most MaxPushOutputSamples(k). y_bytes is the room at y (INVALID_ARGUMENT naming y when
+  // the outputs would not fit; nothing is consumed then). Nothing is zero-filled; y must not
+  // overlap the chunk. On CUDA the chunk goes up and y comes down by DMA when they are
+  // page-locked (fresnel::PinHostMemory; pageable memory works at the driver's pageable speed),
+  // on device.stream, synchronised before returning; with overlap_chunk_bytes > 0 and at least
+  // two such chunks of y, the call is cut into windows of that many bytes of y on three streams
+  // so their H2D, kernels and D2H overlap (IntoOptions::overlap_chunk_bytes). The same bits as
+  // Push on the same device; the state advances exactly as Push's.
+  absl::StatusOr<int64_t> PushInto(const Device& device, const HostSignalRef& chunk, void* y,
+                                   int64_t y_bytes, StageTimes* times = nullptr,
+                                   int64_t overlap_chunk_bytes = 0);
   // Ends the signal and returns the remaining outputs. Push/Finish afterwards fail.
   absl::StatusOr<HostArray> Finish(const Device& device, StageTimes* times = nullptr);
 
@@ -311,6 +327,21 @@ class StreamingResampler {
 
  private:
   StreamingResampler() = default;
+
+  // One chunk's outputs: full-upfirdn outputs [start, start + count) of every channel, and the
+  // delay line's length after it.
+  struct Step {
+    int64_t start = 0;
+    int64_t end = 0;  // full outputs computed after the chunk
+    int64_t count = 0;
+    int64_t keep = 0;
+  };
+  absl::Status CheckChunk(DType dtype, const std::vector<int64_t>& shape) const;
+  Step StepFor(int64_t k) const;
+  // The state after a chunk of k samples per channel ([channels, k] contiguous at `chunk`) whose
+  // outputs `step` were computed: the new delay line is the last step.keep samples of the delay
+  // line followed by the chunk.
+  void Advance(const Step& step, const void* chunk, int64_t k, int chunk_ndim);
 
   std::vector<double> taps_;  // padded as the one-shot call pads them
   int up_ = 1, down_ = 1;
