@@ -50,6 +50,21 @@
 //      and every thread fences its st writes for the async proxy before the barrier that
 //      precedes the copies. kRegisterBlocked's kBulk stores do the same (82% against 75% of the
 //      copy bandwidth on case (a)).
+//   6. Split tail (PhaseGroupsPlan::tail; plain tile, V = 4, R = 2, one input tile, staging 1
+//      or 3; opt-in): the grid's blocks take tiles b, b + gridDim.x, ..., so when the tile count
+//      is not a multiple of the grid the last wave is partial: 160/147 on 2^26 samples makes
+//      7134 tiles on 264 blocks, 27 waves and 6 tiles that run alone while every other block has
+//      finished. Instead those tiles are split by groups into parts (all of the tile's periods,
+//      a range of groups: one task per warp with tail 2), one part per block, run after the
+//      whole tiles (tail 2) or before them (tail 3, as many parts as there are blocks to take
+//      them, which also starts those blocks out of step with their SM's other block). A part
+//      loads the whole input tile, computes its groups' tasks only and copies its outputs out
+//      with 4-byte stores (a period's part is contiguous in y). Same bits: every output still
+//      sums its own P products in m order.
+//   7. Bulk input copies (PhaseGroupsPlan::bulk_in; same conditions; opt-in): an interior tile
+//      arrives by one cp.async.bulk issued by thread 0 (16-byte aligned: the plain tile's
+//      shift), completing on an mbarrier that every thread waits on before the tile's first
+//      barrier, instead of ~9 cp.async per thread; edge tiles keep the per-thread path.
 // The table (taps, then the groups' first inputs) is copied to shared memory once per block.
 #include <cuda_runtime.h>
 
