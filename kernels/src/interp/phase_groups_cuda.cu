@@ -109,6 +109,12 @@ constexpr int kPgDefaultPrefetch = 1;
 // (tests/bench/interp/run_s9_on_gpu.sh b) shows it faster; the choice changes no device code.
 constexpr int kPgDefaultStage = 1;
 // Defaults of PhaseGroupsChoice::tail and ::bulk_in (1: whole tiles only; per-thread cp.async).
+// Measured (2026-12-07, two calls that both ran on an H100, not the H200 the target is set on;
+// BENCHMARKS.md session 10, 160/147 on 2^26, medians of 7 alternated runs): stage 3 with bulk
+// input copies 0.2302 ms against 0.2373 for this default (3.0% faster, every run), stage 3 +
+// tail 3 0.2322, stage 1 + tail 3 0.2351, tail 2 no gain, stage 1 with bulk input copies 7%
+// slower. Kept opt-in until an H200 call (run_s10_on_gpu.sh b) confirms: making stage 3 + bulk
+// input the default is kPgDefaultStage = 3 and kPgDefaultBulkIn = 2 (no device code changes).
 constexpr int kPgDefaultTail = 1;
 constexpr int kPgDefaultBulkIn = 1;
 

@@ -643,7 +643,7 @@ int Main(int argc, char** argv) {
     for (auto [stage, tail, bulk_in] : {std::tuple{1, 2, 1}, std::tuple{1, 3, 1},
                                         std::tuple{3, 2, 1}, std::tuple{3, 3, 1},
                                         std::tuple{1, 1, 2}, std::tuple{3, 1, 2},
-                                        std::tuple{3, 2, 2}}) {
+                                        std::tuple{3, 2, 2}, std::tuple{3, 3, 2}}) {
       rows.push_back(b.Kernel(staging, d->filter, 1, n26, d->skip, out,
                               PgOptions(0, 0, 0, 0, stage, tail, bulk_in), true));
     }

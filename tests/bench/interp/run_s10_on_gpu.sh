@@ -10,7 +10,8 @@
 # MODE a: 1. the new [gpu] case (split tail, bulk input; bit-equal to the default and within the
 #   oracle's tolerance) and the short-window variants case; 2. case (b) of this branch (default,
 #   stages 1/3/2, the seven new variants, the 7128-tile probe) and main's binary, alternated four
-#   times. MODE b: the A/B only, three times.
+#   times (call 1, 16:28 UTC, ran on an H100). MODE b (call 2): the new [gpu] case and the A/B
+#   three times (one more row: stage 3 + tail 3 + bulk input).
 set -u
 mode=${1:-a}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -28,9 +29,9 @@ timed() {  # timed LOG SECONDS CMD...: appends CMD's output, its status and wall
   echo "rc=$? wall=$(($(date +%s) - t0))s" >>"$log"
 }
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv >"$out/gpu.txt" 2>&1
+timed "$out/test_gpu.txt" 60 test_interp \
+  "kPhaseGroups split tail and bulk input copies agree with the CPU oracle"
 if [ "$mode" = a ]; then
-  timed "$out/test_gpu.txt" 60 test_interp \
-    "kPhaseGroups split tail and bulk input copies agree with the CPU oracle"
   timed "$out/test_gpu.txt" 40 test_interp \
     "kPhaseGroups variants agree with the CPU oracle on short windows"
 fi
