@@ -40,8 +40,9 @@
 //      next tile's copies are issued after the last round's barrier. For 160/147 (R = 2) the
 //      block needs 72 KiB of shared memory instead of 95 (three blocks per SM instead of two),
 //      and the global stores spread over the tile's compute instead of following it.
-//   5. Bulk copy-out (PhaseGroupsPlan::bulk; plain tile, V = 4, u % 4 == 0, R = 2; opt-in, not
-//      yet measured): step 3's
+//   5. Bulk copy-out (PhaseGroupsPlan::bulk; plain tile, V = 4, u % 4 == 0, R = 2; opt-in:
+//      H200 59.3% against 58.5% once, H100 within 0.5% of stage 1; with 7's bulk input copies
+//      3% faster than the default on the H100, BENCHMARKS.md session 10): step 3's
 //      staging, but an interior tile whose y row is 16-byte aligned leaves by one cp.async.bulk
 //      per period (u floats from st + nl*sr to y), issued by thread nl right after the barrier;
 //      the threads go straight on to wait for the next tile instead of copying 40 KiB (160/147)
@@ -104,9 +105,9 @@ constexpr int kPgDefaultPrefetch = 1;
 // Default of PhaseGroupsChoice::stage (1: the whole tile staged and copied out by the threads,
 // 2: rounds, 3: the whole tile staged, bulk copies out; where they apply). Measured reason
 // (H200, 2026-12-02, docs/interp.md): rounds 0.366 ms on 160/147 against 0.224 for the whole
-// tile (63% slower, three blocks per SM and all). The bulk copy-out (3) is built and passes the
-// host checks but has not run on a GPU yet: opt-in until a same-call A/B
-// (tests/bench/interp/run_s9_on_gpu.sh b) shows it faster; the choice changes no device code.
+// tile (63% slower, three blocks per SM and all). The bulk copy-out (3): 59.3% against 58.5%
+// for the default in one H200 run (session 9's team call), within 0.5% on an H100 (session
+// 10); with bulk input copies see kPgDefaultBulkIn. The choice changes no device code.
 constexpr int kPgDefaultStage = 1;
 // Defaults of PhaseGroupsChoice::tail and ::bulk_in (1: whole tiles only; per-thread cp.async).
 // Measured (2026-12-07, two calls that both ran on an H100, not the H200 the target is set on;
