@@ -236,6 +236,15 @@ absl::StatusOr<PhaseGroupsChoice> PhaseGroupsChoiceFrom(const CudaPlanOptions& o
   if (options.pg_stage < 0 || options.pg_stage > 3) {
     return absl::InvalidArgumentError("pg_stage: 0, 1, 2 or 3");
   }
+  if (options.pg_tail < 0 || options.pg_tail > 3) {
+    return absl::InvalidArgumentError("pg_tail: 0, 1, 2 or 3");
+  }
+  if (options.pg_bulk_in < 0 || options.pg_bulk_in > 2) {
+    return absl::InvalidArgumentError("pg_bulk_in: 0, 1 or 2");
+  }
+  if (options.pg_max_blocks < 0) {
+    return absl::InvalidArgumentError("pg_max_blocks: 0 (as many as fit) or more");
+  }
   const int r = options.pg_periods_per_lane;
   if (r != 0 && r != 1 && r != 2 && r != 4 && r != 8) {
     return absl::InvalidArgumentError("pg_periods_per_lane: 0, 1, 2, 4 or 8");
@@ -248,6 +257,9 @@ absl::StatusOr<PhaseGroupsChoice> PhaseGroupsChoiceFrom(const CudaPlanOptions& o
   choice.row_blocks = options.pg_row_blocks;
   choice.prefetch = options.pg_prefetch;
   choice.stage = options.pg_stage;
+  choice.tail = options.pg_tail;
+  choice.bulk_in = options.pg_bulk_in;
+  choice.max_blocks = options.pg_max_blocks;
   return choice;
 }
 

@@ -199,6 +199,16 @@ struct CudaPlanOptions {
   // copied out by cp.async.bulk (plain tile, V = 4, u % 4 == 0, one input tile, R = 2, else 1);
   // 0: the default (1). Same bits.
   int pg_stage = 0;
+  // kPhaseGroups' last, partial wave of tiles (PhaseGroupsChoice::tail; plain tile, V = 4,
+  // R = 2, one input tile, stage 1 or 3): 1: whole tiles; 2: its tiles split by groups over
+  // as many blocks, after the whole tiles; 3: the same, before them; 0: the default (1).
+  // Same bits.
+  int pg_tail = 0;
+  // kPhaseGroups input copies (PhaseGroupsChoice::bulk_in; same conditions): 1: cp.async by
+  // every thread; 2: one cp.async.bulk per interior tile; 0: the default (1). Same bits.
+  int pg_bulk_in = 0;
+  // kPhaseGroups: at most this many blocks (0: as many as fit; a test hook). Same bits.
+  int pg_max_blocks = 0;
   // kTensorTf32: k-steps per tensor-core partial sum (tensor_tf32.h, "Accumulation"); 0: the
   // default (kTensorTf32DefaultChunk). A value at least the band's k-steps sums the whole band
   // in the tensor cores' accumulators (session 7's kernel). Changes the bits, not the products.

@@ -59,6 +59,19 @@ struct PhaseGroupsChoice {
   // tile, R = 2): the whole tile staged, interior tiles copied out by cp.async.bulk, one copy
   // per period. 0: the default (kPgDefaultStage). Same bits.
   int stage = 0;
+  // The last, partial wave of tiles (plain tile, V = 4, R = 2, one input tile, stage 1 or 3):
+  // 1: each of its tiles runs whole on one block while the other blocks idle; 2: each of its
+  // tiles is split by groups into parts (a group range over all the tile's periods) that run
+  // on as many blocks, after their whole tiles; 3: the same, but the parts run first, on the
+  // first blocks. 0: the default (kPgDefaultTail). Same bits.
+  int tail = 0;
+  // Input tile copies (same conditions as tail): 1: cp.async by every thread; 2: interior tiles
+  // by one cp.async.bulk (the copy engine), completing on an mbarrier. 0: the default (1).
+  // Same bits.
+  int bulk_in = 0;
+  // At most this many blocks in the grid (0: as many as fit); a test hook that makes short
+  // signals run several waves of tiles and a partial last one. Same bits.
+  int max_blocks = 0;
 };
 
 // The geometry of one filter's kPhaseGroups launch, fixed at plan creation.
@@ -92,6 +105,9 @@ struct PhaseGroupsPlan {
   bool prefetch = false;    // two input tiles (PhaseGroupsChoice::prefetch)
   bool rounds = false;      // outputs staged in rounds (PhaseGroupsChoice::stage = 2)
   bool bulk = false;        // bulk copies out of the staged tile (PhaseGroupsChoice::stage = 3)
+  int tail = 0;             // PhaseGroupsChoice::tail where it applies: 0 (whole tiles), 2 or 3
+  bool bulk_in = false;     // PhaseGroupsChoice::bulk_in = 2 where it applies
+  int max_blocks = 0;       // PhaseGroupsChoice::max_blocks
   int rotations = 1;
   std::vector<int> zoff = {0};
   int extra = 0;

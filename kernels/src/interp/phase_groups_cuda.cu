@@ -40,8 +40,9 @@
 //      next tile's copies are issued after the last round's barrier. For 160/147 (R = 2) the
 //      block needs 72 KiB of shared memory instead of 95 (three blocks per SM instead of two),
 //      and the global stores spread over the tile's compute instead of following it.
-//   5. Bulk copy-out (PhaseGroupsPlan::bulk; plain tile, V = 4, u % 4 == 0, R = 2; opt-in, not
-//      yet measured): step 3's
+//   5. Bulk copy-out (PhaseGroupsPlan::bulk; plain tile, V = 4, u % 4 == 0, R = 2; opt-in:
+//      H200 59.3% against 58.5% once, H100 within 0.5% of stage 1; with 7's bulk input copies
+//      3% faster than the default on the H100, BENCHMARKS.md session 10): step 3's
 //      staging, but an interior tile whose y row is 16-byte aligned leaves by one cp.async.bulk
 //      per period (u floats from st + nl*sr to y), issued by thread nl right after the barrier;
 //      the threads go straight on to wait for the next tile instead of copying 40 KiB (160/147)
@@ -50,6 +51,21 @@
 //      and every thread fences its st writes for the async proxy before the barrier that
 //      precedes the copies. kRegisterBlocked's kBulk stores do the same (82% against 75% of the
 //      copy bandwidth on case (a)).
+//   6. Split tail (PhaseGroupsPlan::tail; plain tile, V = 4, R = 2, one input tile, staging 1
+//      or 3; opt-in): the grid's blocks take tiles b, b + gridDim.x, ..., so when the tile count
+//      is not a multiple of the grid the last wave is partial: 160/147 on 2^26 samples makes
+//      7134 tiles on 264 blocks, 27 waves and 6 tiles that run alone while every other block has
+//      finished. Instead those tiles are split by groups into parts (all of the tile's periods,
+//      a range of groups: one task per warp with tail 2), one part per block, run after the
+//      whole tiles (tail 2) or before them (tail 3, as many parts as there are blocks to take
+//      them, which also starts those blocks out of step with their SM's other block). A part
+//      loads the whole input tile, computes its groups' tasks only and copies its outputs out
+//      with 4-byte stores (a period's part is contiguous in y). Same bits: every output still
+//      sums its own P products in m order.
+//   7. Bulk input copies (PhaseGroupsPlan::bulk_in; same conditions; opt-in): an interior tile
+//      arrives by one cp.async.bulk issued by thread 0 (16-byte aligned: the plain tile's
+//      shift), completing on an mbarrier that every thread waits on before the tile's first
+//      barrier, instead of ~9 cp.async per thread; edge tiles keep the per-thread path.
 // The table (taps, then the groups' first inputs) is copied to shared memory once per block.
 #include <cuda_runtime.h>
 
@@ -89,10 +105,19 @@ constexpr int kPgDefaultPrefetch = 1;
 // Default of PhaseGroupsChoice::stage (1: the whole tile staged and copied out by the threads,
 // 2: rounds, 3: the whole tile staged, bulk copies out; where they apply). Measured reason
 // (H200, 2026-12-02, docs/interp.md): rounds 0.366 ms on 160/147 against 0.224 for the whole
-// tile (63% slower, three blocks per SM and all). The bulk copy-out (3) is built and passes the
-// host checks but has not run on a GPU yet: opt-in until a same-call A/B
-// (tests/bench/interp/run_s9_on_gpu.sh b) shows it faster; the choice changes no device code.
+// tile (63% slower, three blocks per SM and all). The bulk copy-out (3): 59.3% against 58.5%
+// for the default in one H200 run (session 9's team call), within 0.5% on an H100 (session
+// 10); with bulk input copies see kPgDefaultBulkIn. The choice changes no device code.
 constexpr int kPgDefaultStage = 1;
+// Defaults of PhaseGroupsChoice::tail and ::bulk_in (1: whole tiles only; per-thread cp.async).
+// Measured (2026-12-07, two calls that both ran on an H100, not the H200 the target is set on;
+// BENCHMARKS.md session 10, 160/147 on 2^26, medians of 7 alternated runs): stage 3 with bulk
+// input copies 0.2302 ms against 0.2373 for this default (3.0% faster, every run), stage 3 +
+// tail 3 0.2322, stage 1 + tail 3 0.2351, tail 2 no gain, stage 1 with bulk input copies 7%
+// slower. Kept opt-in until an H200 call (run_s10_on_gpu.sh b) confirms: making stage 3 + bulk
+// input the default is kPgDefaultStage = 3 and kPgDefaultBulkIn = 2 (no device code changes).
+constexpr int kPgDefaultTail = 1;
+constexpr int kPgDefaultBulkIn = 1;
 
 int AlignUp4(int v) { return (v + 3) / 4 * 4; }
 
@@ -118,6 +143,18 @@ struct PgArgs {
   // with a carry (no 64-bit division per tile).
   int64_t grid_step_c, grid_step_t;
 };
+// The kTail and kBulkIn arguments, a parameter of their own: PgArgs grown by these fields (120
+// to 168 bytes) changed the code of every instantiation (the parameter struct then went through
+// a generic address: 48 registers and spills became 64), and this kernel's speed follows its
+// code generation closely (BENCHMARKS.md, session 8).
+struct PgTailArgs {
+  // The split last wave (PhaseGroupsPlan::tail): items [0, whole) but the n_parts items from
+  // part_first are whole tiles in order; item part_first + i is part i % split (groups
+  // [g*part_groups, +part_groups)) of tile tail_tile + i / split.
+  int64_t whole, n_parts, part_first, tail_tile;
+  int split, part_groups;
+  int bar_off;  // float offset of the input tile's mbarrier (kBulkIn)
+};
 
 __device__ __forceinline__ void CpAsync4(float* dst, const float* src) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -138,6 +175,48 @@ __device__ __forceinline__ void CpAsync16(float* dst, const float* src) {
 __device__ __forceinline__ void CpAsyncWaitAll() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+}
+
+// One mbarrier (kBulkIn): thread 0 arms it with the tile's bytes and hands the tile to the copy
+// engine, whose completion flips the barrier's phase; every thread waits for that phase.
+__device__ __forceinline__ unsigned SmemAddr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void MbarInit(uint64_t* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(SmemAddr(bar)) : "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
+}
+// Copies `bytes` (a multiple of 16, both addresses 16-byte aligned) from global to shared
+// memory, completing on `bar` (one thread).
+__device__ __forceinline__ void BulkLoad(float* dst, const float* src, int bytes, uint64_t* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // The block's earlier generic reads of dst (ordered before this thread by a barrier) before
+  // the async proxy's writes.
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(SmemAddr(bar)),
+               "r"(bytes)
+               : "memory");
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+          "r"(SmemAddr(dst)),
+      "l"(src), "r"(bytes), "r"(SmemAddr(bar))
+      : "memory");
+#endif
+}
+__device__ __forceinline__ void MbarWait(uint64_t* bar, unsigned parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  unsigned done = 0;
+  do {
+    asm volatile(
+        "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; "
+        "selp.u32 %0, 1, 0, p; }"
+        : "=r"(done)
+        : "r"(SmemAddr(bar)), "r"(parity)
+        : "memory");
+  } while (!done);
 #endif
 }
 
@@ -205,12 +284,17 @@ __device__ __forceinline__ void PlainBand(const float* x0, int d, const float* t
 // kStage (PhaseGroupsChoice::stage): 1: the whole tile staged and copied out by the threads;
 // 2 (plain tile, V = 4): staged in rounds (file comment, 4); 3 (plain tile, u % 4 == 0): the
 // whole tile staged, interior tiles copied out by the copy engine (file comment, 5).
-template <int V, int R, bool kPlain, int kD = 0, int kStage = 1>
+// kTail (plain tile, kStage 1 or 3; PhaseGroupsPlan::tail): the work items of PgArgs::whole and
+// ::n_parts, i.e. the last wave's tiles split by groups (file comment, 6).
+// kBulkIn (plain tile, one input tile; PhaseGroupsPlan::bulk_in): interior tiles arrive by one
+// cp.async.bulk completing on an mbarrier (file comment, 7).
+template <int V, int R, bool kPlain, int kD = 0, int kStage = 1, bool kTail = false,
+          bool kBulkIn = false>
 __global__ void __launch_bounds__(kPgThreads)
     PhaseGroupsKernel(const float* __restrict__ x, int64_t x_stride, int64_t x_first,
                       int64_t x_len, float cval, float* __restrict__ y, int64_t y_stride,
                       int64_t out_first, int64_t out_count, int64_t channels,
-                      const float* __restrict__ table, const PgArgs a) {
+                      const float* __restrict__ table, const PgArgs a, const PgTailArgs ta) {
   extern __shared__ float4 pg_smem4[];
   float* const smem = reinterpret_cast<float*>(pg_smem4);
   const float* const taps = smem;
@@ -236,6 +320,16 @@ __global__ void __launch_bounds__(kPgThreads)
   // Plain tile: z sits at xin[shift + z], shift = the 16-byte misalignment (in floats) of
   // z = 0's global address, so that every 4-float chunk e (xin[4e, 4e+4)) is one aligned copy.
   int shift = 0, shift_next = 0;
+  // kBulkIn: the mbarrier, its phase, and whether the tile in flight went by a bulk copy (the
+  // same for every thread: it depends on the tile only).
+  uint64_t* const bar = reinterpret_cast<uint64_t*>(smem + ta.bar_off);
+  unsigned bar_phase = 0;
+  bool bulk_pending = false;
+  if constexpr (kBulkIn) {
+    static_assert(kPlain, "bulk input copies: plain tile");
+    if (tid == 0) MbarInit(bar);
+    __syncthreads();  // the barrier is initialised before any thread waits on it
+  }
   // Tile (channel c, tile t of the channel) into `buf` (with its plain-tile shift `sh`).
   auto issue = [&](int64_t c, int64_t t, float* buf, int& sh) {
     const int64_t n_tile = a.n_first + t * a.periods;
@@ -248,7 +342,12 @@ __global__ void __launch_bounds__(kPgThreads)
       if (rel_base >= 0 && rel_base + 4 * chunks <= x_len) {
         // Interior tile (all but the first and last of a channel): no bounds checks.
         const float* src = xc + rel_base;
-        for (int e = tid; e < chunks; e += kPgThreads) CpAsync16(buf + 4 * e, src + 4 * e);
+        if constexpr (kBulkIn) {
+          if (tid == 0) BulkLoad(buf, src, 16 * chunks, bar);
+          bulk_pending = true;
+        } else {
+          for (int e = tid; e < chunks; e += kPgThreads) CpAsync16(buf + 4 * e, src + 4 * e);
+        }
         return;
       }
       for (int e = tid; e < chunks; e += kPgThreads) {
@@ -285,27 +384,84 @@ __global__ void __launch_bounds__(kPgThreads)
   // The tile cursor: block b's tile is (channel b / tiles, tile b % tiles); one division here,
   // then b += gridDim.x steps it with a carry.
   int64_t tc = blockIdx.x / a.tiles, tt = blockIdx.x % a.tiles;
-  if (blockIdx.x < total) issue(tc, tt, xin, shift);
-
-  const int tasks = a.chunks * a.groups;
-  const int tile_outputs = a.periods * a.u;
-  const int out_step_n = kPgThreads / a.u, out_step_j = kPgThreads % a.u;
-  const int gr0 = warp % a.groups, chunk0 = warp / a.groups;
-  for (int64_t b = blockIdx.x; b < total; b += gridDim.x) {
-    // The previous tile's bulk copies (kStage 3) have read st before any warp rewrites it.
-    if constexpr (kStage == 3) kernels::BulkWaitRead();
-    CpAsyncWaitAll();
-    __syncthreads();  // xin (and the table, the first time) complete; st and xin_next free
-    // This tile's row and first output; then the cursor moves to the block's next tile.
-    const int64_t c = tc;
-    const int64_t k_tile = (a.n_first + tt * a.periods) * a.u - a.rot;
+  // kTail: the block's items are whole tiles (taken from the cursor) and at most one part;
+  // take(item) puts the item's tile in (nc, nt) and its groups in [n_glo, n_ghi).
+  int64_t items = total;
+  int64_t nc = 0, nt = 0;
+  int n_glo = 0, n_ghi = a.groups;
+  // (Generic, so that it is compiled only where kTail calls it.)
+  auto take = [&](auto item) {
+    const int64_t pi = item - ta.part_first;
+    if (pi >= 0 && pi < ta.n_parts) {
+      const int64_t tile = ta.tail_tile + pi / ta.split;
+      nc = tile / a.tiles;
+      nt = tile % a.tiles;
+      n_glo = static_cast<int>(pi % ta.split) * ta.part_groups;
+      n_ghi = n_glo + ta.part_groups < a.groups ? n_glo + ta.part_groups : a.groups;
+      return;
+    }
+    nc = tc;
+    nt = tt;
+    n_glo = 0;
+    n_ghi = a.groups;
     tc += a.grid_step_c;
     tt += a.grid_step_t;
     if (tt >= a.tiles) {
       tt -= a.tiles;
       ++tc;
     }
-    const bool more = b + gridDim.x < total;
+  };
+  if constexpr (kTail) {
+    static_assert(kPlain && kStage != 2, "split tail: plain tile, whole-tile staging");
+    items = ta.whole + ta.n_parts;
+    // The block's first whole tile: with the parts first (part_first 0), blocks below n_parts
+    // take part b first and then the tiles from b + gridDim.x - n_parts.
+    const int64_t b0 = blockIdx.x;
+    const int64_t t0 =
+        ta.part_first == 0 ? (b0 < ta.n_parts ? b0 + gridDim.x - ta.n_parts : b0 - ta.n_parts) : b0;
+    tc = t0 / a.tiles;
+    tt = t0 % a.tiles;
+    if (b0 < items) {
+      take(b0);
+      issue(nc, nt, xin, shift);
+    }
+  } else {
+    if (blockIdx.x < total) issue(tc, tt, xin, shift);
+  }
+
+  const int tasks = a.chunks * a.groups;
+  const int tile_outputs = a.periods * a.u;
+  const int out_step_n = kPgThreads / a.u, out_step_j = kPgThreads % a.u;
+  const int gr0 = warp % a.groups, chunk0 = warp / a.groups;
+  for (int64_t b = blockIdx.x; b < items; b += gridDim.x) {
+    // The previous tile's bulk copies (kStage 3) have read st before any warp rewrites it.
+    if constexpr (kStage == 3) kernels::BulkWaitRead();
+    if constexpr (kBulkIn) {
+      if (bulk_pending) {
+        MbarWait(bar, bar_phase);
+        bar_phase ^= 1;
+        bulk_pending = false;
+      }
+    }
+    CpAsyncWaitAll();
+    __syncthreads();  // xin (and the table, the first time) complete; st and xin_next free
+    // This tile's row and first output; then the cursor moves to the block's next tile.
+    // kTail: the item's tile and groups, then the next item's.
+    const int64_t c = kTail ? nc : tc;
+    const int64_t k_tile = (a.n_first + (kTail ? nt : tt) * a.periods) * a.u - a.rot;
+    const int glo = n_glo, ghi = n_ghi;
+    if constexpr (!kTail) {
+      tc += a.grid_step_c;
+      tt += a.grid_step_t;
+      if (tt >= a.tiles) {
+        tt -= a.tiles;
+        ++tc;
+      }
+    }
+    const bool more = b + gridDim.x < items;
+    if constexpr (kTail) {
+      if (more) take(b + gridDim.x);
+    }
     if constexpr (kStage == 2) {
       static_assert(kPlain && V == 4, "rounds: plain tile, V = 4");
       const int lo = out_first > k_tile ? static_cast<int>(out_first - k_tile) : 0;
@@ -379,17 +535,40 @@ __global__ void __launch_bounds__(kPgThreads)
       }
       continue;
     }
-    if (a.prefetch && more) issue(tc, tt, xin_next, shift_next);
+    if (a.prefetch && more) issue(tc, tt, xin_next, shift_next);  // not with kTail (PlanFor)
     int gr = gr0, chunk = chunk0;
-    for (int task = warp; task < tasks; task += kPgWarps) {
+    // kTail: the item's tasks, every (chunk, group) of a whole tile, a part's groups only.
+    int item_tasks = tasks, g_end = a.groups, g_count = a.groups;
+    int step_c = a.task_step_chunk, step_g = a.task_step_group;
+    if constexpr (kTail) {
+      if (ghi - glo != a.groups) {
+        g_end = ghi;
+        g_count = ghi - glo;
+        item_tasks = a.chunks * g_count;
+        gr = glo + warp % g_count;
+        chunk = warp / g_count;
+        step_c = kPgWarps / g_count;
+        step_g = kPgWarps % g_count;
+      }
+    }
+    for (int task = warp; task < (kTail ? item_tasks : tasks); task += kPgWarps) {
       const int nl0 = chunk * 32 * R + lane;
       const float* tg = taps + gr * a.k * V;
       const int gr_task = gr;
-      gr += a.task_step_group;
-      chunk += a.task_step_chunk;
-      if (gr >= a.groups) {
-        gr -= a.groups;
-        ++chunk;
+      if constexpr (kTail) {
+        gr += step_g;
+        chunk += step_c;
+        if (gr >= g_end) {
+          gr -= g_count;
+          ++chunk;
+        }
+      } else {
+        gr += a.task_step_group;
+        chunk += a.task_step_chunk;
+        if (gr >= a.groups) {
+          gr -= a.groups;
+          ++chunk;
+        }
       }
       float acc[R][V];
 #pragma unroll
@@ -495,7 +674,11 @@ __global__ void __launch_bounds__(kPgThreads)
       xin_next = tmp;
       shift = shift_next;
     } else if (more) {
-      issue(tc, tt, xin, shift);
+      if constexpr (kTail) {
+        issue(nc, nt, xin, shift);
+      } else {
+        issue(tc, tt, xin, shift);
+      }
     }
 
     // Staged output (nl, j) is tile output nl*u + j, i.e. y[c][k_tile + nl*u + j - out_first].
@@ -504,6 +687,19 @@ __global__ void __launch_bounds__(kPgThreads)
                        ? static_cast<int>(out_first + out_count - k_tile)
                        : tile_outputs;
     float* yt = y + c * y_stride + (k_tile - out_first);
+    if constexpr (kTail) {
+      if (ghi - glo != a.groups) {
+        // A part: outputs j in [V*glo, min(u, V*ghi)) of every period, 4-byte stores (a
+        // period's run is contiguous in y, so a warp's stores coalesce).
+        const int j0 = V * glo, nj = min(a.u, V * ghi) - j0;
+        for (int e = tid; e < a.periods * nj; e += kPgThreads) {
+          const int nl = e / nj, j = j0 + e % nj;
+          const int kl = nl * a.u + j;
+          if (kl >= lo && kl < hi) yt[kl] = st[nl * a.sr + j];
+        }
+        continue;
+      }
+    }
     int scalar_hi = hi;
     if constexpr (kStage == 3) {
       // A whole, 16-byte aligned tile: each period's u outputs (a multiple of 4 floats, rows
@@ -560,7 +756,8 @@ __global__ void __launch_bounds__(kPgThreads)
 }
 
 using PgKernelFn = void (*)(const float*, int64_t, int64_t, int64_t, float, float*, int64_t,
-                            int64_t, int64_t, int64_t, const float*, const PgArgs);
+                            int64_t, int64_t, int64_t, const float*, const PgArgs,
+                            const PgTailArgs);
 
 template <bool kPlain>
 PgKernelFn KernelFor(int v, int r) {
@@ -587,11 +784,25 @@ PgKernelFn RowBlockKernelFor(int r) {
   if (r == 8) return PhaseGroupsKernel<4, 8, false, kD>;
   return PhaseGroupsKernel<4, 2, false, kD>;
 }
+// The whole-tile staging (kStage 1 or 3) of the plain tile with V = 4, R = 2, with or without
+// the split tail and the bulk input copies (PlanFor).
+template <int kStage>
+PgKernelFn StagedKernelFor(bool tail, bool bulk_in) {
+  if (tail) {
+    return bulk_in ? PhaseGroupsKernel<4, 2, true, 0, kStage, true, true>
+                   : PhaseGroupsKernel<4, 2, true, 0, kStage, true, false>;
+  }
+  return bulk_in ? PhaseGroupsKernel<4, 2, true, 0, kStage, false, true>
+                 : PhaseGroupsKernel<4, 2, true, 0, kStage>;
+}
 PgKernelFn KernelFor(const PhaseGroupsPlan& pl) {
   if (pl.rounds) {  // plain tile, V = 4, R = 1 or 2 (PlanFor)
     return pl.r == 1 ? PhaseGroupsKernel<4, 1, true, 0, 2> : PhaseGroupsKernel<4, 2, true, 0, 2>;
   }
-  if (pl.bulk) return PhaseGroupsKernel<4, 2, true, 0, 3>;  // plain tile, V = 4, R = 2
+  if (pl.bulk || pl.tail != 0 || pl.bulk_in) {  // plain tile, V = 4, R = 2
+    return pl.bulk ? StagedKernelFor<3>(pl.tail != 0, pl.bulk_in)
+                   : StagedKernelFor<1>(pl.tail != 0, pl.bulk_in);
+  }
   if (pl.row_blocks) {
     if (pl.d == 2) return RowBlockKernelFor<2>(pl.r);
     if (pl.d == 4) return RowBlockKernelFor<4>(pl.r);
@@ -612,9 +823,12 @@ int StagingFloats(const PhaseGroupsPlan& pl) {
   return pl.rounds ? 2 * 32 * pl.r * pl.sr : pl.periods * pl.sr;
 }
 
+// The mbarrier of the bulk input copies (16 bytes after the staging).
+int BarrierFloats(const PhaseGroupsPlan& pl) { return pl.bulk_in ? 4 : 0; }
+
 int SmemBytes(const PhaseGroupsPlan& pl) {
   return 4 * (AlignUp4(pl.table_floats) + InputFloats(pl) * (pl.prefetch ? 2 : 1) +
-              StagingFloats(pl));
+              StagingFloats(pl) + BarrierFloats(pl));
 }
 
 // The plan for period multiple m (u = m*up/g0 outputs per d = m*down/g0 inputs) with the table
@@ -695,6 +909,13 @@ absl::StatusOr<PhaseGroupsPlan> PlanFor(int up, int down, int64_t p, const std::
               (pl.r == 1 || pl.r == 2) && pl.groups > 2 * (kPgWarps + 1);
   // Bulk copy-out: rows of u floats (a multiple of 16 bytes) from the plain tile, R = 2.
   pl.bulk = stage == 3 && pl.plain && pl.v == 4 && pl.u % 4 == 0 && !pl.prefetch && pl.r == 2;
+  // The split tail and the bulk input copies: the whole-tile staging of the plain tile, V = 4,
+  // R = 2 (StagedKernelFor's instantiations).
+  const bool staged = pl.plain && pl.v == 4 && pl.r == 2 && !pl.prefetch && !pl.rounds;
+  const int tail = choice.tail == 0 ? kPgDefaultTail : choice.tail;
+  pl.tail = staged && tail >= 2 ? tail : 0;
+  pl.bulk_in = staged && (choice.bulk_in == 0 ? kPgDefaultBulkIn : choice.bulk_in) == 2;
+  pl.max_blocks = choice.max_blocks;
   // Staging rows with an odd number of V-wide chunks (conflict-free V-wide stores): a period's
   // groups, or a round's kPgWarps slots plus one.
   pl.sr = pl.rounds ? pl.v * (kPgWarps + 1)
@@ -789,8 +1010,36 @@ absl::Status LaunchPhaseGroups(const PhaseGroupsPlan& pl, const float* table, in
   const int64_t n_last = (s.out_first + s.out_count - 1 + a.rot) / pl.u;
   a.tiles = (n_last - a.n_first + pl.periods) / pl.periods;
   table += static_cast<size_t>(pl.table_floats) * a.rot;
-  const int64_t blocks = std::max<int64_t>(
-      1, std::min<int64_t>(s.channels * a.tiles, static_cast<int64_t>(sm_count) * blocks_per_sm));
+  int64_t slots = static_cast<int64_t>(sm_count) * blocks_per_sm;
+  if (pl.max_blocks > 0) slots = std::min<int64_t>(slots, pl.max_blocks);
+  const int64_t total = s.channels * a.tiles;
+  const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>(total, slots));
+  // The split tail (pl.tail): the last wave's tiles (total mod blocks of them, after `waves`
+  // whole waves) in `split` parts each, at most one per block: 8 groups a part (one task per
+  // warp) at the end (tail 2), as many parts as blocks allow at the start (tail 3), so that the
+  // blocks that take them start out of step with the others.
+  PgTailArgs ta{};
+  ta.whole = total;
+  ta.n_parts = 0;
+  ta.part_first = total;
+  ta.tail_tile = total;
+  ta.split = 1;
+  ta.part_groups = pl.groups;
+  const int64_t waves = total / blocks, rest = total % blocks;
+  if (pl.tail != 0 && waves >= 1 && rest > 0) {
+    const int64_t most = blocks / rest;  // parts per tile with at most one part per block
+    int64_t split = pl.tail == 2 ? (pl.groups + kPgWarps - 1) / kPgWarps : pl.groups;
+    split = std::min(split, most);
+    if (split >= 2) {
+      ta.part_groups = static_cast<int>((pl.groups + split - 1) / split);
+      ta.split = (pl.groups + ta.part_groups - 1) / ta.part_groups;
+      ta.whole = waves * blocks;
+      ta.tail_tile = ta.whole;
+      ta.n_parts = rest * ta.split;
+      ta.part_first = pl.tail == 3 ? 0 : ta.whole;
+    }
+  }
+  ta.bar_off = a.st_off + StagingFloats(pl);
   a.task_step_chunk = kPgWarps / pl.groups;
   a.task_step_group = kPgWarps % pl.groups;
   a.grid_step_c = blocks / a.tiles;
@@ -799,7 +1048,7 @@ absl::Status LaunchPhaseGroups(const PhaseGroupsPlan& pl, const float* table, in
   fn<<<static_cast<unsigned>(blocks), kPgThreads, static_cast<size_t>(pl.smem_bytes), stream>>>(
       static_cast<const float*>(s.x), s.x_stride, s.x_first, s.x_len,
       static_cast<float>(s.cval), static_cast<float*>(s.y), s.y_stride, s.out_first,
-      s.out_count, s.channels, table, a);
+      s.out_count, s.channels, table, a, ta);
   FRESNEL_CUDA_RETURN_IF_LAUNCH_ERROR(fn);
   return absl::OkStatus();
 }

@@ -206,6 +206,8 @@ class Bench {
     }
     if (options.pg_prefetch != 0) absl::StrAppend(&r.kernel, "/prefetch", options.pg_prefetch);
     if (options.pg_stage != 0) absl::StrAppend(&r.kernel, "/stage", options.pg_stage);
+    if (options.pg_tail != 0) absl::StrAppend(&r.kernel, "/tail", options.pg_tail);
+    if (options.pg_bulk_in != 0) absl::StrAppend(&r.kernel, "/bulkin", options.pg_bulk_in);
     if (options.kernel == CudaKernel::kTensorTf32) r.kernel = "tensor_3xtf32";
     if (r.kernel == "tensor_tf32" || r.kernel == "tensor_3xtf32") {
       r.kernel = "tensor_3xtf32";
@@ -304,7 +306,8 @@ class Bench {
 
 // kPhaseGroups forced with a variant (0: the default).
 internal::CudaPlanOptions PgOptions(int widen, int layout = 0, int periods_per_lane = 0,
-                                    int prefetch = 0, int stage = 0) {
+                                    int prefetch = 0, int stage = 0, int tail = 0,
+                                    int bulk_in = 0) {
   internal::CudaPlanOptions o;
   o.kernel = CudaKernel::kPhaseGroups;
   o.pg_widen = widen;
@@ -312,6 +315,8 @@ internal::CudaPlanOptions PgOptions(int widen, int layout = 0, int periods_per_l
   o.pg_periods_per_lane = periods_per_lane;
   o.pg_prefetch = prefetch;
   o.pg_stage = stage;
+  o.pg_tail = tail;
+  o.pg_bulk_in = bulk_in;
   return o;
 }
 // kTensorTf32 forced with `chunk` k-steps per tensor-core partial sum (0: the default).
@@ -631,6 +636,27 @@ int Main(int argc, char** argv) {
     for (int stage : {1, 3, 2}) {
       rows.push_back(b.Kernel(staging, d->filter, 1, n26, d->skip, out,
                               PgOptions(0, 0, 0, 0, stage), stage != 2));
+    }
+    // The last, partial wave of tiles split by groups over many blocks (pg_tail 2: after the
+    // whole tiles, 3: before them) and the input tile by one bulk copy (pg_bulk_in 2), with
+    // either staging; all checked against the oracle.
+    for (auto [stage, tail, bulk_in] : {std::tuple{1, 2, 1}, std::tuple{1, 3, 1},
+                                        std::tuple{3, 2, 1}, std::tuple{3, 3, 1},
+                                        std::tuple{1, 1, 2}, std::tuple{3, 1, 2},
+                                        std::tuple{3, 2, 2}, std::tuple{3, 3, 2}}) {
+      rows.push_back(b.Kernel(staging, d->filter, 1, n26, d->skip, out,
+                              PgOptions(0, 0, 0, 0, stage, tail, bulk_in), true));
+    }
+    // The tail's cost: 2^26 samples make 7134 tiles of 64 periods, 27 waves of 264 blocks (two
+    // per SM on 132 SMs) and 6 tiles; this signal makes 7128 tiles (27 whole waves on such a
+    // device). The same kernels, per byte, with and without a partial last wave.
+    {
+      const int64_t n_even = (int64_t{7128} * 64 - 2) * 147;
+      const int64_t out_even = ResamplePolyOutputLength(n_even, 160, 147);
+      for (int stage : {1, 3}) {
+        rows.push_back(b.Kernel("b: resample_poly 160/147 7128 tiles", d->filter, 1, n_even,
+                                d->skip, out_even, PgOptions(0, 0, 0, 0, stage)));
+      }
     }
     rows.push_back(b.Kernel("b: (forced)", d->filter, 1, n26, d->skip, out, PgOptions(1)));
     // Two input tiles per block (the next tile's copies overlap the compute): R = 2 and R = 1,

@@ -210,6 +210,43 @@ TEST_CASE("kPhaseGroups staged in rounds or copied out in bulk plans the same ba
   CHECK(rounds >= 4);  // 160/147 and 76/75 with R = 1 and 2
 }
 
+TEST_CASE("kPhaseGroups split tail and bulk input copies keep the whole tile's plan",
+          "[interp]") {
+  // PhaseGroupsChoice::tail and ::bulk_in change how the block runs its tiles, not the tile:
+  // the same geometry and table; they apply to the whole-tile staging of the plain tile with
+  // V = 4 and R = 2 (StagedKernelFor), and the bulk input copies add their mbarrier's 16 bytes.
+  int applied = 0;
+  for (int tail : {2, 3}) {
+    ForEachPlanPair(
+        [](internal::PhaseGroupsChoice& plain) { plain.stage = 1; },
+        [tail](internal::PhaseGroupsChoice& split) {
+          split.stage = 1;
+          split.tail = tail;
+          split.bulk_in = 2;
+        },
+        [&](const PlanCase& c, int, int64_t, const std::vector<float>&, const auto& a,
+            const auto& b) {
+          REQUIRE(a.ok() == b.ok());
+          if (!a.ok()) return;
+          CHECK(a->tail == 0);
+          CHECK(!a->bulk_in);
+          const bool staged = b->plain && b->v == 4 && b->r == 2 && !b->prefetch && !b->rounds;
+          CHECK(b->tail == (staged ? tail : 0));
+          CHECK(b->bulk_in == staged);
+          CHECK(b->table == a->table);
+          CHECK(b->periods == a->periods);
+          CHECK(b->smem_bytes == a->smem_bytes + (staged ? 16 : 0));
+          if (c.up == 160 && c.down == 147 && b->r == 2) {
+            CHECK(staged);
+            // Still two blocks per SM (228 KiB per SM, 1 KiB of it reserved per block).
+            CHECK(2 * (b->smem_bytes + 1024) <= 228 * 1024);
+          }
+          if (staged) ++applied;
+        });
+  }
+  CHECK(applied >= 4);  // 160/147 with R = 0 (the default, 2) and 2, both tails
+}
+
 TEST_CASE("kTensorTf32 fragment tables reproduce the filter", "[interp]") {
   int planned = 0;
   for (const PlanCase& c : kPlanCases) {
