@@ -10,21 +10,13 @@
 # "after" binaries are the ones on PATH (a gpu-bundle's .gpu/env.sh). Both benches start their own
 # echo server and an in-process fresneld on the GPU pool; issue 10's case "before" runs the old
 # fresneld and `fresnel bench` as tests/bench/e2e/interp_e2e.sh did when the issue was filed.
-# ~3 minutes on the H200 machine; every step has its own timeout; the log is OUT_DIR/before_after.log.
+# ~3.5 minutes on the H200 machine; every step has its own timeout; the log is OUT_DIR/before_after.log.
 set -uo pipefail
 out=$1
 before=$2
 mkdir -p "$out"
 log=$out/before_after.log
-step() {  # step SECONDS TITLE COMMAND...
-  local t=$1 title=$2
-  shift 2
-  echo "=== $title: $*" | tee -a "$log"
-  local start=$SECONDS
-  timeout "$t" "$@" >>"$log" 2>&1
-  echo "=== rc $? in $((SECONDS - start)) s" | tee -a "$log"
-}
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >>"$log" 2>&1
+source "$(dirname "$0")/../device_step.sh"   # step(), the GPU line in $log
 nproc >>"$log"
 # The lent VM's memory grows as it is first touched (~0.4 s/GiB): touch 16 GiB once so that fresh
 # buffers measure the host, not the VM (docs/transport.md, session 9).
@@ -34,8 +26,13 @@ sizes=${SIZES:-1,64,1024}
 reps=${REPS:-3}
 step 150 "BEFORE: table (87c2f06: unary, stream)" \
   "$before/fresnel_bench_transport" --sizes "$sizes" --reps "$reps" --gpus all
-step 150 "AFTER: table (unary, stream, chunked, shm)" \
-  fresnel_bench_transport --sizes "$sizes" --paths unary,stream,chunked,shm --reps "$reps" --gpus all
+# One process per path: the 1 GiB unary rows pass ~8-10 fresh 1 GiB buffers through gRPC, and the
+# chunked row measured right after them in the same process came out at 2.69 GB/s, the issue
+# case's chunked call in a fresh process at 5.72 (session 10, docs/BENCHMARKS.md).
+for path in unary stream chunked shm; do
+  step 90 "AFTER: table, $path" \
+    fresnel_bench_transport --sizes "$sizes" --paths $path --reps "$reps" --gpus all
+done
 step 60 "AFTER: issue case (256 MiB in, 1 GiB out)" \
   fresnel_bench_transport --issue-case --paths unary,chunked,shm --reps "$reps" --gpus all
 # Issue 10's case before: the old fresneld and `fresnel bench`, as interp_e2e.sh ran them.

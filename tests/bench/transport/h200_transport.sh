@@ -20,15 +20,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 fps=${HOLOGRAM_FPS:-$here/../e2e/hologram_fps.sh}
 mkdir -p "$out"
 log=$out/transport.log
-step() {  # step SECONDS TITLE COMMAND...
-  local t=$1 title=$2
-  shift 2
-  echo "=== $title: $*" | tee -a "$log"
-  local start=$SECONDS
-  timeout "$t" "$@" >>"$log" 2>&1
-  echo "=== rc $? in $((SECONDS - start)) s" | tee -a "$log"
-}
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >>"$log" 2>&1
+source "$(dirname "$0")/../device_step.sh"   # step(), the GPU line in $log
 # The two [gpu] test binaries at once (separate processes, separate servers): half the wall time.
 echo "=== tests: test_shm [gpu] and test_inline_staging [gpu], in parallel" | tee -a "$log"
 start=$SECONDS

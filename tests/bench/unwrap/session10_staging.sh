@@ -11,15 +11,7 @@ set -uo pipefail
 out=$1
 mkdir -p "$out"
 log=$out/log
-step() {  # step SECONDS TITLE COMMAND...
-  local t=$1 title=$2
-  shift 2
-  echo "=== $title: $*" | tee -a "$log"
-  local start=$SECONDS
-  timeout "$t" "$@" >>"$log" 2>&1
-  echo "=== rc $? in $((SECONDS - start)) s" | tee -a "$log"
-}
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >>"$log" 2>&1
+source "$(dirname "$0")/../device_step.sh"   # step(), the GPU line in $log
 step 20 "PushInto == Push (CPU and GPU)" test_interp "[push_into]"
 step 30 "unwrap through the staging chunks, GPU vs CPU" test_unwrap \
   "GPU Goldstein through the pinned staging chunks equals the CPU,staged host<->device copies move every byte,GPU Goldstein equals the CPU with masks*,GPU least squares agrees with the CPU,GPU weighted least squares agrees with the CPU"
