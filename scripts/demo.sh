@@ -58,6 +58,10 @@ $fresnel unwrap "$out/phase_wrapped.npy" --mask "$out/phase_mask.npy" --method g
   --out "$out/phase_unwrapped.npy" --png "$out/unwrap_before_after.png"
 $fresnel unwrap "$out/phase_wrapped.npy" --mask "$out/phase_mask.npy" --method lsq --sync \
   --out "$out/phase_unwrapped_lsq.npy"
+# The same job with the phase, the mask and every result through a shared-memory region.
+$fresnel unwrap "$out/phase_wrapped.npy" --mask "$out/phase_mask.npy" --method goldstein \
+  --out "$out/phase_unwrapped_shm.npy" --shm
+cmp "$out/phase_unwrapped.npy" "$out/phase_unwrapped_shm.npy" && echo "shm result identical"
 $fresnel jobs list
 ls -l "$out"/phase_*.npy "$out/unwrap_before_after.png"
 
@@ -97,7 +101,7 @@ tail -n 2 "$out/fresneld.log"
 echo
 echo "Results in $out/: chirp_48k.wav, chirp_up4.npy, resample_160_147.png, upfirdn_x4.png,"
 echo "  chirp_48k_shm.wav (via shared memory), resample_fft.png, decimate_4.png,"
-echo "  phase_unwrapped.npy, unwrap_before_after.png, hologram_phase.png,"
+echo "  phase_unwrapped.npy (phase_unwrapped_shm.npy: the same via shared memory), unwrap_before_after.png, hologram_phase.png,"
 echo "  hologram_reconstruction.png, hologram_video_last.png, metrics.txt"
 echo "  fusion/view.png (the fused room, shaded), fusion/mesh.ply, fusion/trajectory.txt"
 echo "  volume_render.png (volume rendering), volume_orbit_000..011.png (turntable), volume_mesh.vtk"
