@@ -52,8 +52,13 @@ absl::StatusOr<interp::WindowSpec> WindowFromProto(v1::Window window, double kai
   return spec;
 }
 
-absl::StatusOr<ProtoTaps> TapsFromProto(const v1::NdArray& taps, absl::string_view field) {
-  FRESNEL_ASSIGN_OR_RETURN(HostArray a, FromProto(taps, field));
+absl::StatusOr<ProtoTaps> TapsFromProto(const v1::NdArray& taps, absl::string_view field,
+                                        const ShmResolver& regions) {
+  // Taps in a region: one copy out of it (a copy of the small message first, since the request
+  // is const).
+  FRESNEL_ASSIGN_OR_RETURN(HostArray a, taps.has_shm() && regions
+                                            ? FromProto(v1::NdArray(taps), field, regions)
+                                            : FromProto(taps, field));
   if (a.ndim() != 1) {
     return absl::InvalidArgumentError(
         absl::StrCat(field, ".shape must be 1-D, got ", ShapeString(a.shape())));
@@ -126,11 +131,12 @@ absl::StatusOr<std::vector<double>> TapsFromDesign(const v1::FirwinDesign& desig
 }
 
 absl::StatusOr<UpfirdnCall> ParseUpfirdn(const v1::UpfirdnRequest& request,
-                                         const interp::Limits& limits) {
+                                         const interp::Limits& limits,
+                                         const ShmResolver& regions) {
   UpfirdnCall call;
   switch (request.filter_case()) {
     case v1::UpfirdnRequest::kTaps: {
-      FRESNEL_ASSIGN_OR_RETURN(ProtoTaps taps, TapsFromProto(request.taps(), "taps"));
+      FRESNEL_ASSIGN_OR_RETURN(ProtoTaps taps, TapsFromProto(request.taps(), "taps", regions));
       call.taps = std::move(taps.real);
       call.options.taps_imag = std::move(taps.imag);
       call.options.taps_dtype = taps.dtype;
@@ -165,12 +171,12 @@ absl::StatusOr<interp::WindowSpec> NamedWindow(const Request& request) {
 }  // namespace
 
 absl::StatusOr<interp::ResamplePolyOptions> ParseResamplePoly(
-    const v1::ResamplePolyRequest& request) {
+    const v1::ResamplePolyRequest& request, const ShmResolver& regions) {
   interp::ResamplePolyOptions o;
   o.up = request.up();
   o.down = request.down();
   if (request.has_taps() && request.taps().shape_size() > 0) {
-    FRESNEL_ASSIGN_OR_RETURN(ProtoTaps taps, TapsFromProto(request.taps(), "taps"));
+    FRESNEL_ASSIGN_OR_RETURN(ProtoTaps taps, TapsFromProto(request.taps(), "taps", regions));
     o.taps = std::move(taps.real);
     o.taps_imag = std::move(taps.imag);
     o.taps_dtype = taps.dtype;

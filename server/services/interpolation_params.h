@@ -6,6 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "fresnel/interp/interp.h"
+#include "fresnel/v1/array_convert.h"
 #include "fresnel/v1/interpolation.pb.h"
 
 namespace fresnel::server {
@@ -20,7 +21,10 @@ struct ProtoTaps {
   std::vector<double> imag;  // empty for real dtypes
   DType dtype = DType::kFloat64;
 };
-absl::StatusOr<ProtoTaps> TapsFromProto(const v1::NdArray& taps, absl::string_view field);
+// Taps whose `shm` names a region are copied out of it through `regions` (the caller's host
+// regions); without a resolver such taps are INVALID_ARGUMENT naming `field`.shm.
+absl::StatusOr<ProtoTaps> TapsFromProto(const v1::NdArray& taps, absl::string_view field,
+                                        const ShmResolver& regions = ShmResolver());
 absl::StatusOr<interp::DTypeRule> DTypeRuleFromProto(v1::DTypeRule rule);
 // gain * firwin(numtaps, cutoff, window).
 absl::StatusOr<std::vector<double>> TapsFromDesign(const v1::FirwinDesign& design,
@@ -30,10 +34,13 @@ struct UpfirdnCall {
   std::vector<double> taps;
   interp::UpfirdnOptions options;
 };
-// Everything but x (validated later together with x).
+// Everything but x (validated later together with x). `regions`: where taps naming a region are
+// read from.
 absl::StatusOr<UpfirdnCall> ParseUpfirdn(const v1::UpfirdnRequest& request,
-                                         const interp::Limits& limits);
-absl::StatusOr<interp::ResamplePolyOptions> ParseResamplePoly(const v1::ResamplePolyRequest& request);
+                                         const interp::Limits& limits,
+                                         const ShmResolver& regions = ShmResolver());
+absl::StatusOr<interp::ResamplePolyOptions> ParseResamplePoly(
+    const v1::ResamplePolyRequest& request, const ShmResolver& regions = ShmResolver());
 // ResampleRequest's options (window by name or values, domain); the rest is ValidateResample's.
 absl::StatusOr<interp::ResampleOptions> ParseResample(const v1::ResampleRequest& request);
 

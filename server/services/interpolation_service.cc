@@ -467,8 +467,8 @@ grpc::ServerUnaryReactor* InterpolationService::Upfirdn(grpc::CallbackServerCont
   }
   const v1::UpfirdnRequest* request = &raw->msg;
   const Answer response = RawAnswer(raw_response);
-  auto parsed = ParseUpfirdn(*request, limits_);
   const ShmResolver resolver = ResolverOf(ctx_, context);
+  auto parsed = ParseUpfirdn(*request, limits_, resolver);
   const PlacedResolver placed = PlacedResolverOf(ctx_, context);
   if (parsed.ok()) {
     absl::StatusOr<std::optional<DirectX>> direct =
@@ -548,8 +548,8 @@ grpc::ServerUnaryReactor* InterpolationService::ResamplePoly(
   }
   const v1::ResamplePolyRequest* request = &raw->msg;
   const Answer response = RawAnswer(raw_response);
-  auto options = ParseResamplePoly(*request);
   const ShmResolver resolver = ResolverOf(ctx_, context);
+  auto options = ParseResamplePoly(*request, resolver);
   const PlacedResolver placed = PlacedResolverOf(ctx_, context);
   if (options.ok()) {
     absl::StatusOr<std::optional<DirectX>> direct =
@@ -850,7 +850,8 @@ class ResampleStreamCall
     request_id_ = RequestIdOr(config.request_id());
     const v1::NdArray* x = nullptr;
     if (config.op_case() == v1::ResampleStreamConfig::kUpfirdn) {
-      FRESNEL_ASSIGN_OR_RETURN(UpfirdnCall call, ParseUpfirdn(config.upfirdn(), limits_));
+      FRESNEL_ASSIGN_OR_RETURN(UpfirdnCall call,
+                               ParseUpfirdn(config.upfirdn(), limits_, resolver_));
       x = &config.upfirdn().x();
       FRESNEL_ASSIGN_OR_RETURN(DType dtype, FromProto(x->dtype(), "config.upfirdn.x"));
       int64_t channels = x->shape_size() == 2 ? x->shape(0) : 1;
@@ -862,7 +863,7 @@ class ResampleStreamCall
                                PreferenceOf(config.upfirdn().device(), "config.upfirdn.device"));
     } else if (config.op_case() == v1::ResampleStreamConfig::kResamplePoly) {
       FRESNEL_ASSIGN_OR_RETURN(interp::ResamplePolyOptions opts,
-                               ParseResamplePoly(config.resample_poly()));
+                               ParseResamplePoly(config.resample_poly(), resolver_));
       x = &config.resample_poly().x();
       FRESNEL_ASSIGN_OR_RETURN(DType dtype, FromProto(x->dtype(), "config.resample_poly.x"));
       int64_t channels = x->shape_size() == 2 ? x->shape(0) : 1;

@@ -494,6 +494,58 @@ TEST_CASE("shm requests: bad regions get the right codes and the server survives
   CHECK(client->UnregisterRegion("r").code() == absl::StatusCode::kNotFound);
 }
 
+// Filter taps may lie in a region too (Upfirdn, ResamplePoly, a ResampleStream's config).
+TEST_CASE("filter taps in a shared region give the inline taps' bits", "[server][shm]") {
+  TestServer ts;
+  auto client = Connect(ts);
+  HostArray x = RandomArray(DType::kFloat32, {2, 3000}, 41);
+  const DType taps_dtype = GENERATE(DType::kFloat64, DType::kComplex64);
+  HostArray taps = RandomArray(taps_dtype, {37}, 42);
+  const int64_t taps_off = 128;
+  auto region = SharedRegion::Create(client.get(), "taps", 1 << 16);
+  REQUIRE(region.ok());
+  REQUIRE((*region)->Write(taps, taps_off).ok());
+  const v1::NdArray taps_ref = (*region)->Ref(taps.dtype(), taps.shape(), taps_off);
+
+  // The request with its taps inline and with them in the region give the same y; returns the
+  // latter.
+  auto same_y = [&](auto request, auto call) {
+    auto inline_request = request;
+    ToProto(taps, inline_request.mutable_taps());
+    *request.mutable_taps() = taps_ref;
+    auto want = call(inline_request);
+    auto got = call(request);
+    REQUIRE(want.ok());
+    REQUIRE(got.ok());
+    CHECK(got->y().data() == want->y().data());
+    CHECK(got->y().dtype() == want->y().dtype());
+    return request;
+  };
+  v1::UpfirdnRequest up;
+  ToProto(x, up.mutable_x());
+  up.set_up(3);
+  up.set_down(2);
+  up = same_y(up, [&](const v1::UpfirdnRequest& r) { return client->Upfirdn(r); });
+  v1::ResamplePolyRequest rp;
+  ToProto(x, rp.mutable_x());
+  rp.set_up(5);
+  rp.set_down(4);
+  rp = same_y(rp, [&](const v1::ResamplePolyRequest& r) { return client->ResamplePoly(r); });
+
+  // Bad references name the taps.
+  v1::UpfirdnRequest unknown = up;
+  *unknown.mutable_taps() = ShmArray(taps.dtype(), taps.shape(), "missing", 0);
+  auto s1 = client->Upfirdn(unknown).status();
+  CHECK(s1.code() == absl::StatusCode::kNotFound);
+  CHECK(Contains(s1, "taps.shm.region"));
+  v1::ResamplePolyRequest outside = rp;
+  *outside.mutable_taps() = (*region)->Ref(taps.dtype(), taps.shape(), (1 << 16) - 8);
+  auto s2 = client->ResamplePoly(outside).status();
+  CHECK(s2.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(Contains(s2, "taps.shm.offset_bytes"));
+  REQUIRE(client->Upfirdn(up).ok());  // the server is fine
+}
+
 TEST_CASE("shm requests: a region unregistered mid-request does not crash the server",
           "[server][shm]") {
   TestServer ts;
