@@ -8,14 +8,18 @@
 #include <mutex>
 #include <thread>
 
+#include <unistd.h>
+
 #include "CLI/CLI.hpp"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "fresnel/client/shm.h"
 #include "fresnel/client/volume_client.h"
 #include "fresnel/io/png.h"
+#include "fresnel/v1/array_convert.h"
 #include "fresnel/core/status.h"
 
 namespace fresnel::cli {
@@ -300,6 +304,10 @@ CLI::App* AddRenderCommand(CLI::App* app, RenderCmdOptions* o) {
       ->check(CLI::IsMember({"any", "gpu", "cpu"}))
       ->capture_default_str();
   cmd->add_flag("--keep", o->keep, "Leave the mesh cached on the server (default: delete it)");
+  cmd->add_flag("--shm", o->shm,
+                "Same host as fresneld: the rendered images come back through a shared-memory "
+                "region made for the command, one slot per render in flight (with "
+                "--progressive the partial frames still travel inline)");
   cmd->add_flag("--json", o->json, "Print the summary as JSON");
   cmd->footer(kExitCodeHelp);
   return cmd;
@@ -341,8 +349,20 @@ int RunRender(const GlobalOptions& global, RenderCmdOptions o, std::ostream& out
   if (!uploaded.ok()) return ReportError(err, kExitRpc, uploaded.status(), global.server);
   const double upload_s = SecondsSince(t_upload);
 
-  auto make_request = [&](int64_t frame) {
+  // --shm: one image slot per render in flight (slot 0 for the first render, slot w for worker
+  // w of a turntable); VolumeClient::Render copies each image out of its slot before returning.
+  std::unique_ptr<SharedRegion> region;
+  const int64_t slot_bytes = OutputRegionBytes({int64_t{o.width} * o.height * 4});
+  if (o.shm) {
+    const int64_t slots = o.orbit > 0 ? std::min<int64_t>(o.inflight, o.orbit) : 1;
+    absl::StatusOr<std::unique_ptr<SharedRegion>> made = SharedRegion::Create(
+        client->get(), absl::StrCat("fresnel-cli-render-", getpid()), slots * slot_bytes);
+    if (!made.ok()) return ReportError(err, kExitRpc, made.status(), global.server);
+    region = *std::move(made);
+  }
+  auto make_request = [&](int64_t frame, int64_t slot) {
     v1::VolumeRenderRequest r;
+    if (region) *r.mutable_out_shm() = region->OutRef(slot * slot_bytes);
     r.set_mesh_id(uploaded->mesh_id());
     *r.mutable_transfer_function() = o.tf_proto;
     if (o.orbit_camera) {
@@ -362,7 +382,7 @@ int RunRender(const GlobalOptions& global, RenderCmdOptions o, std::ostream& out
 
   // The first render (also the warm-up of a turntable).
   const auto t_first = SteadyClock::now();
-  absl::StatusOr<VolumeRenderResult> first = volume_client.Render(make_request(0));
+  absl::StatusOr<VolumeRenderResult> first = volume_client.Render(make_request(0, 0));
   const double first_s = SecondsSince(t_first);
   if (!first.ok()) return ReportError(err, kExitRpc, first.status(), global.server);
 
@@ -378,9 +398,9 @@ int RunRender(const GlobalOptions& global, RenderCmdOptions o, std::ostream& out
     const auto t0 = SteadyClock::now();
     std::vector<std::thread> workers;
     for (int w = 0; w < std::min<int64_t>(o.inflight, o.orbit); ++w) {
-      workers.emplace_back([&] {
+      workers.emplace_back([&, w] {
         for (int64_t i = next++; i < o.orbit; i = next++) {
-          absl::StatusOr<VolumeRenderResult> r = volume_client.Render(make_request(i));
+          absl::StatusOr<VolumeRenderResult> r = volume_client.Render(make_request(i, w));
           if (!r.ok()) {
             std::lock_guard<std::mutex> lock(mu);
             if (failed.ok()) failed = r.status();
@@ -434,7 +454,8 @@ int RunRender(const GlobalOptions& global, RenderCmdOptions o, std::ostream& out
         .Add("width", o.width)
         .Add("height", o.height)
         .Add("first_render_seconds", first_s)
-        .Add("partial_frames", first->partial_frames);
+        .Add("partial_frames", first->partial_frames)
+        .Add("shm", o.shm);
     AddStatsJson(last.stats, &json);
     AddExecutionJson(last.info, first_s, &json);
     if (o.orbit > 0) {
@@ -474,6 +495,7 @@ int RunRender(const GlobalOptions& global, RenderCmdOptions o, std::ostream& out
   out << "; " << FormatSi(static_cast<double>(fs.records())) << " records, " << fs.num_blocks()
       << (fs.num_blocks() == 1 ? " hash block)" : " hash blocks)");
   if (o.progressive) out << ", " << first->partial_frames << " partial frames";
+  if (o.shm) out << ", through shared memory";
   out << "\n";
   if (o.orbit > 0) {
     out << "orbit: " << o.orbit << " frames in " << FormatSeconds(orbit_s) << " = "

@@ -44,6 +44,7 @@ struct RenderCmdOptions {
   int hash_bits = 0;     // 0 auto, 2, 3
   std::string device = "any";
   bool keep = false;     // leave the mesh cached on the server
+  bool shm = false;      // images back through a shared-memory region (same host)
   bool json = false;
 
   // Filled in by ValidateRenderOptions.

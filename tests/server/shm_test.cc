@@ -13,6 +13,8 @@
 #include <thread>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -1021,6 +1023,52 @@ TEST_CASE("fresnel interp --shm writes what the gRPC path writes", "[server][shm
   CliResult bad = RunCli({"--server", ts.address, "interp", path("x.npy"), path("o.npy"), "--up",
                           "2", "--shm", "--chunk", "100"});
   CHECK(bad.code == 2);
+  std::filesystem::remove_all(dir);
+}
+
+// `fresnel render --shm`: the images come back through a region (one slot per render in
+// flight), the PNGs are the gRPC path's, and the region is gone afterwards.
+TEST_CASE("fresnel render --shm writes what the gRPC path writes", "[server][shm][cli]") {
+  TestServer ts;
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("fresnel_shm_render_" + std::to_string(std::random_device{}()));
+  std::filesystem::create_directories(dir);
+  auto path = [&](const std::string& name) { return (dir / name).string(); };
+  auto file = [](const std::string& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  };
+  const std::vector<std::string> base = {"--server", ts.address, "render", "--generate", "hole:6",
+                                         "--size", "96x64", "--orbit", "3", "--inflight", "2"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return RunCli(args);
+  };
+  CliResult a = with({"--out", path("grpc.png")});
+  INFO(a.err);
+  REQUIRE(a.code == 0);
+  CliResult b = with({"--out", path("shm.png"), "--shm", "--json"});
+  INFO(b.err);
+  REQUIRE(b.code == 0);
+  CHECK(b.out.find("\"shm\": true") != std::string::npos);
+  for (const char* frame : {"_000.png", "_001.png", "_002.png"}) {
+    const std::string ga = file(path(std::string("grpc") + frame));
+    CHECK(!ga.empty());
+    CHECK(ga == file(path(std::string("shm") + frame)));
+  }
+  auto client = Connect(ts);
+  auto listed = client->ListRegions();
+  REQUIRE(listed.ok());
+  CHECK(listed->regions_size() == 0);
+  // A server without regions: --shm fails (it does not fall back silently).
+  server::ServerConfig no_regions = TestServer::CpuConfig();
+  no_regions.shm_bytes = 0;
+  TestServer plain(no_regions);
+  CliResult c = RunCli({"--server", plain.address, "render", "--generate", "hole:6", "--size",
+                        "96x64", "--out", path("none.png"), "--shm"});
+  CHECK(c.code != 0);
+  CHECK_FALSE(std::filesystem::exists(path("none.png")));
   std::filesystem::remove_all(dir);
 }
 
