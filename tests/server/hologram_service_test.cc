@@ -918,12 +918,7 @@ std::vector<v1::RenderResponse> RawRender(const TestServer& ts, const v1::Render
   auto stub = v1::HologramService::NewStub(ts.channel);
   grpc::ClientContext context;
   auto reader = stub->Render(&context, request);
-  std::vector<v1::RenderResponse> out;
-  v1::RenderResponse m;
-  while (reader->Read(&m)) out.push_back(m);
-  grpc::Status st = reader->Finish();
-  *status = FromGrpcStatus(static_cast<int>(st.error_code()), st.error_message());
-  return out;
+  return ReadToEnd<v1::RenderResponse>(reader, status);
 }
 
 // Render (points and image sources), Stream frames and Reconstruct with inputs and outputs in a

@@ -6,8 +6,10 @@
 #include <catch2/catch.hpp>
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "fresnel/client/client.h"
 #include "fresnel/client/shm.h"
 #include "fresnel/v1/array_convert.h"
 #include "google/protobuf/message.h"
@@ -47,6 +49,18 @@ inline int CheckArraysInRegion(google::protobuf::Message* want, google::protobuf
     *g[i].array->mutable_data() = w[i].array->data();
   }
   return static_cast<int>(w.size());
+}
+
+// Every message of a server-streaming call's `reader` (from a raw stub), and the call's status in
+// *status.
+template <class Response, class Reader>
+std::vector<Response> ReadToEnd(Reader& reader, absl::Status* status) {
+  std::vector<Response> out;
+  Response m;
+  while (reader->Read(&m)) out.push_back(m);
+  const grpc::Status st = reader->Finish();
+  *status = FromGrpcStatus(static_cast<int>(st.error_code()), st.error_message());
+  return out;
 }
 
 // The timing fields differ between two runs: cleared before messages are compared.

@@ -998,12 +998,7 @@ std::vector<v1::GetUnwrapResultResponse> RawGet(const TestServer& ts, const std:
   request.set_job_id(job);
   if (out_shm != nullptr) *request.mutable_out_shm() = *out_shm;
   auto reader = ts.unwrap->Get(&context, request);
-  std::vector<v1::GetUnwrapResultResponse> out;
-  v1::GetUnwrapResultResponse m;
-  while (reader->Read(&m)) out.push_back(m);
-  grpc::Status st = reader->Finish();
-  *status = FromGrpcStatus(static_cast<int>(st.error_code()), st.error_message());
-  return out;
+  return ReadToEnd<v1::GetUnwrapResultResponse>(reader, status);
 }
 
 // Unwrap, Submit + Get and the client library with inputs and outputs in a region give the
