@@ -248,7 +248,13 @@ bool FresnelServer::Shutdown() {
   }
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
   impl_->drained = impl_->pool->Drain(std::max(left, std::chrono::milliseconds(0))) && stopped == 0;
-  impl_->grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  // Answers of finished work may still be on their way to slow clients: they get what is left
+  // of the drain timeout (at least 2 s) before gRPC cancels the calls still open. Shutdown
+  // returns as soon as the last one is sent, so a drain that ended early costs nothing here.
+  const auto grace = std::max<std::chrono::milliseconds>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()),
+      std::chrono::seconds(2));
+  impl_->grpc_server->Shutdown(std::chrono::system_clock::now() + grace);
   impl_->grpc_server->Wait();
   return impl_->drained;
 }

@@ -394,7 +394,6 @@ int RunUnwrap(const GlobalOptions& global, UnwrapOptions o, std::ostream& out, s
   const auto start = std::chrono::steady_clock::now();
   // --shm: the inputs, then the outputs, in a region made for the command (removed at the end).
   std::unique_ptr<SharedRegion> region;
-  v1::ShmRef out_shm;
   if (o.shm) {
     const int64_t pixels = phase->size();
     std::vector<int64_t> outputs = {static_cast<int64_t>(phase->nbytes())};
@@ -411,8 +410,8 @@ int RunUnwrap(const GlobalOptions& global, UnwrapOptions o, std::ostream& out, s
     region = *std::move(r);
     absl::StatusOr<int64_t> end = region->PutArrays(&request, 0);
     if (!end.ok()) return ReportError(err, kExitIo, end.status());
-    out_shm = region->OutRef(*end);
-    if (o.sync) *request.mutable_out_shm() = out_shm;
+    // A job writes its result there when it finishes; Get then only says where.
+    *request.mutable_out_shm() = region->OutRef(*end);
   }
   absl::StatusOr<UnwrapResult> result;
   std::string job_id;
@@ -437,9 +436,13 @@ int RunUnwrap(const GlobalOptions& global, UnwrapOptions o, std::ostream& out, s
     if (final_state->state() != v1::JOB_STATE_DONE) {
       return ReportError(err, kExitRpc, JobFailure(*final_state), global.server);
     }
-    result = (*client)->GetUnwrapResult(job_id, 0, CallOptions(), o.shm ? &out_shm : nullptr);
+    result = (*client)->GetUnwrapResult(job_id);
   }
   if (!result.ok()) return ReportError(err, kExitRpc, result.status(), global.server);
+  if (!result->out_shm_error.empty()) {
+    err << "fresnel: warning: the result came through gRPC, not the region: "
+        << result->out_shm_error << "\n";
+  }
   const double round_trip_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 

@@ -65,6 +65,7 @@ void TakeHeader(v1::UnwrapResponse* response, UnwrapResult* r) {
   r->stats = response->stats();
   r->stage_seconds = response->stage_seconds();
   r->info = response->info();
+  r->out_shm_error = response->out_shm_error();
 }
 
 absl::Status TakeInlineArray(v1::NdArray* array, const char* name, HostArray* out) {

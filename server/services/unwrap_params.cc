@@ -8,6 +8,7 @@
 #include "fresnel/core/status.h"
 #include "fresnel/v1/array_convert.h"
 #include "server/call.h"
+#include "server/shm_arrays.h"
 
 namespace fresnel::server {
 namespace {
@@ -210,6 +211,30 @@ void FillResultHeader(const UnwrapOutput& output, v1::UnwrapResponse* response) 
   t->set_residues(output.stage_times.residues_s);
   t->set_branch_cuts(output.stage_times.branch_cuts_s);
   t->set_integrate(output.stage_times.integrate_s);
+}
+
+void StoreInRegion(const ShmResolver& regions, const v1::ShmRef& ref, UnwrapOutput* output) {
+  const std::vector<std::pair<v1::UnwrapArray, const HostArray*>> arrays = output->Arrays();
+  std::vector<int64_t> sizes;
+  for (const auto& a : arrays) sizes.push_back(static_cast<int64_t>(a.second->nbytes()));
+  std::vector<std::pair<v1::UnwrapArray, v1::NdArray>> placed(arrays.size());
+  std::vector<std::pair<const HostArray*, v1::NdArray*>> targets;
+  for (size_t i = 0; i < arrays.size(); ++i) {
+    placed[i].first = arrays[i].first;
+    targets.emplace_back(arrays[i].second, &placed[i].second);
+  }
+  absl::StatusOr<OutputRegion> region = OutputRegion::Reserve(true, ref, sizes, regions, "out_shm");
+  absl::Status written = region.ok() ? region->Write(targets) : region.status();
+  if (!written.ok()) {
+    output->region_error = absl::StrCat(absl::StatusCodeToString(written.code()), ": ",
+                                        written.message(), " (the result stays on the server)");
+    return;
+  }
+  output->in_region = std::move(placed);
+  for (HostArray* a : {&output->unwrapped, &output->residues, &output->cuts, &output->regions,
+                       &output->unreached}) {
+    *a = HostArray();
+  }
 }
 
 void MoveArraysInto(UnwrapOutput* output, v1::UnwrapResponse* response) {

@@ -14,6 +14,7 @@
 #include "fresnel/core/array.h"
 #include "fresnel/core/device.h"
 #include "fresnel/unwrap/unwrap.h"
+#include "fresnel/v1/array_convert.h"
 #include "fresnel/v1/unwrap.pb.h"
 #include "server/device_pool.h"
 #include "server/jobs.h"
@@ -76,6 +77,11 @@ class UnwrapOutput : public JobOutput {
   unwrap::GoldsteinStageTimes stage_times;
   int pcg_iterations = 0;    // weighted least squares
   double pcg_residual = 0;
+  // A job submitted with out_shm, once its result was written into that region (StoreInRegion):
+  // each array's dtype, shape and ShmRef, in Get's order; the HostArrays above are then empty.
+  std::vector<std::pair<v1::UnwrapArray, v1::NdArray>> in_region;
+  // Or why that write failed (the arrays stay above and Get sends them as chunks).
+  std::string region_error;
 
   int64_t bytes() const override;
   // The non-empty arrays, in the order Get sends them.
@@ -91,6 +97,11 @@ absl::StatusOr<std::shared_ptr<UnwrapOutput>> RunUnwrap(const Device& device,
 
 // Fills method, stats and stage times (not the arrays, not the ExecutionInfo).
 void FillResultHeader(const UnwrapOutput& output, v1::UnwrapResponse* response);
+// A finished job's result into the client's region `ref` (its Submit's out_shm, resolved again
+// through `regions` now: it may have been unregistered meanwhile). Then `output` keeps only the
+// arrays' ShmRefs (in_region) and none of their bytes; when the region is gone or too small the
+// arrays stay and region_error says why (the job is DONE either way: its work is not lost).
+void StoreInRegion(const ShmResolver& regions, const v1::ShmRef& ref, UnwrapOutput* output);
 // Moves the arrays into the response's inline NdArray fields.
 void MoveArraysInto(UnwrapOutput* output, v1::UnwrapResponse* response);
 

@@ -2,6 +2,7 @@
 
 #include <array>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <optional>
 
@@ -169,14 +170,20 @@ class SubmitCall : public UploadReader<v1::SubmitRequest> {
     if (!phase) {
       return absl::InvalidArgumentError("phase: required (inline in the header or in chunks)");
     }
-    if (req.has_out_shm()) {
-      return absl::InvalidArgumentError(
-          "out_shm: a job's result goes to a region when it is fetched: set "
-          "GetUnwrapResultRequest.out_shm");
-    }
     FRESNEL_ASSIGN_OR_RETURN(
         UnwrapInput input, ParseUnwrap(req, *std::move(phase), std::move(mask), std::move(quality),
                                        limits_));
+    // out_shm: the result goes to the client's region when the job finishes. Checked now (an
+    // unknown region or a range too small for the result is refused before anything runs),
+    // resolved again at the finish (StoreInRegion).
+    std::optional<v1::ShmRef> out_shm;
+    if (req.has_out_shm()) {
+      FRESNEL_ASSIGN_OR_RETURN(OutputRegion check,
+                               OutputRegion::Reserve(true, req.out_shm(), input.OutputArrayBytes(),
+                                                     ClientRegions(ctx_, owner_), "out_shm"));
+      check.Release();
+      out_shm = req.out_shm();
+    }
     JobSpec spec;
     spec.owner = owner_;
     spec.method = UnwrapMethodName(input.method);
@@ -185,7 +192,11 @@ class SubmitCall : public UploadReader<v1::SubmitRequest> {
     spec.shape = input.phase.shape();
     spec.request_id = RequestIdOr(input.request_id);
     spec.idempotency_key = header_.idempotency_key();
-    if (!spec.idempotency_key.empty()) spec.fingerprint = input.Fingerprint();
+    if (!spec.idempotency_key.empty()) {
+      spec.fingerprint = input.Fingerprint();
+      // The same arrays into another region (or none) is another request.
+      if (out_shm) spec.fingerprint ^= std::hash<std::string>{}(out_shm->SerializeAsString());
+    }
     spec.input_bytes = input.InputBytes();
     spec.output_bytes = input.OutputBytes();
     spec.service = kService;
@@ -193,10 +204,12 @@ class SubmitCall : public UploadReader<v1::SubmitRequest> {
     spec.preference = input.preference;
     spec.device_bytes = input.DeviceBytes();
     auto shared = std::make_shared<const UnwrapInput>(std::move(input));
-    spec.run = [shared](const Device& device, StageTimes* times, const JobProgressFn& progress)
+    spec.run = [shared, out_shm, ctx = ctx_, owner = owner_](
+                   const Device& device, StageTimes* times, const JobProgressFn& progress)
         -> absl::StatusOr<std::shared_ptr<const JobOutput>> {
       FRESNEL_ASSIGN_OR_RETURN(std::shared_ptr<UnwrapOutput> out,
                                RunUnwrap(device, *shared, times, progress));
+      if (out_shm) StoreInRegion(ClientRegions(ctx, owner), *out_shm, out.get());
       return std::shared_ptr<const JobOutput>(std::move(out));
     };
     FRESNEL_ASSIGN_OR_RETURN(JobStore::Submitted submitted, ctx_->jobs->Submit(std::move(spec)));
@@ -386,7 +399,16 @@ class GetCall : public RpcCall<grpc::ServerWriteReactor<v1::GetUnwrapResultRespo
     if (!output_) return absl::InternalError("job output is not an unwrap result");
     chunks_.emplace(v1::ChunkPayloadBytes(ctx_->max_message_bytes, request.max_chunk_bytes()));
     v1::UnwrapResponse* header = response_.mutable_result();
-    if (request.has_out_shm()) {
+    if (!output_->in_region.empty()) {
+      // Written into the region the Submit named when the job finished: the header says where.
+      if (request.has_out_shm()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "out_shm: this job's result was written to region '",
+            output_->in_region.front().second.shm().region(),
+            "' when it finished (its Submit set out_shm); call Get without out_shm"));
+      }
+      for (const auto& [which, array] : output_->in_region) *ResponseArray(header, which) = array;
+    } else if (request.has_out_shm()) {
       // The arrays go to the client's region, resolved now (an unregistered region is NOT_FOUND
       // and the result stays fetchable); the stream is the header alone.
       std::vector<int64_t> sizes;
@@ -403,6 +425,7 @@ class GetCall : public RpcCall<grpc::ServerWriteReactor<v1::GetUnwrapResultRespo
       for (const auto& [which, array] : output_->Arrays()) chunks_->AddBorrowed(which, array);
     }
     header->set_request_id(result.job.request_id);
+    header->set_out_shm_error(output_->region_error);
     FillResultHeader(*output_, header);
     FillExecutionInfo(result.job.report, result.job.total_s, header->mutable_info());
     for (int which : chunks_->names()) header->add_chunked_arrays(static_cast<v1::UnwrapArray>(which));

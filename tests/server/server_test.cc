@@ -1220,7 +1220,9 @@ TEST_CASE("shutdown drains accepted work and refuses new work", "[server]") {
   REQUIRE(ts.server->MetricsText().find("fresnel_running_jobs{device=\"cpu\"} 1") !=
           std::string::npos);
   auto stopping = std::async(std::launch::async, [&] { return ts.server->Shutdown(); });
-  CHECK(inflight.get().ok());
+  const grpc::Status answered = inflight.get();
+  INFO("in-flight call: " << answered.error_code() << " " << answered.error_message());
+  CHECK(answered.ok());
   CHECK(stopping.get());
   v1::InterpolationResponse late;
   auto ctx = Ctx(5);

@@ -936,6 +936,21 @@ TEST_CASE("fresnel unwrap and fresnel jobs against the server", "[server][unwrap
   r = Cli(ts, {"unwrap", path("phase.npy"), "--out", path("bad.npy")});
   CHECK(r.code == cli::kExitRpc);
   CHECK(Contains(r.err, "INVALID_ARGUMENT: phase["));
+  // --shm: the arrays and the result through a region the command makes; as a job, the result
+  // is written there when the job finishes (no arrays in Get's answer).
+  for (const bool sync : {false, true}) {
+    std::vector<std::string> args = {"unwrap", path("phase.npy"), "--mask", path("mask.npy"),
+                                     "--out", path("shm.npy"), "--save-maps", "--shm"};
+    if (sync) args.push_back("--sync");
+    r = Cli(ts, args);
+    INFO((sync ? "--sync: " : "job: ") << r.err);
+    REQUIRE(r.code == 0);
+    CHECK(Contains(r.out, "through shared memory"));
+    CHECK(!Contains(r.err, "warning"));
+    CHECK(Same(ReadBack(path("shm.npy")), want.unwrapped));
+    CHECK(Same(ReadBack(path("shm_regions.npy")), want.regions));
+    CHECK(Same(ReadBack(path("shm_cuts.npy")), want.cuts));
+  }
   std::filesystem::remove_all(dir);
 }
 
@@ -1074,6 +1089,33 @@ void CheckUnwrapThroughRegion(const TestServer& ts, Client* client, v1::DeviceKi
   REQUIRE(lib_job.ok());
   CHECK(Same(lib_job->unwrapped, lib_inline->unwrapped));
   CHECK(Same(lib_job->cuts, lib_inline->cuts));
+
+  // A job whose Submit names out_shm writes its result there as it finishes and keeps none of
+  // its bytes: Get's one message names the region, and a Get with an out_shm of its own is
+  // refused. The client library reads the arrays back from the region.
+  v1::UnwrapRequest at_finish = inline_req;
+  REQUIRE((*region)->PutArrays(&at_finish, 128).ok());  // the memset above wiped them
+  *at_finish.mutable_out_shm() = (*region)->OutRef(1 << 19);
+  const std::string finished = Id(client->SubmitUnwrap(at_finish));
+  auto finished_state = client->WatchUnwrap(finished);
+  REQUIRE(finished_state.ok());
+  REQUIRE(finished_state->state() == v1::JOB_STATE_DONE);
+  CHECK(finished_state->result_bytes() == 0);
+  messages = RawGet(ts, finished, nullptr, &get_status);
+  REQUIRE(get_status.ok());
+  REQUIRE(messages.size() == 1);
+  CHECK(messages[0].result().chunked_arrays_size() == 0);
+  CHECK(messages[0].result().out_shm_error().empty());
+  job_got = messages[0].result();
+  want_copy = want;
+  CHECK(CheckArraysInRegion(&want_copy, &job_got, **region, 1 << 19) == 5);
+  RawGet(ts, finished, &out, &get_status);
+  CHECK(StatusNames(get_status, absl::StatusCode::kInvalidArgument, "out_shm"));
+  auto lib_finished = client->GetUnwrapResult(finished);
+  REQUIRE(lib_finished.ok());
+  CHECK(lib_finished->out_shm_error.empty());
+  CHECK(Same(lib_finished->unwrapped, lib_inline->unwrapped));
+  CHECK(Same(lib_finished->unreached, lib_inline->unreached));
 }
 
 TEST_CASE("Unwrap and jobs with arrays in a shared region give the inline bits", "[server][unwrap][shm]") {
@@ -1125,11 +1167,18 @@ TEST_CASE("Unwrap and jobs: bad regions get the right codes naming the field, an
   *bad.mutable_out_shm() = (*region)->OutRef(-1);
   CHECK(StatusNames(UnwrapStatus(ts, bad), absl::StatusCode::kInvalidArgument,
                     "out_shm.offset_bytes"));
-  // A job's result goes to a region at Get, not at Submit.
+  // A Submit's out_shm is checked before the job is created.
   v1::UnwrapRequest submit_out = inline_req;
   *submit_out.mutable_out_shm() = (*region)->OutRef(0);
+  submit_out.mutable_out_shm()->set_region("missing");
+  CHECK(StatusNames(client->SubmitUnwrap(submit_out).status(), absl::StatusCode::kNotFound,
+                    "out_shm.region"));
+  *submit_out.mutable_out_shm() = (*region)->OutRef((1 << 16) - 4096);
   CHECK(StatusNames(client->SubmitUnwrap(submit_out).status(),
-                    absl::StatusCode::kInvalidArgument, "out_shm"));
+                    absl::StatusCode::kInvalidArgument, "out_shm.offset_bytes"));
+  auto listed = client->ListUnwrapJobs();
+  REQUIRE(listed.ok());
+  CHECK(listed->jobs_size() == 0);
 
   // Get into a region that is too small, or that was unregistered after Submit: refused, and the
   // result is still there to fetch inline.
@@ -1149,6 +1198,43 @@ TEST_CASE("Unwrap and jobs: bad regions get the right codes naming the field, an
   auto fresh = client->Unwrap(inline_req);
   REQUIRE(fresh.ok());
   CHECK(Same(fetched->unwrapped, fresh->unwrapped));
+}
+
+TEST_CASE("a job whose out_shm region is gone when it finishes keeps its result and says why",
+          "[server][unwrap][shm]") {
+  TestServer ts(OneWorker());
+  auto client = Connect(ts);
+  TestPhase p = MakePhase(40, 50, DType::kFloat64, 0.1, 1, true);
+  const v1::UnwrapRequest inline_req = Request(p);
+  auto region = SharedRegion::Create(client.get(), "gone-by-then", 1 << 16);
+  REQUIRE(region.ok());
+  // The job waits behind the blocker on the one CPU worker while its region is unregistered.
+  const std::string blocker = Id(client->SubmitUnwrap(BlockerRequest()));
+  v1::UnwrapRequest req = inline_req;
+  *req.mutable_out_shm() = (*region)->OutRef(0);
+  const std::string id = Id(client->SubmitUnwrap(req));
+  REQUIRE((*region)->Unregister().ok());
+  StopBlocker(*client, blocker);
+  auto done = client->WatchUnwrap(id);
+  REQUIRE(done.ok());
+  CHECK(done->state() == v1::JOB_STATE_DONE);
+  CHECK(done->result_bytes() > 0);
+  absl::Status st;
+  std::vector<v1::GetUnwrapResultResponse> messages = RawGet(ts, id, nullptr, &st);
+  REQUIRE(st.ok());
+  REQUIRE(!messages.empty());
+  INFO(messages[0].result().out_shm_error());
+  CHECK(Contains(messages[0].result().out_shm_error(), "NOT_FOUND"));
+  CHECK(Contains(messages[0].result().out_shm_error(), "out_shm.region"));
+  CHECK(messages[0].result().chunked_arrays_size() == 5);
+  CHECK(!messages[0].result().unwrapped().has_shm());
+  auto fetched = client->GetUnwrapResult(id);
+  REQUIRE(fetched.ok());
+  CHECK(fetched->out_shm_error == messages[0].result().out_shm_error());
+  auto fresh = client->Unwrap(inline_req);
+  REQUIRE(fresh.ok());
+  CHECK(Same(fetched->unwrapped, fresh->unwrapped));
+  CHECK(Same(fetched->regions, fresh->regions));
 }
 
 TEST_CASE("another client's region is NOT_FOUND for Unwrap's inputs and outputs",

@@ -142,6 +142,9 @@ struct UnwrapResult {
   v1::UnwrapStats stats;
   v1::UnwrapStageSeconds stage_seconds;
   v1::ExecutionInfo info;
+  // A job submitted with out_shm whose result could not be written to that region when it
+  // finished (the result then came in chunks): the server's reason. Empty otherwise.
+  std::string out_shm_error;
 };
 
 struct SubmitOptions {
@@ -309,7 +312,9 @@ class Client {
   // The result of a DONE job, reassembled from its chunks. `max_chunk_bytes` 0 = the server's
   // choice (just under its message cap; the client's cap must be at least that large).
   // `out_shm` (optional): the arrays go to that region (a live SharedRegion of this Client, read
-  // back into the result; docs/transport.md, "Outputs to a region") instead of in chunks.
+  // back into the result; docs/transport.md, "Outputs to a region") instead of in chunks. A job
+  // whose Submit set request.out_shm wrote its arrays there when it finished: leave `out_shm`
+  // unset, they are read back from the region the answer names.
   absl::StatusOr<UnwrapResult> GetUnwrapResult(const std::string& job_id,
                                                int64_t max_chunk_bytes = 0,
                                                const CallOptions& call = {},
