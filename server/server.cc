@@ -185,6 +185,11 @@ absl::StatusOr<std::unique_ptr<FresnelServer>> FresnelServer::Start(const Server
   grpc::ServerBuilder builder;
   if (!config.reflection) builder.SetOption(std::make_unique<WithoutReflection>());
   builder.AddListeningPort(config.listen, *credentials, &impl->port);
+  // gRPC sets SO_REUSEPORT by default: a second fresneld on a taken port would then "listen" too
+  // and the kernel would split connections between the two (jobs, sessions and regions of one
+  // client landing on both), and two servers asking for port 0 may be given the same one
+  // (grpc/grpc#10755). Off: a taken port is "cannot listen on", and port 0 is a port of our own.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(config.max_message_bytes));
   for (const std::unique_ptr<grpc::Service>& service : impl->workloads) {

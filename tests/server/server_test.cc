@@ -67,6 +67,24 @@ std::unique_ptr<grpc::ClientContext> Ctx(double timeout_s = 60) {
   return ctx;
 }
 
+TEST_CASE("a port another server listens on is refused, not shared", "[server]") {
+  TestServer ts;
+  server::ServerConfig config = TestServer::CpuConfig();
+  config.listen = ts.address;
+  absl::StatusOr<std::unique_ptr<server::FresnelServer>> second =
+      server::FresnelServer::Start(config);
+  REQUIRE(!second.ok());
+  CHECK(second.status().code() == absl::StatusCode::kUnavailable);
+  CHECK_THAT(std::string(second.status().message()),
+             Catch::Contains("cannot listen on " + ts.address));
+  // The first server still answers every call.
+  for (int i = 0; i < 8; ++i) {
+    v1::ServerInfo info;
+    auto ctx = Ctx(10);
+    CHECK(ts.admin->GetServerInfo(ctx.get(), v1::GetServerInfoRequest(), &info).ok());
+  }
+}
+
 TEST_CASE("server info lists the CPU pool, limits and services", "[server]") {
   TestServer ts;
   v1::ServerInfo info;
