@@ -187,6 +187,7 @@ FakeServer::FakeServer() : services_(std::make_unique<Services>()) {
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // a port of its own (server.cc)
   builder.SetMaxReceiveMessageSize(static_cast<int>(kFakeMessageCap));
   builder.SetMaxSendMessageSize(static_cast<int>(kFakeMessageCap));
   builder.RegisterService(&services_->admin);

@@ -411,6 +411,7 @@ int Run(const Options& o) {
   grpc::ServerBuilder builder;
   int echo_port = 0;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &echo_port);
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // a port of its own (server.cc)
   builder.SetMaxReceiveMessageSize(static_cast<int>(kMessageCap));
   builder.SetMaxSendMessageSize(static_cast<int>(kMessageCap));
   builder.RegisterService(&echo);
