@@ -145,6 +145,12 @@ absl::StatusOr<ServerConfig> ParseConfig(int argc, char** argv) {
                  "its own streams, queue and 1/N of the GPU's memory: multi-device placement on "
                  "one GPU, or hard memory shares")
       ->envname("FRESNEL_GPU_PARTITIONS")->check(CLI::Range(1, 16))->capture_default_str();
+  app.add_option("--cpu-partitions", c.cpu_partitions,
+                 "present the CPU as this many pool devices (cpu.0, cpu.1, ...), --cpu-workers "
+                 "and --session-cpu-memory-bytes split between them, each with its own queue, "
+                 "health and metrics: multi-device placement without a GPU, or separate CPU "
+                 "queues")
+      ->envname("FRESNEL_CPU_PARTITIONS")->check(CLI::Range(1, 64))->capture_default_str();
   app.add_option("--session-gpu-memory-bytes", c.session_gpu_memory_bytes,
                  "device memory sessions may reserve on each GPU (0: 90% of its memory)")
       ->envname("FRESNEL_SESSION_GPU_MEMORY_BYTES")->check(CLI::Range(int64_t{0}, int64_t{1} << 50))

@@ -62,6 +62,7 @@ struct ServerConfig {
   int max_sessions_per_client = 32;                // FRESNEL_MAX_SESSIONS_PER_CLIENT
   int64_t gpu_memory_bytes = 0;                    // FRESNEL_GPU_MEMORY_BYTES; 0 = the whole device
   int gpu_partitions = 1;                          // FRESNEL_GPU_PARTITIONS: pool devices per GPU
+  int cpu_partitions = 1;                          // FRESNEL_CPU_PARTITIONS: pool devices of the CPU
   int64_t session_gpu_memory_bytes = 0;            // FRESNEL_SESSION_GPU_MEMORY_BYTES; 0 = 90 %
   int64_t session_cpu_memory_bytes = int64_t{8} << 30;  // FRESNEL_SESSION_CPU_MEMORY_BYTES
   // Volume render meshes (server/services/volume_service.h); the mesh cache is the sessions' cap.

@@ -317,6 +317,10 @@ absl::StatusOr<std::unique_ptr<DevicePool>> DevicePool::Create(const DevicePoolO
     return absl::InvalidArgumentError(
         absl::StrCat("gpu_partitions must be >= 1, got ", options.gpu_partitions));
   }
+  if (options.cpu_partitions < 1 || options.cpu_partitions > kMaxCpuPartitions) {
+    return absl::InvalidArgumentError(absl::StrCat("cpu_partitions must be 1..", kMaxCpuPartitions,
+                                                   ", got ", options.cpu_partitions));
+  }
   const int parts = options.gpu_partitions;
   for (int ordinal : options.gpus) {
     // A partition's memory pool is capped at its share of the GPU (or of --gpu-memory-bytes).
@@ -346,11 +350,18 @@ absl::StatusOr<std::unique_ptr<DevicePool>> DevicePool::Create(const DevicePoolO
       pool->devices_.push_back(std::move(q));
     }
   }
-  auto cpu = std::make_unique<DeviceQueue>(pool.get(), "cpu", "host CPU", DeviceKind::kCpu, 0,
-                                           options.queue_capacity, metrics);
-  absl::Status st = cpu->Start(std::max(1, options.cpu_workers), 0, 0);
-  if (!st.ok()) return st;
-  pool->devices_.push_back(std::move(cpu));
+  const int cpu_parts = options.cpu_partitions;
+  const int cpu_workers = std::max(1, options.cpu_workers);
+  for (int part = 0; part < cpu_parts; ++part) {
+    const std::string id = cpu_parts == 1 ? std::string("cpu") : absl::StrCat("cpu.", part);
+    auto cpu = std::make_unique<DeviceQueue>(pool.get(), id, "host CPU", DeviceKind::kCpu, 0,
+                                             options.queue_capacity, metrics);
+    const int workers =
+        std::max(1, cpu_workers / cpu_parts + (part < cpu_workers % cpu_parts ? 1 : 0));
+    absl::Status st = cpu->Start(workers, 0, 0);
+    if (!st.ok()) return st;
+    pool->devices_.push_back(std::move(cpu));
+  }
   pool->small_job_bytes_ = std::max<int64_t>(0, options.small_job_bytes);
   return pool;
 }
@@ -402,7 +413,16 @@ absl::Status DevicePool::Submit(std::shared_ptr<Job> job) {
   }
   if (candidates.empty()) {
     if (job->preference == DevicePreference::kAny && kind == DeviceKind::kCuda) {
-      candidates.push_back(devices_.back().get());  // too large for every GPU: use the CPU
+      // Too large for every GPU: the CPU takes it.
+      for (auto& d : devices_) {
+        if (d->kind() == DeviceKind::kCpu && d->healthy()) candidates.push_back(d.get());
+      }
+      if (candidates.empty()) {
+        return absl::UnavailableError(
+            absl::StrCat("the job needs about ", job->device_bytes,
+                         " bytes of device memory, no healthy GPU has that and the CPU is "
+                         "unhealthy"));
+      }
     } else {
       return absl::ResourceExhaustedError(
           absl::StrCat("the job needs about ", job->device_bytes,
@@ -424,11 +444,19 @@ bool DevicePool::TrySmallOnCpu(const std::shared_ptr<Job>& job) {
       job->device_bytes <= 0 || job->device_bytes > small_job_bytes_ || gpu_count() == 0) {
     return false;
   }
-  DeviceQueue* cpu = devices_.back().get();
-  if (!cpu->healthy() || cpu->Load() >= kSmallJobCpuLoadPerWorker * cpu->workers()) {
-    return false;
+  // The least loaded healthy CPU device with room.
+  DeviceQueue* best = nullptr;
+  int best_load = 0;
+  for (auto& d : devices_) {
+    if (d->kind() != DeviceKind::kCpu || !d->healthy()) continue;
+    const int load = d->Load();
+    if (load >= kSmallJobCpuLoadPerWorker * d->workers()) continue;
+    if (best == nullptr || load < best_load) {
+      best = d.get();
+      best_load = load;
+    }
   }
-  return cpu->TryPush(job);
+  return best != nullptr && best->TryPush(job);
 }
 
 bool DevicePool::Drain(std::chrono::milliseconds timeout) {

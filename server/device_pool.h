@@ -98,12 +98,19 @@ struct DevicePoolOptions {
   // devices: multi-device behaviour on one GPU (tests), or hard memory shares between tenants. A
   // sticky error poisons the whole GPU, so it takes every partition of that GPU out.
   int gpu_partitions = 1;
+  // > 1: the CPU appears as this many pool devices ("cpu.0", "cpu.1", ...; "cpu" when 1), the
+  // cpu_workers split between them (each at least one) and each with its own queue, session
+  // memory cap, health and metrics: the multi-device paths on a machine without GPUs (tests and
+  // CI), or separate CPU queues for separate tenants. At most kMaxCpuPartitions.
+  int cpu_partitions = 1;
   // > 0: a job of preference ANY whose device_bytes estimate is at most this many bytes goes to
   // the CPU while the CPU has room (load under kSmallJobCpuLoadPerWorker per worker): for a
   // request of a few microseconds of work the GPU's launch, copies and synchronisation cost more
   // than the work (--small-job-bytes). A busy CPU spills them to the GPUs as usual.
   int64_t small_job_bytes = 0;
 };
+
+inline constexpr int kMaxCpuPartitions = 64;
 
 // Queued + running small jobs per CPU worker before small jobs spill to the GPUs.
 inline constexpr int kSmallJobCpuLoadPerWorker = 4;

@@ -112,6 +112,7 @@ absl::StatusOr<std::unique_ptr<FresnelServer>> FresnelServer::Start(const Server
   pool_options.queue_capacity = config.queue_length;
   pool_options.gpu_memory_bytes = config.gpu_memory_bytes;
   pool_options.gpu_partitions = config.gpu_partitions;
+  pool_options.cpu_partitions = config.cpu_partitions;
   pool_options.small_job_bytes = config.small_job_bytes;
   auto pool = DevicePool::Create(pool_options, impl->metrics.get());
   if (!pool.ok()) return pool.status();

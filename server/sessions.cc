@@ -105,7 +105,12 @@ void Session::End(const std::string& message) {
 
 SessionStore::SessionStore(SessionStoreOptions options, DevicePool* pool, Metrics* metrics)
     : options_(std::move(options)), pool_(pool), metrics_(metrics) {
-  for (const DeviceSnapshot& d : pool_->Snapshot()) {
+  const std::vector<DeviceSnapshot> snapshot = pool_->Snapshot();
+  // CPU partitions (--cpu-partitions) share the CPU's session cap.
+  const int64_t cpu_devices = std::max<int64_t>(
+      1, std::count_if(snapshot.begin(), snapshot.end(),
+                       [](const DeviceSnapshot& d) { return d.kind == DeviceKind::kCpu; }));
+  for (const DeviceSnapshot& d : snapshot) {
     DeviceSlot slot;
     slot.id = d.id;
     slot.kind = d.kind;
@@ -113,7 +118,7 @@ SessionStore::SessionStore(SessionStoreOptions options, DevicePool* pool, Metric
       slot.cap_bytes = options_.gpu_cap_bytes > 0 ? options_.gpu_cap_bytes
                                                   : d.total_memory_bytes / 10 * 9;
     } else {
-      slot.cap_bytes = options_.cpu_cap_bytes;
+      slot.cap_bytes = options_.cpu_cap_bytes / cpu_devices;
     }
     devices_.push_back(slot);
     if (metrics_) metrics_->SetSessionReservedBytes(slot.id, 0);

@@ -155,6 +155,7 @@ void FillServerLimits(const ServerConfig& config, v1::Limits* limits) {
   s->set_gpu_memory_bytes(config.gpu_memory_bytes);
   s->set_max_streams_per_client(config.max_streams_per_client);
   s->set_gpu_partitions(config.gpu_partitions);
+  s->set_cpu_partitions(config.cpu_partitions);
   s->set_staging_cache_bytes(config.staging_cache_bytes);
   s->set_pin_regions(config.pin_regions);
   s->set_fault_injection(config.fault_injection);

@@ -231,8 +231,14 @@ void PrintLimits(const v1::Limits& l, bool transport, Table& head) {
                               s.gpu_partitions() > 1
                                   ? absl::StrCat(", ", s.gpu_partitions(), " pool devices per GPU")
                                   : std::string(),
+
                               s.fault_injection() ? "; FAULT INJECTION ON (--fault-injection)"
                                                   : "")});
+    if (s.cpu_partitions() > 1) {
+      head.AddRow({"cpu devices", absl::StrCat("the CPU as ", s.cpu_partitions(),
+                                               " pool devices, workers and host session memory "
+                                               "split between them (--cpu-partitions)")});
+    }
     head.AddRow({"placement", s.small_job_bytes() > 0
                                   ? absl::StrCat("kind ANY up to ", FormatBytes(s.small_job_bytes()),
                                                  " of device memory runs on the CPU while it has "

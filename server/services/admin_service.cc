@@ -35,7 +35,8 @@ grpc::ServerUnaryReactor* AdminService::GetServerInfo(grpc::CallbackServerContex
     info->set_compute_capability_major(d.compute_major);
     info->set_compute_capability_minor(d.compute_minor);
     info->set_multiprocessors(d.multiprocessors);
-    if (d.kind == DeviceKind::kCpu) response->set_cpu_workers(d.workers);
+    // CPU partitions (--cpu-partitions): the CPU's workers in all.
+    if (d.kind == DeviceKind::kCpu) response->set_cpu_workers(response->cpu_workers() + d.workers);
   }
   v1::Limits* limits = response->mutable_limits();
   FillServerLimits(config_, limits);

@@ -5,6 +5,9 @@
 #include <atomic>
 #include <condition_variable>
 #include <future>
+#include <map>
+#include <string>
+#include <vector>
 #include <mutex>
 
 #include "server/device_pool.h"
@@ -172,6 +175,83 @@ TEST_CASE("gpu_partitions must be at least 1", "[server][pool]") {
   auto pool = DevicePool::Create(o, nullptr);
   REQUIRE(pool.status().code() == absl::StatusCode::kInvalidArgument);
   CHECK_THAT(std::string(pool.status().message()), Catch::Contains("gpu_partitions"));
+}
+
+TEST_CASE("CPU partitions: named devices sharing the workers; ANY work goes to the least loaded",
+          "[server][pool]") {
+  for (int bad : {0, kMaxCpuPartitions + 1}) {
+    DevicePoolOptions o;
+    o.cpu_partitions = bad;
+    auto pool = DevicePool::Create(o, nullptr);
+    REQUIRE(pool.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(std::string(pool.status().message()), Catch::Contains("cpu_partitions"));
+  }
+  DevicePoolOptions o;
+  o.cpu_partitions = 2;
+  o.cpu_workers = 3;
+  o.queue_capacity = 8;
+  auto created = DevicePool::Create(o, nullptr);
+  REQUIRE(created.ok());
+  std::unique_ptr<DevicePool> pool = std::move(*created);
+  const std::vector<DeviceSnapshot> devices = pool->Snapshot();
+  REQUIRE(devices.size() == 2);
+  CHECK(devices[0].id == "cpu.0");
+  CHECK(devices[0].workers == 2);
+  CHECK(devices[1].id == "cpu.1");
+  CHECK(devices[1].workers == 1);
+  // Where each job ran (its report's device), or its error.
+  auto job_on = [](Gate* gate, std::promise<std::string>* where, DevicePreference preference) {
+    auto job = std::make_shared<Job>();
+    job->service = "test";
+    job->method = "Where";
+    job->preference = preference;
+    job->run = [gate](const Device&, StageTimes*) {
+      if (gate) gate->Wait();
+      return absl::OkStatus();
+    };
+    job->done = [where](const absl::Status& s, const JobReport& r) {
+      where->set_value(s.ok() ? r.device : std::string(s.message()));
+    };
+    return job;
+  };
+  // Four jobs held on a gate, ANY and CPU alike: each goes to the less loaded partition (ties to
+  // the first), two and two.
+  Gate gate;
+  std::vector<std::promise<std::string>> held(4);
+  for (int i = 0; i < 4; ++i) {
+    REQUIRE(pool->Submit(job_on(&gate, &held[i], i % 2 == 0 ? DevicePreference::kAny
+                                                             : DevicePreference::kCpu))
+                .ok());
+  }
+  std::map<std::string, int> load;
+  for (const DeviceSnapshot& d : pool->Snapshot()) load[d.id] = d.queued + d.running;
+  CHECK(load["cpu.0"] == 2);
+  CHECK(load["cpu.1"] == 2);
+  // Every worker busy: cpu.0 runs two, cpu.1 one and queues one.
+  auto running = [&](const std::string& id) {
+    for (const DeviceSnapshot& d : pool->Snapshot()) {
+      if (d.id == id) return d.running;
+    }
+    return -1;
+  };
+  WaitUntil([&] { return running("cpu.0") == 2 && running("cpu.1") == 1; });
+  // One partition unhealthy: the other takes what comes next, though it is the busier one.
+  REQUIRE(pool->MarkUnhealthy("cpu.1", "injected fault"));
+  std::promise<std::string> next;
+  REQUIRE(pool->Submit(job_on(nullptr, &next, DevicePreference::kAny)).ok());
+  gate.Open();
+  CHECK(next.get_future().get() == "cpu.0");
+  // What ran finished; cpu.1's queued job was not run and says why.
+  std::map<std::string, int> ran;
+  for (auto& h : held) ran[h.get_future().get()] += 1;
+  CHECK(ran["cpu.0"] == 2);
+  CHECK(ran["cpu.1"] == 1);
+  CHECK(ran["cpu.1 is unhealthy (injected fault); the job was not run"] == 1);
+  // Both unhealthy: refused at once.
+  REQUIRE(pool->MarkUnhealthy("cpu.0", "injected fault"));
+  std::promise<std::string> refused;
+  CHECK(pool->Submit(job_on(nullptr, &refused, DevicePreference::kAny)).code() ==
+        absl::StatusCode::kUnavailable);
 }
 
 }  // namespace

@@ -67,6 +67,16 @@ std::unique_ptr<grpc::ClientContext> Ctx(double timeout_s = 60) {
   return ctx;
 }
 
+// A client library Client on the test server (30 s default timeout).
+std::unique_ptr<Client> ConnectTo(const TestServer& ts) {
+  ClientOptions options;
+  options.address = ts.address;
+  options.default_timeout = std::chrono::seconds(30);
+  auto client = Client::Connect(options);
+  REQUIRE(client.ok());
+  return std::move(*client);
+}
+
 TEST_CASE("a port another server listens on is refused, not shared", "[server]") {
   TestServer ts;
   server::ServerConfig config = TestServer::CpuConfig();
@@ -152,6 +162,7 @@ TEST_CASE("server info carries every limit flag's value, grouped and flat", "[se
                         "--session-cpu-memory-bytes=1048598",
                         "--max-streams-per-client=1023",
                         "--gpu-partitions=3",
+                        "--cpu-partitions=2",
                         "--staging-cache-bytes=1024",
                         "--pin-regions=false",
                         "--small-job-bytes=1025",
@@ -176,6 +187,7 @@ TEST_CASE("server info carries every limit flag's value, grouped and flat", "[se
   CHECK(l.server().gpu_memory_bytes() == 1020);
   CHECK(l.server().max_streams_per_client() == 1023);
   CHECK(l.server().gpu_partitions() == 3);
+  CHECK(l.server().cpu_partitions() == 2);
   CHECK(l.server().staging_cache_bytes() == 1024);
   CHECK_FALSE(l.server().pin_regions());
   CHECK(l.server().fault_injection());
@@ -242,17 +254,13 @@ TEST_CASE("AdminClient: server info, stats and health on a Client's channel", "[
   server::ServerConfig config = TestServer::CpuConfig();
   config.max_rate = 777;
   TestServer ts(config);
-  ClientOptions options;
-  options.address = ts.address;
-  options.default_timeout = std::chrono::seconds(30);
-  auto client = Client::Connect(options);
-  REQUIRE(client.ok());
-  AdminClient admin(client->get());
+  std::unique_ptr<Client> client = ConnectTo(ts);
+  AdminClient admin(client.get());
   auto info = admin.GetServerInfo();
   REQUIRE(info.ok());
   CHECK(info->limits().interpolation().max_rate() == 777);
   CHECK(info->instance() == ts.server->instance());
-  auto via_client = (*client)->GetServerInfo();  // Client forwards to its own AdminClient
+  auto via_client = client->GetServerInfo();  // Client forwards to its own AdminClient
   REQUIRE(via_client.ok());
   CHECK(via_client->SerializeAsString() == info->SerializeAsString());
   auto stats = admin.GetStats();
@@ -1764,6 +1772,60 @@ TEST_CASE("small ANY requests run on the CPU while it has room, then spill to th
   }
 }
 
+// InjectFault UNHEALTHY on `device` of a server started with --fault-injection; its answer.
+v1::InjectFaultResponse MakeUnhealthy(const TestServer& ts, const std::string& device) {
+  v1::InjectFaultRequest req;
+  req.set_device_id(device);
+  req.set_kind(v1::FAULT_KIND_UNHEALTHY);
+  v1::InjectFaultResponse resp;
+  auto ctx = Ctx();
+  REQUIRE(ts.admin->InjectFault(ctx.get(), req, &resp).ok());
+  return resp;
+}
+
+// Issue 14 without a GPU: --cpu-partitions 2 makes two CPU pool devices. One made unhealthy
+// through the fault switch shows in ServerInfo's neighbours (health, metrics) and gets no more
+// work; the other serves on. (The pool test checks that work spreads over both.)
+TEST_CASE("CPU partitions: per-device health and metrics; an unhealthy one is avoided",
+          "[server]") {
+  server::ServerConfig config = TestServer::CpuConfig();
+  config.cpu_partitions = 2;
+  config.cpu_workers = 2;
+  config.fault_injection = true;
+  TestServer ts(config);
+  std::unique_ptr<Client> client = ConnectTo(ts);
+  AdminClient admin(client.get());
+  auto info = admin.GetServerInfo();
+  REQUIRE(info.ok());
+  REQUIRE(info->devices_size() == 2);
+  CHECK(info->devices(0).id() == "cpu.0");
+  CHECK(info->devices(1).id() == "cpu.1");
+  CHECK(info->cpu_workers() == 2);
+  CHECK(info->limits().server().cpu_partitions() == 2);
+  CHECK(admin.CheckHealth("fresnel.device.cpu.1").value() == ServingStatus::kServing);
+  CliResult cli = RunCli({"--server", ts.address, "info"});
+  INFO(cli.err);
+  REQUIRE(cli.code == 0);
+  CHECK_THAT(cli.out, Catch::Contains("the CPU as 2 pool devices") && Catch::Contains("cpu.1"));
+
+  CHECK_FALSE(MakeUnhealthy(ts, "cpu.1").healthy());
+  const std::string metrics = ts.server->MetricsText();
+  CHECK_THAT(metrics, Catch::Contains("fresnel_device_healthy{device=\"cpu.1\"} 0"));
+  CHECK_THAT(metrics, Catch::Contains("fresnel_device_healthy{device=\"cpu.0\"} 1"));
+  CHECK(admin.CheckHealth("fresnel.device.cpu.1").value() == ServingStatus::kNotServing);
+  CHECK(admin.CheckHealth("fresnel.device.cpu.0").value() == ServingStatus::kServing);
+  CHECK(admin.CheckHealth().value() == ServingStatus::kServing);  // the server serves on
+
+  HostArray x = RandomArray(DType::kFloat32, {2, 4096});
+  std::vector<double> taps(32, 1.0 / 32);
+  for (int i = 0; i < 8; ++i) {
+    v1::InterpolationResponse out;
+    auto c = Ctx();
+    REQUIRE(ts.interp->Upfirdn(c.get(), UpfirdnReq(x, taps, 2, 1), &out).ok());
+    CHECK(out.info().device() == "cpu.0");
+  }
+}
+
 // Issue 14 on one GPU: two partitions of cuda:0 are two pool devices: concurrent work lands on
 // both; one made unhealthy through the fault switch shows in metrics and gets no more work.
 TEST_CASE("GPU partitions: work spreads over both; an unhealthy one is avoided", "[server][gpu]") {
@@ -1799,12 +1861,7 @@ TEST_CASE("GPU partitions: work spreads over both; an unhealthy one is avoided",
   std::map<std::string, int> before = run_many(16);
   CHECK(before["cuda:0.0"] > 0);
   CHECK(before["cuda:0.1"] > 0);
-  v1::InjectFaultRequest req;
-  req.set_device_id("cuda:0.1");
-  req.set_kind(v1::FAULT_KIND_UNHEALTHY);
-  v1::InjectFaultResponse resp;
-  auto ctx = Ctx();
-  REQUIRE(ts.admin->InjectFault(ctx.get(), req, &resp).ok());
+  MakeUnhealthy(ts, "cuda:0.1");
   const std::string metrics = ts.server->MetricsText();
   CHECK_THAT(metrics, Catch::Contains("fresnel_device_healthy{device=\"cuda:0.1\"} 0"));
   CHECK_THAT(metrics, Catch::Contains("fresnel_device_healthy{device=\"cuda:0.0\"} 1"));

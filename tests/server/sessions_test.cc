@@ -313,6 +313,79 @@ TEST_CASE("an unhealthy device ends its sessions and takes no more", "[server][s
   CHECK(pool->Submit(job).code() == absl::StatusCode::kUnavailable);
 }
 
+// Three jobs of each session: each runs on the session's own device (of `kind`), every time.
+void CheckJobsStayOnTheirDevice(const std::vector<std::shared_ptr<Session>>& sessions,
+                                DeviceKind kind) {
+  for (const auto& s : sessions) {
+    for (int k = 0; k < 3; ++k) {
+      std::promise<std::string> ran_on;
+      auto job = std::make_shared<Job>();
+      job->service = "test";
+      job->method = "Step";
+      job->run = [kind](const Device& d, StageTimes*) {
+        return d.kind == kind ? absl::OkStatus()
+                              : absl::InternalError("ran on the other kind of device");
+      };
+      job->done = [&ran_on](const absl::Status& st, const JobReport& r) {
+        ran_on.set_value(st.ok() ? r.device : std::string(st.message()));
+      };
+      REQUIRE(s->Submit(job).ok());
+      CHECK(ran_on.get_future().get() == s->device());
+    }
+  }
+}
+
+// Once `device` went bad: its sessions are NOT_FOUND, the others still there. Returns how many
+// were lost.
+int LostSessions(SessionStore& store, const std::vector<std::shared_ptr<Session>>& sessions,
+                 const std::string& device) {
+  int lost = 0;
+  for (const auto& s : sessions) {
+    auto found = store.Find(s->id(), "alice");
+    if (s->device() == device) {
+      CHECK(found.status().code() == absl::StatusCode::kNotFound);
+      ++lost;
+    } else {
+      CHECK(found.ok());
+    }
+  }
+  return lost;
+}
+
+// Issue 14 without a GPU: --cpu-partitions 2 makes the pool hold two CPU devices (own workers,
+// queues, session caps and health), so CI runs the multi-device session paths too.
+TEST_CASE("two CPU partitions: sessions spread, stay, share the cap, fail alone",
+          "[server][sessions]") {
+  DevicePoolOptions o;
+  o.cpu_partitions = 2;
+  o.cpu_workers = 2;
+  auto created = DevicePool::Create(o, nullptr);
+  REQUIRE(created.ok());
+  std::unique_ptr<DevicePool> pool = std::move(*created);
+  SessionStore store(Options(), pool.get(), nullptr);  // 1000 bytes: 500 per partition
+  std::vector<std::shared_ptr<Session>> sessions;
+  std::map<std::string, int> per_device;
+  for (int i = 0; i < 4; ++i) {
+    auto s = store.Open(Spec(200));
+    REQUIRE(s.ok());
+    per_device[(*s)->device()] += 1;
+    sessions.push_back(*s);
+  }
+  CHECK(per_device["cpu.0"] == 2);
+  CHECK(per_device["cpu.1"] == 2);
+  // 150 more bytes fit under neither half of the cap (the CPU's 1000 bytes are shared).
+  auto too_big = store.Open(Spec(150));
+  REQUIRE(too_big.status().code() == absl::StatusCode::kResourceExhausted);
+  CHECK_THAT(std::string(too_big.status().message()), Catch::Contains("2 of 2 devices short"));
+  CheckJobsStayOnTheirDevice(sessions, DeviceKind::kCpu);
+  // One partition going bad takes only its own sessions; new sessions go to the other.
+  REQUIRE(pool->MarkUnhealthy("cpu.1", "injected fault"));
+  CHECK(LostSessions(store, sessions, "cpu.1") == 2);
+  auto s5 = store.Open(Spec(50));
+  REQUIRE(s5.ok());
+  CHECK((*s5)->device() == "cpu.0");
+}
+
 // Issue 14 on one GPU: --gpu-partitions 2 makes the pool hold two devices on cuda:0 (own streams,
 // queues and memory caps), so the multi-device paths (placement, affinity, per-device caps and
 // health) run for real without a second GPU.
@@ -358,37 +431,10 @@ TEST_CASE("two GPU partitions: sessions spread, stay, respect caps, fail alone",
   auto too_big = store.Open(gpu_spec(int64_t{330} << 20));
   REQUIRE(too_big.status().code() == absl::StatusCode::kResourceExhausted);
   CHECK_THAT(std::string(too_big.status().message()), Catch::Contains("2 of 2 devices short"));
-  // A session's jobs run on its own partition, every time.
-  for (const auto& s : sessions) {
-    for (int k = 0; k < 3; ++k) {
-      std::promise<std::string> ran_on;
-      auto job = std::make_shared<Job>();
-      job->service = "test";
-      job->method = "Step";
-      job->run = [](const Device& d, StageTimes*) {
-        return d.kind == DeviceKind::kCuda ? absl::OkStatus()
-                                           : absl::InternalError("ran on the CPU");
-      };
-      job->done = [&ran_on](const absl::Status& st, const JobReport& r) {
-        ran_on.set_value(st.ok() ? r.device : std::string(st.message()));
-      };
-      REQUIRE(s->Submit(job).ok());
-      CHECK(ran_on.get_future().get() == s->device());
-    }
-  }
+  CheckJobsStayOnTheirDevice(sessions, DeviceKind::kCuda);
   // One partition going bad takes only its own sessions; new sessions go to the other.
   REQUIRE(pool->MarkUnhealthy("cuda:0.1", "injected fault"));
-  int lost = 0;
-  for (const auto& s : sessions) {
-    auto found = store.Find(s->id(), "alice");
-    if (s->device() == "cuda:0.1") {
-      CHECK(found.status().code() == absl::StatusCode::kNotFound);
-      ++lost;
-    } else {
-      CHECK(found.ok());
-    }
-  }
-  CHECK(lost == 2);
+  CHECK(LostSessions(store, sessions, "cuda:0.1") == 2);
   auto s5 = store.Open(gpu_spec(int64_t{100} << 20));
   REQUIRE(s5.ok());
   CHECK((*s5)->device() == "cuda:0.0");
