@@ -129,6 +129,9 @@ class RpcRecord {
 template <typename Reactor>
 class RpcCall : public Reactor {
  public:
+  ~RpcCall() override {
+    if (finished_.load() && metrics_ != nullptr) metrics_->AnswerSending(-1);
+  }
   void OnDone() override { delete this; }
   RpcRecord& record() { return record_; }
   // Seconds since the call was accepted.
@@ -136,7 +139,7 @@ class RpcCall : public Reactor {
 
  protected:
   RpcCall(Metrics* metrics, const char* service, const char* method)
-      : record_(metrics, service, method) {}
+      : metrics_(metrics), record_(metrics, service, method) {}
 
   bool FinishWith(const absl::Status& status) {
     if (!RecordFinish(status)) return false;
@@ -147,12 +150,14 @@ class RpcCall : public Reactor {
   // call (StartWriteAndFinish); false when the call had already finished.
   bool RecordFinish(const absl::Status& status) {
     if (finished_.exchange(true)) return false;
+    if (metrics_ != nullptr) metrics_->AnswerSending(1);  // until gRPC lets go (the destructor)
     record_.Done(status);
     return true;
   }
   bool finished() const { return finished_.load(); }
 
  private:
+  Metrics* const metrics_;
   RpcRecord record_;
   std::atomic<bool> finished_{false};
 };

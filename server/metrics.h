@@ -5,6 +5,8 @@
 // code, device and direction, never a session or job id.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -48,6 +50,10 @@ class Metrics {
                   const std::string& direction, double bytes);
 
   void InFlightAdd(const std::string& service, const std::string& method, double delta);
+  // Answers on their way out: calls whose reactor issued its Finish and that gRPC has not let go
+  // of yet (RpcCall). Not exported; Shutdown waits for them before closing connections.
+  void AnswerSending(int delta) { answers_sending_.fetch_add(delta); }
+  int64_t answers_sending() const { return answers_sending_.load(); }
   void SetQueueDepth(const std::string& device, double depth);
   void SetRunning(const std::string& device, double running);
   void SetDeviceMemory(const std::string& device, double bytes);
@@ -72,6 +78,7 @@ class Metrics {
   std::string Serialize() const;
 
  private:
+  std::atomic<int64_t> answers_sending_{0};
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<prometheus::Exposer> exposer_;
   prometheus::Family<prometheus::Histogram>& request_duration_;
