@@ -76,6 +76,23 @@ absl::Status TakeInlineArray(v1::NdArray* array, const char* name, HostArray* ou
   return absl::OkStatus();
 }
 
+// An answer's header and its inline arrays into `r`; arrays written to a region (out_shm) are read
+// back out of it first. Arrays that follow as chunks are left to the caller.
+absl::Status TakeResponse(const Client* client, v1::UnwrapResponse* response, UnwrapResult* r) {
+  FRESNEL_RETURN_IF_ERROR(TakeRegionArrays(client, response));
+  TakeHeader(response, r);
+  const std::pair<v1::NdArray*, v1::UnwrapArray> arrays[] = {
+      {response->mutable_unwrapped(), v1::UNWRAP_ARRAY_UNWRAPPED},
+      {response->mutable_residues(), v1::UNWRAP_ARRAY_RESIDUES},
+      {response->mutable_cuts(), v1::UNWRAP_ARRAY_CUTS},
+      {response->mutable_regions(), v1::UNWRAP_ARRAY_REGIONS},
+      {response->mutable_unreached(), v1::UNWRAP_ARRAY_UNREACHED}};
+  for (const auto& [array, which] : arrays) {
+    FRESNEL_RETURN_IF_ERROR(TakeInlineArray(array, ArrayName(which), OutputSlot(r, which)));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 UnwrapClient::UnwrapClient(Client* client)
@@ -92,21 +109,8 @@ absl::StatusOr<UnwrapResult> UnwrapClient::Unwrap(const v1::UnwrapRequest& reque
         return unwrap_->Unwrap(c, req, resp);
       });
   if (!response.ok()) return response.status();
-  // Arrays written to a region (out_shm) are read back out of it.
-  FRESNEL_RETURN_IF_ERROR(TakeRegionArrays(client_, &*response));
   UnwrapResult r;
-  TakeHeader(&*response, &r);
-  const std::pair<v1::NdArray*, v1::UnwrapArray> arrays[] = {
-      {response->mutable_unwrapped(), v1::UNWRAP_ARRAY_UNWRAPPED},
-      {response->mutable_residues(), v1::UNWRAP_ARRAY_RESIDUES},
-      {response->mutable_cuts(), v1::UNWRAP_ARRAY_CUTS},
-      {response->mutable_regions(), v1::UNWRAP_ARRAY_REGIONS},
-      {response->mutable_unreached(), v1::UNWRAP_ARRAY_UNREACHED}};
-  for (const auto& [array, which] : arrays) {
-    if (absl::Status s = TakeInlineArray(array, ArrayName(which), OutputSlot(&r, which)); !s.ok()) {
-      return s;
-    }
-  }
+  FRESNEL_RETURN_IF_ERROR(TakeResponse(client_, &*response, &r));
   return r;
 }
 
@@ -232,19 +236,8 @@ absl::StatusOr<UnwrapResult> UnwrapClient::GetResult(const std::string& job_id,
         return absl::DataLossError("the first Get message carries no result header");
       }
       have_header = true;
-      // With out_shm the arrays are in the header, naming the region: read them back.
-      v1::UnwrapResponse* header = message->mutable_result();
-      FRESNEL_RETURN_IF_ERROR(TakeRegionArrays(client_, header));
-      const std::pair<v1::NdArray*, v1::UnwrapArray> arrays[] = {
-          {header->mutable_unwrapped(), v1::UNWRAP_ARRAY_UNWRAPPED},
-          {header->mutable_residues(), v1::UNWRAP_ARRAY_RESIDUES},
-          {header->mutable_cuts(), v1::UNWRAP_ARRAY_CUTS},
-          {header->mutable_regions(), v1::UNWRAP_ARRAY_REGIONS},
-          {header->mutable_unreached(), v1::UNWRAP_ARRAY_UNREACHED}};
-      for (const auto& [array, which] : arrays) {
-        FRESNEL_RETURN_IF_ERROR(TakeInlineArray(array, ArrayName(which), OutputSlot(&result, which)));
-      }
-      TakeHeader(header, &result);
+      // With out_shm the arrays are in the header, naming the region; else inline or chunks.
+      FRESNEL_RETURN_IF_ERROR(TakeResponse(client_, message->mutable_result(), &result));
       for (int a : message->result().chunked_arrays()) {
         expected.push_back(static_cast<v1::UnwrapArray>(a));
       }

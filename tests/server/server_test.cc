@@ -129,6 +129,17 @@ TEST_CASE("fresneld runs 4 worker streams per GPU by default", "[server]") {
   CHECK(flagged->streams_per_gpu == 2);
 }
 
+TEST_CASE("--cpu-partitions outside 1..64 is refused naming the flag", "[server]") {
+  for (const char* bad : {"--cpu-partitions=0", "--cpu-partitions=65", "--cpu-partitions=x"}) {
+    const char* argv[] = {"fresneld", bad};
+    absl::StatusOr<server::ServerConfig> config = server::ParseConfig(2, const_cast<char**>(argv));
+    INFO(bad);
+    REQUIRE_FALSE(config.ok());
+    CHECK(config.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(std::string(config.status().message()), Catch::Contains("--cpu-partitions"));
+  }
+}
+
 TEST_CASE("server info carries every limit flag's value, grouped and flat", "[server]") {
   // Every value differs from its default, so a limit read from the wrong place shows.
   const char* argv[] = {"fresneld",

@@ -1173,9 +1173,11 @@ TEST_CASE("Unwrap and jobs: bad regions get the right codes naming the field, an
   submit_out.mutable_out_shm()->set_region("missing");
   CHECK(StatusNames(client->SubmitUnwrap(submit_out).status(), absl::StatusCode::kNotFound,
                     "out_shm.region"));
-  *submit_out.mutable_out_shm() = (*region)->OutRef((1 << 16) - 4096);
-  CHECK(StatusNames(client->SubmitUnwrap(submit_out).status(),
-                    absl::StatusCode::kInvalidArgument, "out_shm.offset_bytes"));
+  for (int64_t offset : {int64_t{(1 << 16) - 4096}, int64_t{-64}}) {  // too small, negative
+    *submit_out.mutable_out_shm() = (*region)->OutRef(offset);
+    CHECK(StatusNames(client->SubmitUnwrap(submit_out).status(),
+                      absl::StatusCode::kInvalidArgument, "out_shm.offset_bytes"));
+  }
   auto listed = client->ListUnwrapJobs();
   REQUIRE(listed.ok());
   CHECK(listed->jobs_size() == 0);

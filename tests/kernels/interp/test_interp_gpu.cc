@@ -324,6 +324,19 @@ TEST_CASE("every CUDA kernel agrees with the CPU oracle on windows", "[gpu][inte
 }
 
 // Small signals (a few tiles), every kPhaseGroups variant: quick enough for compute-sanitizer.
+// One kernel variant's output: finite, within the oracle's tolerance of `want`, and the same bits
+// as the first variant checked (`first` holds it; empty before the first).
+void CheckVariant(const HostArray& y, const HostArray& want, DType dtype,
+                  std::optional<HostArray>* first) {
+  CHECK(AllFinite(y));
+  CHECK(RelativeError(y, want) <= Tolerance(dtype));
+  if (!*first) {
+    *first = y;
+  } else {
+    CHECK(SameValues(y, **first));
+  }
+}
+
 TEST_CASE("kPhaseGroups variants agree with the CPU oracle on short windows", "[gpu][interp]") {
   if (SkipWithoutGpu()) return;
   const Device& gpu = *TestGpu();
@@ -388,14 +401,8 @@ TEST_CASE("kPhaseGroups variants agree with the CPU oracle on short windows", "[
         continue;
       }
       REQUIRE(y.ok());
-      CHECK(AllFinite(*y));
-      CHECK(RelativeError(*y, *want) <= Tolerance(c.dtype));
       // Layouts, widening and R sum the same products in the same order: the same bits.
-      if (!first) {
-        first = *y;
-      } else {
-        CHECK(SameValues(*y, *first));
-      }
+      CheckVariant(*y, *want, c.dtype, &first);
     }
     // The tensor-core path on the same windows (its own summation order: the tolerance).
     if (internal::CudaPolyphase::Supports(internal::CudaKernel::kTensorTf32, c.up, c.down,
@@ -457,13 +464,7 @@ TEST_CASE("kPhaseGroups split tail and bulk input copies agree with the CPU orac
             auto y = internal::UpfirdnWindowCuda(gpu, f, internal::ViewOf(x), -3, c.cval, 5,
                                                  out_count, nullptr, opt);
             REQUIRE(y.ok());
-            CHECK(AllFinite(*y));
-            CHECK(RelativeError(*y, *want) <= Tolerance(c.dtype));
-            if (!first) {
-              first = *y;
-            } else {
-              CHECK(SameValues(*y, *first));
-            }
+            CheckVariant(*y, *want, c.dtype, &first);
           }
         }
       }
