@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
   }
   if (skipped > 0) {
     std::cout << skipped << " of " << CasesRun().size()
-              << " test cases skipped: no CUDA device visible\n";
+              << " test cases skipped: no CUDA device visible, or fewer than they need\n";
   }
   return rc;
 }

@@ -15,9 +15,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "bench_work.h"
 #include "commands.h"
 #include "fuse_cmd.h"
 #include "format.h"
+#include "fresnel/client/shm.h"
 #include "fresnel/interp/interp.h"
 #include "fresnel/v1/array_convert.h"
 
@@ -66,10 +68,13 @@ HostArray RandomSignal(DType dtype, int64_t channels, int64_t samples) {
   return x;
 }
 
-struct Outcome {
-  v1::ExecutionInfo info;
-  int64_t bytes_out = 0;
-};
+// x as a request names it in a region: dtype and shape, no bytes.
+v1::NdArray ArrayRef(const HostArray& x) {
+  v1::NdArray a;
+  a.set_dtype(ToProto(x.dtype()));
+  for (int64_t d : x.shape()) a.add_shape(d);
+  return a;
+}
 
 // One benchmark request, built once and sent by every worker.
 class BenchRequest {
@@ -92,6 +97,8 @@ class BenchRequest {
       d->set_cutoff(cutoff);
       d->set_window(v1::KAISER);
       d->set_gain(o.up);
+      upfirdn_ref_ = upfirdn_;
+      *upfirdn_ref_.mutable_x() = ArrayRef(x_);
       ToProto(x_, upfirdn_.mutable_x());
     } else {
       resample_.set_up(o.up);
@@ -106,6 +113,8 @@ class BenchRequest {
       if (o.op == "stream") {
         *config_.mutable_resample_poly() = resample_;
       } else {
+        resample_ref_ = resample_;
+        *resample_ref_.mutable_x() = ArrayRef(x_);
         ToProto(x_, resample_.mutable_x());
       }
     }
@@ -114,9 +123,29 @@ class BenchRequest {
 
   int64_t bytes_in() const { return static_cast<int64_t>(x_.nbytes()); }
   int64_t chunk() const { return chunk_; }
+  // y's bytes (upfirdn, resample_poly): what a worker's region holds after x with --shm.
+  int64_t bytes_out() const {
+    const int64_t n = o_.op == "upfirdn"
+                          ? interp::UpfirdnOutputLength(o_.samples, upfirdn_.design().numtaps(),
+                                                        o_.up, o_.down)
+                          : interp::ResamplePolyOutputLength(o_.samples, o_.up, o_.down);
+    return n * o_.channels * static_cast<int64_t>(DTypeSize(x_.dtype()));
+  }
+  // --shm: x copied into `region` at 0 once; y is written after it (RegionSlotBytes(x)).
+  absl::Status PutX(SharedRegion& region) const { return region.Write(x_, 0); }
 
-  absl::StatusOr<Outcome> Run(Client& client) const {
-    Outcome outcome;
+  absl::StatusOr<BenchOutcome> Run(Client& client, const SharedRegion* region) const {
+    BenchOutcome outcome;
+    if (region != nullptr) {
+      const int64_t y_offset = RegionSlotBytes(bytes_in());
+      absl::StatusOr<v1::InterpolationResponse> r =
+          o_.op == "upfirdn" ? client.Upfirdn(upfirdn_ref_, *region, 0, y_offset)
+                             : client.ResamplePoly(resample_ref_, *region, 0, y_offset);
+      if (!r.ok()) return r.status();
+      outcome.info = r->info();
+      outcome.bytes_out = bytes_out();
+      return outcome;
+    }
     if (o_.op == "stream") {
       absl::StatusOr<HostArray> y =
           client.ResampleStream(config_, x_, chunk_, CallOptions(), nullptr, &outcome.info);
@@ -135,8 +164,8 @@ class BenchRequest {
  private:
   const BenchOptions& o_;
   HostArray x_;
-  v1::UpfirdnRequest upfirdn_;
-  v1::ResamplePolyRequest resample_;
+  v1::UpfirdnRequest upfirdn_, upfirdn_ref_;  // _ref_: x by dtype and shape only (--shm)
+  v1::ResamplePolyRequest resample_, resample_ref_;
   v1::ResampleStreamConfig config_;
   int64_t chunk_ = 0;
 };
@@ -167,8 +196,8 @@ struct Tally {
 
 // Runs `concurrency` closed-loop workers until `count` requests were issued (count > 0) or
 // until `duration_s` elapsed. Returns the merged tally and the wall time.
-std::pair<Tally, double> RunPhase(Client& client, const BenchRequest& request, int concurrency,
-                                  int64_t count, double duration_s) {
+std::pair<Tally, double> RunPhase(const BenchWork& work, int concurrency, int64_t count,
+                                  double duration_s) {
   std::vector<Tally> tallies(static_cast<size_t>(concurrency));
   std::atomic<int64_t> issued{0};
   const Clock::time_point start = Clock::now();
@@ -185,7 +214,7 @@ std::pair<Tally, double> RunPhase(Client& client, const BenchRequest& request, i
           break;
         }
         const Clock::time_point t0 = Clock::now();
-        absl::StatusOr<Outcome> r = request.Run(client);
+        absl::StatusOr<BenchOutcome> r = work.run(w);
         const double latency = std::chrono::duration<double>(Clock::now() - t0).count();
         if (!r.ok()) {
           ++t.failed;
@@ -222,8 +251,19 @@ double Percentile(const std::vector<double>& sorted, double p) {
 
 absl::Status ValidateBenchOptions(const BenchOptions& o) {
   if (o.op != "upfirdn" && o.op != "resample_poly" && o.op != "stream" && o.op != "fuse" &&
-      o.op != "mix") {
-    return absl::InvalidArgumentError("--op must be upfirdn, resample_poly, stream, fuse or mix");
+      o.op != "mix" && !IsDeviceBenchOp(o.op)) {
+    return absl::InvalidArgumentError(
+        "--op must be upfirdn, resample_poly, stream, fuse, mix, hologram, unwrap or volume");
+  }
+  if (o.connections < 0) return absl::InvalidArgumentError("--connections must be >= 1");
+  if (o.connections > 0 && o.op == "mix") {
+    return absl::InvalidArgumentError("--op mix gives every client its own connection");
+  }
+  if (IsDeviceBenchOp(o.op)) {
+    if (absl::Status s = ValidateDeviceBenchOptions(o); !s.ok()) return s;
+  } else if (o.shm && o.op != "upfirdn" && o.op != "resample_poly") {
+    return absl::InvalidArgumentError(
+        "--shm applies to --op upfirdn, resample_poly, hologram, unwrap and volume");
   }
   if (o.server_pid < 0) return absl::InvalidArgumentError("--server-pid must be >= 1");
   if (o.server_pid > 0 && o.op != "mix") {
@@ -261,6 +301,110 @@ absl::Status ValidateBenchOptions(const BenchOptions& o) {
   return absl::OkStatus();
 }
 
+int RunBenchWork(const GlobalOptions& global, const BenchOptions& o, const BenchWork& work,
+                 std::ostream& out, std::ostream& err) {
+  const int warmup = o.warmup >= 0 ? o.warmup : o.concurrency;
+  if (!o.json) {
+    out << "fresnel bench: " << work.description << ", device " << o.device << "; concurrency "
+        << o.concurrency << ", "
+        << (o.count > 0 ? absl::StrCat(o.count, " requests")
+                        : absl::StrFormat("%g s", o.duration_s))
+        << " after " << warmup << " warm-up request(s)\n"
+        << std::flush;
+  }
+
+  if (warmup > 0) {
+    auto [tally, unused] = RunPhase(work, std::min(o.concurrency, warmup), warmup, 0);
+    if (tally.failed > 0) {
+      err << "fresnel: warm-up failed (" << tally.failed << " of " << warmup << " requests)\n";
+      return ReportError(err, kExitRpc, tally.first_error, global.server);
+    }
+  }
+  auto [tally, elapsed] = RunPhase(work, o.concurrency, o.count, o.duration_s);
+  const int64_t ok = static_cast<int64_t>(tally.latencies_s.size());
+  if (ok == 0) {
+    err << "fresnel: every request failed (" << tally.failed << ")\n";
+    return ReportError(err, kExitRpc, tally.first_error, global.server);
+  }
+
+  std::vector<double> lat = tally.latencies_s;
+  std::sort(lat.begin(), lat.end());
+  double sum = 0;
+  for (double v : lat) sum += v;
+  const double mean = sum / ok;
+  const double rps = ok / elapsed;
+  const double items_ps = rps * work.items;
+  const double mbps = (static_cast<double>(work.bytes_in) * ok + tally.bytes_out) / elapsed / 1e6;
+  const double m_queue = tally.queue_s / ok, m_h2d = tally.h2d_s / ok,
+               m_compute = tally.compute_s / ok, m_d2h = tally.d2h_s / ok,
+               m_server = tally.server_s / ok;
+  std::vector<std::string> devices;
+  for (const auto& [name, n] : tally.devices) devices.push_back(absl::StrCat(name, " ", n));
+  std::vector<std::string> errors;
+  for (const auto& [code, n] : tally.errors) errors.push_back(absl::StrCat(code, " ", n));
+
+  if (o.json) {
+    JsonObject throughput, latency, server, device_counts, error_counts;
+    throughput.Add("requests_per_second", rps)
+        .Add(absl::StrCat(work.item_name, "_per_second"), items_ps)
+        .Add("megabytes_per_second", mbps);
+    latency.Add("p50", Percentile(lat, 0.50) * 1e3)
+        .Add("p90", Percentile(lat, 0.90) * 1e3)
+        .Add("p99", Percentile(lat, 0.99) * 1e3)
+        .Add("max", lat.back() * 1e3)
+        .Add("mean", mean * 1e3);
+    server.Add("queue_wait", m_queue * 1e3)
+        .Add("h2d", m_h2d * 1e3)
+        .Add("compute", m_compute * 1e3)
+        .Add("d2h", m_d2h * 1e3)
+        .Add("total", m_server * 1e3);
+    for (const auto& [name, n] : tally.devices) device_counts.Add(name, n);
+    for (const auto& [code, n] : tally.errors) error_counts.Add(code, n);
+    JsonObject json;
+    json.Add("server", global.server).Add("op", o.op);
+    if (work.add_json) work.add_json(&json);
+    json.Add("device", o.device)
+        .Add("concurrency", o.concurrency)
+        .Add("warmup_requests", warmup)
+        .Add("elapsed_seconds", elapsed)
+        .Add("requests_ok", ok)
+        .Add("requests_failed", tally.failed)
+        .Add("errors", error_counts)
+        .Add("devices", device_counts)
+        .Add("throughput", throughput)
+        .Add("latency_ms", latency)
+        .Add("server_mean_ms", server)
+        .Add("rpc_overhead_mean_ms", (mean - m_server) * 1e3);
+    out << json.Str() << "\n";
+    return kExitOk;
+  }
+
+  Table t;
+  t.AddRow({"requests", absl::StrCat(ok, " ok, ", tally.failed, " failed in ",
+                                     absl::StrFormat("%.2f", elapsed), " s",
+                                     errors.empty() ? std::string()
+                                                    : absl::StrCat(" (", absl::StrJoin(errors, ", "), ")"))});
+  t.AddRow({"throughput", absl::StrFormat("%.1f req/s, %s%s/s, %.1f MB/s (request + "
+                                          "response payload)",
+                                          rps, FormatSi(items_ps), work.item_name, mbps)});
+  t.AddRow({"latency (ms)",
+            absl::StrCat("p50 ", FormatMs(Percentile(lat, 0.50)), "  p90 ",
+                         FormatMs(Percentile(lat, 0.90)), "  p99 ",
+                         FormatMs(Percentile(lat, 0.99)), "  max ", FormatMs(lat.back()),
+                         "  mean ", FormatMs(mean))});
+  t.AddRow({"server (ms)", absl::StrCat("queue ", FormatMs(m_queue), " + h2d ", FormatMs(m_h2d),
+                                        " + compute ", FormatMs(m_compute), " + d2h ",
+                                        FormatMs(m_d2h), "; total ", FormatMs(m_server),
+                                        " (mean)")});
+  t.AddRow({"rpc (ms)", absl::StrCat(FormatMs(mean - m_server),
+                                     " mean client latency - mean server total "
+                                     "(serialisation + transport)")});
+  t.AddRow({"devices", absl::StrJoin(devices, ", ")});
+  out << "\n";
+  t.Print(out);
+  return kExitOk;
+}
+
 int RunBench(const GlobalOptions& global, const BenchOptions& o, std::ostream& out,
              std::ostream& err) {
   if (absl::Status s = ValidateBenchOptions(o); !s.ok()) {
@@ -282,119 +426,49 @@ int RunBench(const GlobalOptions& global, const BenchOptions& o, std::ostream& o
     return RunFuseBench(global, f, out, err);
   }
   if (o.op == "mix") return RunMixBench(global, o, out, err);
-  absl::StatusOr<std::unique_ptr<Client>> client = ConnectClient(global);
-  if (!client.ok()) return ReportError(err, kExitRpc, client.status(), global.server);
+  if (IsDeviceBenchOp(o.op)) return RunDeviceBench(global, o, out, err);
+  // One channel shared by every worker unless --connections asks for more.
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int i = 0; i < std::max(1, o.connections); ++i) {
+    absl::StatusOr<std::unique_ptr<Client>> client = ConnectClient(global);
+    if (!client.ok()) return ReportError(err, kExitRpc, client.status(), global.server);
+    clients.push_back(*std::move(client));
+  }
   const BenchRequest request(o);
-  const std::string shape = absl::StrCat("[", o.channels, " x ", o.samples, "]");
-  const std::string filter =
-      o.taps > 0 ? absl::StrCat(o.taps, " taps") : std::string("default filter");
-  const int warmup = o.warmup >= 0 ? o.warmup : o.concurrency;
-  if (!o.json) {
-    out << "fresnel bench: " << o.op << " " << o.dtype << " " << shape << ", up " << o.up
-        << " down " << o.down << ", " << filter
-        << (o.op == "stream" ? absl::StrCat(", chunks of ", request.chunk()) : std::string())
-        << ", device " << o.device << "; concurrency " << o.concurrency << ", "
-        << (o.count > 0 ? absl::StrCat(o.count, " requests")
-                        : absl::StrFormat("%g s", o.duration_s))
-        << " after " << warmup << " warm-up request(s)\n"
-        << std::flush;
+  BenchWork work;
+  // --shm: a region per worker, x copied into it once, y written after it by every call.
+  std::vector<std::unique_ptr<SharedRegion>> regions;
+  for (int w = 0; o.shm && w < o.concurrency; ++w) {
+    absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(
+        clients[w % clients.size()].get(), absl::StrCat("fresnel-bench-", getpid(), "-", w),
+        RegionSlotBytes(request.bytes_in()) + request.bytes_out());
+    if (!region.ok()) return ReportError(err, kExitRpc, region.status(), global.server);
+    if (absl::Status s = request.PutX(**region); !s.ok()) return ReportError(err, kExitIo, s);
+    regions.push_back(*std::move(region));
   }
-
-  if (warmup > 0) {
-    auto [tally, unused] = RunPhase(**client, request, std::min(o.concurrency, warmup), warmup, 0);
-    if (tally.failed > 0) {
-      err << "fresnel: warm-up failed (" << tally.failed << " of " << warmup << " requests)\n";
-      return ReportError(err, kExitRpc, tally.first_error, global.server);
-    }
-  }
-  auto [tally, elapsed] = RunPhase(**client, request, o.concurrency, o.count, o.duration_s);
-  const int64_t ok = static_cast<int64_t>(tally.latencies_s.size());
-  if (ok == 0) {
-    err << "fresnel: every request failed (" << tally.failed << ")\n";
-    return ReportError(err, kExitRpc, tally.first_error, global.server);
-  }
-
-  std::vector<double> lat = tally.latencies_s;
-  std::sort(lat.begin(), lat.end());
-  double sum = 0;
-  for (double v : lat) sum += v;
-  const double mean = sum / ok;
-  const double rps = ok / elapsed;
-  const double samples_ps = rps * static_cast<double>(o.samples) * o.channels;
-  const double mbps = (static_cast<double>(request.bytes_in()) * ok + tally.bytes_out) / elapsed / 1e6;
-  const double m_queue = tally.queue_s / ok, m_h2d = tally.h2d_s / ok,
-               m_compute = tally.compute_s / ok, m_d2h = tally.d2h_s / ok,
-               m_server = tally.server_s / ok;
-  std::vector<std::string> devices;
-  for (const auto& [name, n] : tally.devices) devices.push_back(absl::StrCat(name, " ", n));
-  std::vector<std::string> errors;
-  for (const auto& [code, n] : tally.errors) errors.push_back(absl::StrCat(code, " ", n));
-
-  if (o.json) {
-    JsonObject throughput, latency, server, device_counts, error_counts;
-    throughput.Add("requests_per_second", rps)
-        .Add("samples_per_second", samples_ps)
-        .Add("megabytes_per_second", mbps);
-    latency.Add("p50", Percentile(lat, 0.50) * 1e3)
-        .Add("p90", Percentile(lat, 0.90) * 1e3)
-        .Add("p99", Percentile(lat, 0.99) * 1e3)
-        .Add("max", lat.back() * 1e3)
-        .Add("mean", mean * 1e3);
-    server.Add("queue_wait", m_queue * 1e3)
-        .Add("h2d", m_h2d * 1e3)
-        .Add("compute", m_compute * 1e3)
-        .Add("d2h", m_d2h * 1e3)
-        .Add("total", m_server * 1e3);
-    for (const auto& [name, n] : tally.devices) device_counts.Add(name, n);
-    for (const auto& [code, n] : tally.errors) error_counts.Add(code, n);
-    JsonObject json;
-    json.Add("server", global.server)
-        .Add("op", o.op)
-        .Add("dtype", o.dtype)
+  work.run = [&](int worker) {
+    return request.Run(*clients[worker % clients.size()],
+                       regions.empty() ? nullptr : regions[worker].get());
+  };
+  work.bytes_in = request.bytes_in();
+  work.items = static_cast<double>(o.samples) * o.channels;
+  work.item_name = "samples";
+  work.description = absl::StrCat(
+      o.op, " ", o.dtype, " [", o.channels, " x ", o.samples, "], up ", o.up, " down ", o.down,
+      ", ", o.taps > 0 ? absl::StrCat(o.taps, " taps") : std::string("default filter"),
+      o.op == "stream" ? absl::StrCat(", chunks of ", request.chunk()) : std::string(),
+      clients.size() > 1 ? absl::StrCat(", ", clients.size(), " connections") : std::string(),
+      o.shm ? ", x and y through a shared-memory region per worker" : "");
+  work.add_json = [&](JsonObject* json) {
+    json->Add("dtype", o.dtype)
         .Add("shape", std::vector<int64_t>{o.channels, o.samples})
         .Add("up", o.up)
         .Add("down", o.down)
         .Add("taps", o.taps)
-        .Add("device", o.device)
-        .Add("concurrency", o.concurrency)
-        .Add("warmup_requests", warmup)
-        .Add("elapsed_seconds", elapsed)
-        .Add("requests_ok", ok)
-        .Add("requests_failed", tally.failed)
-        .Add("errors", error_counts)
-        .Add("devices", device_counts)
-        .Add("throughput", throughput)
-        .Add("latency_ms", latency)
-        .Add("server_mean_ms", server)
-        .Add("rpc_overhead_mean_ms", (mean - m_server) * 1e3);
-    out << json.Str() << "\n";
-    return kExitOk;
-  }
-
-  Table t;
-  t.AddRow({"requests", absl::StrCat(ok, " ok, ", tally.failed, " failed in ",
-                                     absl::StrFormat("%.2f", elapsed), " s",
-                                     errors.empty() ? std::string()
-                                                    : absl::StrCat(" (", absl::StrJoin(errors, ", "), ")"))});
-  t.AddRow({"throughput", absl::StrFormat("%.1f req/s, %ssamples/s, %.1f MB/s (request + "
-                                          "response payload)",
-                                          rps, FormatSi(samples_ps), mbps)});
-  t.AddRow({"latency (ms)",
-            absl::StrCat("p50 ", FormatMs(Percentile(lat, 0.50)), "  p90 ",
-                         FormatMs(Percentile(lat, 0.90)), "  p99 ",
-                         FormatMs(Percentile(lat, 0.99)), "  max ", FormatMs(lat.back()),
-                         "  mean ", FormatMs(mean))});
-  t.AddRow({"server (ms)", absl::StrCat("queue ", FormatMs(m_queue), " + h2d ", FormatMs(m_h2d),
-                                        " + compute ", FormatMs(m_compute), " + d2h ",
-                                        FormatMs(m_d2h), "; total ", FormatMs(m_server),
-                                        " (mean)")});
-  t.AddRow({"rpc (ms)", absl::StrCat(FormatMs(mean - m_server),
-                                     " mean client latency - mean server total "
-                                     "(serialisation + transport)")});
-  t.AddRow({"devices", absl::StrJoin(devices, ", ")});
-  out << "\n";
-  t.Print(out);
-  return kExitOk;
+        .Add("connections", static_cast<int64_t>(clients.size()))
+        .Add("shm", o.shm);
+  };
+  return RunBenchWork(global, o, work, out, err);
 }
 
 }  // namespace fresnel::cli

@@ -187,7 +187,8 @@ int Main(int argc, const char* const* argv, std::ostream& out, std::ostream& err
   CLI::App* bench_cmd = app.add_subcommand(
       "bench", "Load generator: concurrent requests, throughput and latency percentiles");
   bench_cmd->add_option("--op", bench.op, "Which RPC to exercise")
-      ->check(CLI::IsMember({"upfirdn", "resample_poly", "stream", "fuse", "mix"}))
+      ->check(CLI::IsMember({"upfirdn", "resample_poly", "stream", "fuse", "mix", "hologram",
+                             "unwrap", "volume"}))
       ->capture_default_str();
   bench_cmd->add_option("--server-pid", bench.server_pid,
                         "mix: the server's pid on this host, to report its resident memory");
@@ -240,8 +241,33 @@ int Main(int argc, const char* const* argv, std::ostream& out, std::ostream& err
                         "--op fuse: brick budget per session in MiB (default 512)")
       ->check(AtLeast(1));
   bench_cmd->add_option("--connections", bench.connections,
-                        "--op fuse: TCP connections the sessions share (default: one each)")
+                        "TCP connections the workers share round robin (default: one for "
+                        "upfirdn, resample_poly and stream; one each for fuse, hologram, unwrap "
+                        "and volume)")
       ->check(AtLeast(1));
+  // --op hologram | unwrap | volume (bench_device.cc): one device-heavy request per call.
+  bench_cmd->add_option("--image-size", bench.image_size,
+                        "hologram, unwrap, volume: WxH (default 2048x2048, 4096x4096, 1024x1024)");
+  bench_cmd->add_option("--points", bench.points, "--op hologram: points in the cloud")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24))
+      ->capture_default_str();
+  bench_cmd->add_option("--algorithm", bench.algorithm, "--op hologram: the algorithm asked for")
+      ->check(CLI::IsMember({"auto", "reference", "triangular", "piecewise", "tensor"}))
+      ->capture_default_str();
+  bench_cmd->add_option("--method", bench.method, "--op unwrap: goldstein or lsq")
+      ->check(CLI::IsMember({"goldstein", "lsq"}))
+      ->capture_default_str();
+  bench_cmd->add_option("--mesh", bench.mesh,
+                        "--op volume: the mesh, as `fresnel render --generate` (box:N, hole:N, "
+                        "tets:COUNT)")
+      ->capture_default_str();
+  bench_cmd->add_option("--meshes", bench.meshes,
+                        "--op volume: distinct meshes uploaded (each placed on a device); worker "
+                        "w renders mesh w % MESHES (default: one per worker)")
+      ->check(CLI::Range(1, 1024));
+  bench_cmd->add_flag("--shm", bench.shm,
+                      "hologram, unwrap, volume: same host as fresneld; each worker's arrays "
+                      "through a shared-memory region of its own (the devices measured, not gRPC)");
   bench_cmd->add_option("--phase", bench.phase,
                         "--op fuse: when in the frame period each session sends: random "
                         "(independent cameras) or even (taking turns), once all sessions are open; "

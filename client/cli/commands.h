@@ -114,7 +114,8 @@ struct InterpOptions {
 absl::Status ValidateInterpOptions(InterpOptions* options);
 
 struct BenchOptions {
-  std::string op = "resample_poly";  // upfirdn | resample_poly | stream
+  // upfirdn | resample_poly | stream | fuse | mix | hologram | unwrap | volume
+  std::string op = "resample_poly";
   int concurrency = 1;
   double duration_s = 5;
   int64_t count = 0;  // > 0: stop after this many requests instead of after duration_s
@@ -132,12 +133,28 @@ struct BenchOptions {
   double fps = 90;
   std::string frame_size = "848x480";
   int64_t budget_mib = 0;
-  int connections = 0;  // fuse op: TCP connections the sessions share round robin; 0 = one each
+  // TCP connections the workers (fuse: sessions) share round robin; 0 = one shared by every
+  // worker for upfirdn / resample_poly / stream, one each for fuse, hologram, unwrap and volume.
+  int connections = 0;
   std::string phase = "random";  // fuse op: FuseBenchOptions::phase
   std::string variant;         // fuse op: FuseBenchOptions::variant
   // mix op (bench_mix.cc): the server's pid on this host, for its resident memory (0 = not read).
   int server_pid = 0;
+  // hologram, unwrap and volume ops (bench_device.cc): one device-heavy request per call.
+  std::string image_size;         // WxH; "" = 2048x2048 (hologram), 4096x4096 (unwrap), 1024x1024
+  int64_t points = 100000;        // hologram: points in the cloud
+  std::string algorithm = "auto";  // hologram: auto | reference | triangular | piecewise | tensor
+  std::string method = "goldstein";  // unwrap: goldstein | lsq
+  std::string mesh = "box:64";    // volume: render's --generate (box:N, hole:N, tets:COUNT)
+  int meshes = 0;                 // volume: distinct meshes the workers render; 0 = one each
+  bool shm = false;               // hologram, unwrap, volume: arrays through a region per worker
 };
+
+// `bench --op hologram|unwrap|volume` (bench_device.cc).
+int RunDeviceBench(const GlobalOptions& global, const BenchOptions& options, std::ostream& out,
+                   std::ostream& err);
+bool IsDeviceBenchOp(const std::string& op);
+absl::Status ValidateDeviceBenchOptions(const BenchOptions& options);
 
 absl::Status ValidateBenchOptions(const BenchOptions& options);
 

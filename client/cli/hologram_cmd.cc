@@ -50,14 +50,6 @@ absl::StatusOr<std::array<double, 3>> ParseTriple(const std::string& flag, const
   return v;
 }
 
-v1::HologramAlgorithm AlgorithmFromFlag(const std::string& name) {
-  if (name == "reference") return v1::HOLOGRAM_ALGORITHM_REFERENCE;
-  if (name == "triangular") return v1::HOLOGRAM_ALGORITHM_TRIANGULAR;
-  if (name == "piecewise") return v1::HOLOGRAM_ALGORITHM_PIECEWISE;
-  if (name == "tensor") return v1::HOLOGRAM_ALGORITHM_TENSOR;
-  return v1::HOLOGRAM_ALGORITHM_AUTO;
-}
-
 const char* AlgorithmLabel(v1::HologramAlgorithm a) {
   switch (a) {
     case v1::HOLOGRAM_ALGORITHM_REFERENCE: return "reference";
@@ -227,6 +219,14 @@ absl::StatusOr<HologramRender> StreamFrames(Client& client, const HologramCmdOpt
 }
 
 }  // namespace
+
+v1::HologramAlgorithm AlgorithmFromFlag(const std::string& name) {
+  if (name == "reference") return v1::HOLOGRAM_ALGORITHM_REFERENCE;
+  if (name == "triangular") return v1::HOLOGRAM_ALGORITHM_TRIANGULAR;
+  if (name == "piecewise") return v1::HOLOGRAM_ALGORITHM_PIECEWISE;
+  if (name == "tensor") return v1::HOLOGRAM_ALGORITHM_TENSOR;
+  return v1::HOLOGRAM_ALGORITHM_AUTO;
+}
 
 absl::Status ValidateHologramOptions(HologramCmdOptions* o) {
   if (o->points.empty() == o->image.empty()) {

@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "commands.h"
 #include "fresnel/hologram/hologram.h"
+#include "fresnel/v1/hologram.pb.h"
 
 namespace CLI {
 class App;
@@ -63,6 +64,10 @@ absl::Status ValidateHologramOptions(HologramCmdOptions* options);
 // The cloud of --points: a PLY file read, sampled (--count) and fitted (--fit/--center), or an
 // .npy array of rows x_m, y_m, z_m, amplitude[, phase_rad].
 absl::StatusOr<hologram::PointCloud> LoadPointCloud(const HologramCmdOptions& options);
+
+// --algorithm's value (auto, reference, triangular, piecewise, tensor) as the proto's enum; also
+// `fresnel bench --op hologram`'s.
+v1::HologramAlgorithm AlgorithmFromFlag(const std::string& name);
 
 // Registers the `hologram` subcommand on `app`, parsing into `options`.
 CLI::App* AddHologramCommand(CLI::App* app, HologramCmdOptions* options);

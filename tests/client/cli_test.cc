@@ -88,6 +88,14 @@ TEST_CASE("CLI usage errors exit with 2 and say what is wrong", "[client][cli]")
       {{"bench", "--op", "fft"}, "--op"},
       {{"bench", "--chunk", "10"}, "--op stream only"},
       {{"bench", "--op", "upfirdn", "--up", "2", "--down", "2"}, "reduce to 1/1"},
+      {{"bench", "--op", "stream", "--shm"}, "--shm applies to"},
+      {{"bench", "--op", "mix", "--connections", "2"}, "--op mix"},
+      {{"bench", "--op", "unwrap", "--image-size", "4096"}, "--image-size"},
+      {{"bench", "--op", "hologram", "--image-size", "1x8"}, "--image-size"},
+      {{"bench", "--op", "hologram", "--meshes", "2"}, "--meshes applies"},
+      {{"bench", "--op", "volume", "--mesh", "cone:3"}, "--mesh"},
+      {{"bench", "--op", "hologram", "--algorithm", "fast"}, "--algorithm"},
+      {{"bench", "--op", "unwrap", "--method", "wls"}, "--method"},
       {{"--timeout", "-1", "info"}, "--timeout"},
   };
   for (const Case& c : cases) {

@@ -13,12 +13,14 @@
 #include <cstring>
 #include <map>
 #include <set>
+#include <sstream>
 #include <future>
 #include <thread>
 
 #include <unistd.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "fresnel/client/admin_client.h"
 #include "fresnel/client/client.h"
 #include "fresnel/core/gpu.h"
@@ -1837,13 +1839,61 @@ TEST_CASE("CPU partitions: per-device health and metrics; an unhealthy one is av
   }
 }
 
-// Issue 14 on one GPU: two partitions of cuda:0 are two pool devices: concurrent work lands on
-// both; one made unhealthy through the fault switch shows in metrics and gets no more work.
-TEST_CASE("GPU partitions: work spreads over both; an unhealthy one is avoided", "[server][gpu]") {
-  if (SkipWithoutGpu()) return;
+// Issue 14's scaling bench (`fresnel bench --op hologram|unwrap|volume`, and upfirdn /
+// resample_poly with --shm): on two CPU partitions every op runs without errors, through a
+// region per worker where asked, and the work lands on both devices (volume: the meshes are
+// placed on both, each worker rendering its own).
+TEST_CASE("fresnel bench's device ops run on every pool device", "[server][cli]") {
   server::ServerConfig config = TestServer::CpuConfig();
-  config.gpus = "0";
-  config.gpu_partitions = 2;
+  config.cpu_partitions = 2;
+  config.cpu_workers = 2;
+  TestServer ts(config);
+  const std::vector<std::vector<std::string>> runs = {
+      {"--op", "hologram", "--image-size", "96x64", "--points", "200"},
+      {"--op", "hologram", "--image-size", "96x64", "--points", "200", "--shm",
+       "--connections", "1"},
+      {"--op", "unwrap", "--image-size", "128x96", "--shm"},
+      {"--op", "unwrap", "--image-size", "128x96", "--method", "lsq"},
+      {"--op", "volume", "--mesh", "box:6", "--image-size", "64x48", "--shm"},
+      {"--op", "volume", "--mesh", "box:6", "--image-size", "64x48", "--meshes", "2"},
+      {"--op", "upfirdn", "--up", "2", "--down", "1", "--samples", "5000", "--shm",
+       "--connections", "2"},
+      {"--op", "resample_poly", "--samples", "5000", "--shm"},
+  };
+  for (const std::vector<std::string>& run : runs) {
+    std::vector<std::string> args = {"--server", ts.address, "bench", "--concurrency", "4",
+                                     "--count", "24", "--device", "cpu", "--json"};
+    args.insert(args.end(), run.begin(), run.end());
+    CliResult r = RunCli(args);
+    INFO(absl::StrJoin(run, " ") << "\n" << r.out << r.err);
+    REQUIRE(r.code == 0);
+    CHECK_THAT(r.out, Catch::Contains("\"requests_ok\": 24"));
+    CHECK_THAT(r.out, Catch::Contains("\"requests_failed\": 0"));
+    // Four workers, two devices each with one worker: both get work.
+    CHECK_THAT(r.out, Catch::Contains("\"cpu.0\": ") && Catch::Contains("\"cpu.1\": "));
+    const bool shm = std::find(run.begin(), run.end(), "--shm") != run.end();
+    CHECK_THAT(r.out, Catch::Contains(shm ? "\"shm\": true" : "\"shm\": false"));
+    if (run[1] == "volume") {
+      CHECK_THAT(r.out, Catch::Contains("\"meshes_per_device\": {\"cpu.0\": ") &&
+                            Catch::Contains(", \"cpu.1\": "));
+    }
+  }
+  // The bench deleted its meshes at the end: no session is left open on either device.
+  std::istringstream metrics(ts.server->MetricsText());
+  int session_lines = 0;
+  for (std::string line; std::getline(metrics, line);) {
+    if (line.rfind("fresnel_sessions{", 0) != 0) continue;
+    ++session_lines;
+    INFO(line);
+    CHECK(line.substr(line.rfind(' ') + 1) == "0");
+  }
+  CHECK(session_lines >= 2);
+}
+
+// Issue 14: concurrent GPU work lands on both of two pool devices `a` and `b`; `b` made
+// unhealthy through the fault switch shows in the metrics and gets no more work.
+void CheckWorkSpreadsAndAvoidsUnhealthy(server::ServerConfig config, const std::string& a,
+                                        const std::string& b) {
   config.fault_injection = true;
   TestServer ts(config);
   HostArray x = RandomArray(DType::kFloat32, {4, 1 << 16});  // 4 MiB out: under the message cap
@@ -1870,15 +1920,37 @@ TEST_CASE("GPU partitions: work spreads over both; an unhealthy one is avoided",
     return used;
   };
   std::map<std::string, int> before = run_many(16);
-  CHECK(before["cuda:0.0"] > 0);
-  CHECK(before["cuda:0.1"] > 0);
-  MakeUnhealthy(ts, "cuda:0.1");
+  CHECK(before[a] > 0);
+  CHECK(before[b] > 0);
+  MakeUnhealthy(ts, b);
   const std::string metrics = ts.server->MetricsText();
-  CHECK_THAT(metrics, Catch::Contains("fresnel_device_healthy{device=\"cuda:0.1\"} 0"));
-  CHECK_THAT(metrics, Catch::Contains("fresnel_device_healthy{device=\"cuda:0.0\"} 1"));
+  CHECK_THAT(metrics, Catch::Contains(absl::StrCat("fresnel_device_healthy{device=\"", b, "\"} 0")));
+  CHECK_THAT(metrics, Catch::Contains(absl::StrCat("fresnel_device_healthy{device=\"", a, "\"} 1")));
+  std::unique_ptr<Client> client = ConnectTo(ts);
+  AdminClient admin(client.get());
+  CHECK(admin.CheckHealth("fresnel.device." + b).value() == ServingStatus::kNotServing);
+  CHECK(admin.CheckHealth("fresnel.device." + a).value() == ServingStatus::kServing);
+  CHECK(admin.CheckHealth().value() == ServingStatus::kServing);  // the server serves on
   std::map<std::string, int> after = run_many(8);
-  CHECK(after["cuda:0.0"] == 8);
-  CHECK(after.count("cuda:0.1") == 0);
+  CHECK(after[a] == 8);
+  CHECK(after.count(b) == 0);
+}
+
+// Issue 14 on one GPU: two partitions of cuda:0 are two pool devices.
+TEST_CASE("GPU partitions: work spreads over both; an unhealthy one is avoided", "[server][gpu]") {
+  if (SkipWithoutGpu()) return;
+  server::ServerConfig config = TestServer::CpuConfig();
+  config.gpus = "0";
+  config.gpu_partitions = 2;
+  CheckWorkSpreadsAndAvoidsUnhealthy(config, "cuda:0.0", "cuda:0.1");
+}
+
+// Issue 14 on two GPUs (nvidia-h200-x2): the same with cuda:0 and cuda:1.
+TEST_CASE("two GPUs: work spreads over both; an unhealthy one is avoided", "[server][gpu]") {
+  if (SkipWithFewerGpus(2)) return;
+  server::ServerConfig config = TestServer::CpuConfig();
+  config.gpus = "0,1";
+  CheckWorkSpreadsAndAvoidsUnhealthy(config, "cuda:0", "cuda:1");
 }
 
 }  // namespace

@@ -386,29 +386,24 @@ TEST_CASE("two CPU partitions: sessions spread, stay, share the cap, fail alone"
   CHECK((*s5)->device() == "cpu.0");
 }
 
-// Issue 14 on one GPU: --gpu-partitions 2 makes the pool hold two devices on cuda:0 (own streams,
-// queues and memory caps), so the multi-device paths (placement, affinity, per-device caps and
-// health) run for real without a second GPU.
-// (Tags on the TEST_CASE line: tests/CMakeLists.txt registers a _gpu entry only when it sees them.)
-TEST_CASE("two GPU partitions: sessions spread, stay, respect caps, fail alone", "[sessions][gpu]") {
-  if (fresnel::testing::SkipWithoutGpu()) return;
-  DevicePoolOptions o;
-  o.gpus = {0};
-  o.gpu_partitions = 2;
-  o.gpu_memory_bytes = int64_t{2} << 30;  // 1 GiB per partition
+// Issue 14: two GPU pool devices `a` and `b` of 1 GiB each: sessions spread over them, stay
+// where they were placed, respect each device's cap, and one device going bad takes only its
+// own sessions. Returns the pool for the caller's last checks.
+std::unique_ptr<DevicePool> CheckSessionsOnTwoGpuDevices(DevicePoolOptions o, const std::string& a,
+                                                       const std::string& b) {
   o.streams_per_gpu = 1;
   auto created = DevicePool::Create(o, nullptr);
   REQUIRE(created.ok());
   std::unique_ptr<DevicePool> pool = std::move(*created);
   const std::vector<DeviceSnapshot> devices = pool->Snapshot();
   REQUIRE(devices.size() == 3);
-  CHECK(devices[0].id == "cuda:0.0");
-  CHECK(devices[1].id == "cuda:0.1");
+  CHECK(devices[0].id == a);
+  CHECK(devices[1].id == b);
   CHECK(devices[2].id == "cpu");
   CHECK(devices[0].total_memory_bytes == int64_t{1} << 30);
   CHECK(devices[1].total_memory_bytes == int64_t{1} << 30);
 
-  SessionStoreOptions so = Options();  // GPU cap: 90 % of each partition's 1 GiB
+  SessionStoreOptions so = Options();  // GPU cap: 90 % of each device's 1 GiB
   SessionStore store(so, pool.get(), nullptr);
   auto gpu_spec = [](int64_t bytes) {
     SessionSpec s = Spec(bytes);
@@ -424,24 +419,52 @@ TEST_CASE("two GPU partitions: sessions spread, stay, respect caps, fail alone",
     per_device[(*s)->device()] += 1;
     sessions.push_back(*s);
   }
-  CHECK(per_device["cuda:0.0"] == 2);
-  CHECK(per_device["cuda:0.1"] == 2);
-  // Each partition's cap holds, though the GPU itself has far more memory: 300 MiB more fits on
+  CHECK(per_device[a] == 2);
+  CHECK(per_device[b] == 2);
+  // Each device's cap holds, though the GPU itself has far more memory: 300 MiB more fits on
   // neither (2 x 300 + 300 > 921 MiB).
   auto too_big = store.Open(gpu_spec(int64_t{330} << 20));
   REQUIRE(too_big.status().code() == absl::StatusCode::kResourceExhausted);
   CHECK_THAT(std::string(too_big.status().message()), Catch::Contains("2 of 2 devices short"));
   CheckJobsStayOnTheirDevice(sessions, DeviceKind::kCuda);
-  // One partition going bad takes only its own sessions; new sessions go to the other.
-  REQUIRE(pool->MarkUnhealthy("cuda:0.1", "injected fault"));
-  CHECK(LostSessions(store, sessions, "cuda:0.1") == 2);
+  // One device going bad takes only its own sessions; new sessions go to the other.
+  REQUIRE(pool->MarkUnhealthy(b, "injected fault"));
+  CHECK(LostSessions(store, sessions, b) == 2);
   auto s5 = store.Open(gpu_spec(int64_t{100} << 20));
   REQUIRE(s5.ok());
-  CHECK((*s5)->device() == "cuda:0.0");
+  CHECK((*s5)->device() == a);
+  return pool;
+}
+
+// Issue 14 on one GPU: --gpu-partitions 2 makes the pool hold two devices on cuda:0 (own streams,
+// queues and memory caps), so the multi-device paths (placement, affinity, per-device caps and
+// health) run for real without a second GPU.
+// (Tags on the TEST_CASE line: tests/CMakeLists.txt registers a _gpu entry only when it sees them.)
+TEST_CASE("two GPU partitions: sessions spread, stay, respect caps, fail alone", "[sessions][gpu]") {
+  if (fresnel::testing::SkipWithoutGpu()) return;
+  DevicePoolOptions o;
+  o.gpus = {0};
+  o.gpu_partitions = 2;
+  o.gpu_memory_bytes = int64_t{2} << 30;  // 1 GiB per partition
+  std::unique_ptr<DevicePool> pool = CheckSessionsOnTwoGpuDevices(o, "cuda:0.0", "cuda:0.1");
   // A sticky error poisons the whole GPU: both partitions leave together.
   pool->MarkGpuUnhealthy(0, "sticky error (test)");
   for (const DeviceSnapshot& d : pool->Snapshot()) {
     CHECK(d.healthy == (d.kind == DeviceKind::kCpu));
+  }
+}
+
+// Issue 14 on two GPUs (nvidia-h200-x2): the same on cuda:0 and cuda:1, each capped at 1 GiB;
+// a sticky error on one GPU leaves the other serving.
+TEST_CASE("two GPUs: sessions spread, stay, respect caps, fail alone", "[sessions][gpu]") {
+  if (fresnel::testing::SkipWithFewerGpus(2)) return;
+  DevicePoolOptions o;
+  o.gpus = {0, 1};
+  o.gpu_memory_bytes = int64_t{1} << 30;
+  std::unique_ptr<DevicePool> pool = CheckSessionsOnTwoGpuDevices(o, "cuda:0", "cuda:1");
+  pool->MarkGpuUnhealthy(1, "sticky error (test)");
+  for (const DeviceSnapshot& d : pool->Snapshot()) {
+    CHECK(d.healthy == (d.id != "cuda:1"));
   }
 }
 

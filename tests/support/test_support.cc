@@ -44,6 +44,14 @@ bool SkipWithoutGpu() {
   return true;
 }
 
+bool SkipWithFewerGpus(int n) {
+  if (SkipWithoutGpu()) return true;
+  if (GpuCount() >= n) return false;
+  WARN(GpuCount() << " CUDA device(s) visible, this case needs " << n << ": skipping it");
+  SkippedCases().insert(Catch::getResultCapture().getCurrentTestName());
+  return true;
+}
+
 const std::set<std::string>& GpuSkippedCases() { return SkippedCases(); }
 
 std::string SourcePath(const std::string& relative) {

@@ -22,6 +22,9 @@ const Device* TestGpu();
 // kSkipReturnCode, which CTest reports as "Skipped" (tests/catch_main.cc, SKIP_RETURN_CODE).
 bool SkipWithoutGpu();
 inline constexpr int kSkipReturnCode = 77;
+// The same for a case that needs `n` GPUs (issue 14's two-GPU cases): skips, recorded like
+// SkipWithoutGpu, when fewer are visible.
+bool SkipWithFewerGpus(int n);
 // Names of the test cases that called SkipWithoutGpu() and skipped.
 const std::set<std::string>& GpuSkippedCases();
 
