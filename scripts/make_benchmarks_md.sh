@@ -15,7 +15,8 @@ prove speed.
 
 HEAD
   for f in docs/bench/interp.md docs/bench/e2e.md docs/bench/hologram.md docs/bench/unwrap.md \
-           docs/bench/fusion.md docs/bench/volume.md docs/bench/transport.md docs/bench/load.md; do
+           docs/bench/fusion.md docs/bench/volume.md docs/bench/transport.md docs/bench/load.md \
+           docs/bench/multigpu.md; do
     [[ -f $f ]] || continue
     cat "$f"
     echo

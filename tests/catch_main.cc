@@ -1,6 +1,7 @@
-// The test executables' main. A [gpu] case that finds no GPU calls SkipWithoutGpu(); when every
-// case that ran did so (and nothing failed), the executable exits with kSkipReturnCode, which
-// CTest's SKIP_RETURN_CODE reports as "Skipped" instead of "Passed".
+// The test executables' main. A [gpu] case that finds no GPU (or fewer than it needs) calls
+// SkipWithoutGpu() (SkipWithFewerGpus()); when every case that ran did so (and nothing failed),
+// the executable exits with kSkipReturnCode, which CTest's SKIP_RETURN_CODE reports as
+// "Skipped" instead of "Passed".
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
@@ -32,7 +33,7 @@ int main(int argc, char** argv) {
   const size_t skipped = fresnel::testing::GpuSkippedCases().size();
   if (rc == 0 && skipped > 0 && skipped == CasesRun().size()) {
     std::cout << "SKIPPED: all " << skipped
-              << " test cases need a CUDA device and none is visible\n";
+              << " test cases need a CUDA device (or more than are visible)\n";
     return fresnel::testing::kSkipReturnCode;
   }
   if (skipped > 0) {
