@@ -401,7 +401,7 @@ absl::Status DevicePool::Submit(std::shared_ptr<Job> job) {
     return absl::FailedPreconditionError("device.kind is GPU but this server has no GPU");
   }
   DeviceKind kind = want_gpu ? DeviceKind::kCuda : DeviceKind::kCpu;
-  // Least loaded first; ties go to the lower ordinal.
+  // Least loaded first (equally loaded ones in turn, below).
   std::vector<DeviceQueue*> candidates;
   for (auto& d : devices_) {
     if (d->kind() == kind && d->healthy() && d->can_hold(job->device_bytes)) {
@@ -429,9 +429,22 @@ absl::Status DevicePool::Submit(std::shared_ptr<Job> job) {
                        " bytes of device memory; no healthy GPU has that"));
     }
   }
-  std::stable_sort(candidates.begin(), candidates.end(),
-                   [](DeviceQueue* a, DeviceQueue* b) { return a->Load() < b->Load(); });
-  for (DeviceQueue* d : candidates) {
+  // Each device's load read once (it changes as workers finish), least loaded first. Equally
+  // loaded devices take turns: jobs that spend little of their call in the pool (a request
+  // whose host side is longer than its device time) find every device idle, and "ties to the
+  // first" would send them all to one GPU while the other stays idle.
+  std::vector<std::pair<int, DeviceQueue*>> by_load;
+  for (DeviceQueue* d : candidates) by_load.emplace_back(d->Load(), d);
+  std::stable_sort(by_load.begin(), by_load.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  size_t tied = 1;
+  while (tied < by_load.size() && by_load[tied].first == by_load[0].first) ++tied;
+  if (tied > 1) {
+    const size_t first = static_cast<size_t>(ties_.fetch_add(1) % tied);
+    std::rotate(by_load.begin(), by_load.begin() + static_cast<std::ptrdiff_t>(first),
+                by_load.begin() + static_cast<std::ptrdiff_t>(tied));
+  }
+  for (const auto& [load, d] : by_load) {
     if (d->TryPush(job)) return absl::OkStatus();
   }
   return absl::ResourceExhaustedError(

@@ -2,8 +2,8 @@
 //
 // Every visible CUDA device gets K worker threads, each owning one non-blocking stream, and one
 // stream-ordered memory pool shared by them; the CPU gets M worker threads. A job goes to the
-// least-loaded device of the requested kind (queued + running) whose memory can hold it; with no
-// GPU, kind ANY goes to the CPU. Each device has a bounded queue: Submit() answers
+// least-loaded device of the requested kind (queued + running) whose memory can hold it, equally
+// loaded ones taken in turn; with no GPU, kind ANY goes to the CPU. Each device has a bounded queue: Submit() answers
 // RESOURCE_EXHAUSTED when it is full and UNAVAILABLE once draining began. Handlers only Submit;
 // compute never runs on a gRPC thread.
 #pragma once
@@ -188,6 +188,8 @@ class DevicePool {
   std::vector<std::function<void(const std::string&, bool, const std::string&)>> health_listeners_;
   std::atomic<bool> draining_{false};
   std::atomic<bool> closing_{false};
+  // Placement among equally loaded devices rotates: one more per tie (Submit).
+  std::atomic<uint64_t> ties_{0};
 };
 
 }  // namespace fresnel::server

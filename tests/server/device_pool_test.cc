@@ -214,8 +214,8 @@ TEST_CASE("CPU partitions: named devices sharing the workers; ANY work goes to t
     };
     return job;
   };
-  // Four jobs held on a gate, ANY and CPU alike: each goes to the less loaded partition (ties to
-  // the first), two and two.
+  // Four jobs held on a gate, ANY and CPU alike: each goes to the less loaded partition (equally
+  // loaded ones in turn), two and two.
   Gate gate;
   std::vector<std::promise<std::string>> held(4);
   for (int i = 0; i < 4; ++i) {
@@ -252,6 +252,41 @@ TEST_CASE("CPU partitions: named devices sharing the workers; ANY work goes to t
   std::promise<std::string> refused;
   CHECK(pool->Submit(job_on(nullptr, &refused, DevicePreference::kAny)).code() ==
         absl::StatusCode::kUnavailable);
+}
+
+// Jobs that find every device idle (each finished before the next is submitted: a request
+// whose host side outlasts its time in the pool) take the devices in turn; with "ties to the
+// first" all of them went to cpu.0 (on two GPUs: one busy GPU and one idle).
+TEST_CASE("equally loaded devices take turns", "[server][pool]") {
+  DevicePoolOptions o;
+  o.cpu_partitions = 2;
+  o.cpu_workers = 2;
+  auto created = DevicePool::Create(o, nullptr);
+  REQUIRE(created.ok());
+  std::unique_ptr<DevicePool> pool = std::move(*created);
+  std::map<std::string, int> ran;
+  for (int i = 0; i < 8; ++i) {
+    auto job = std::make_shared<Job>();
+    job->service = "test";
+    job->method = "Turns";
+    job->preference = i % 2 == 0 ? DevicePreference::kAny : DevicePreference::kCpu;
+    job->run = [](const Device&, StageTimes*) { return absl::OkStatus(); };
+    std::promise<std::string> where;
+    job->done = [&where](const absl::Status& s, const JobReport& r) {
+      where.set_value(s.ok() ? r.device : std::string(s.message()));
+    };
+    REQUIRE(pool->Submit(job).ok());
+    ran[where.get_future().get()] += 1;
+    // The worker reports before it counts the job as finished: wait for both to be idle again.
+    WaitUntil([&] {
+      for (const DeviceSnapshot& d : pool->Snapshot()) {
+        if (d.queued + d.running != 0) return false;
+      }
+      return true;
+    });
+  }
+  CHECK(ran["cpu.0"] == 4);
+  CHECK(ran["cpu.1"] == 4);
 }
 
 }  // namespace
