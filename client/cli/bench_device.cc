@@ -99,7 +99,6 @@ class DeviceBench {
   }
 
   absl::Status Prepare(ImageSize size) {
-    size_ = size;
     const v1::DeviceKind device = DeviceKindFromFlag(o_.device);
     const int connections = o_.connections > 0 ? o_.connections : o_.concurrency;
     for (int i = 0; i < connections; ++i) {
@@ -188,7 +187,12 @@ class DeviceBench {
   int connections() const { return static_cast<int>(clients_.size()); }
   int64_t tets() const { return tets_; }
   int meshes() const { return static_cast<int>(mesh_ids_.size()); }
-  const std::vector<std::string>& mesh_devices() const { return mesh_devices_; }
+  // Where the pool placed the meshes: device -> how many.
+  std::map<std::string, int64_t> MeshesPerDevice() const {
+    std::map<std::string, int64_t> per_device;
+    for (const std::string& d : mesh_devices_) ++per_device[d];
+    return per_device;
+  }
 
  private:
   // The request worker `w` sends, copied per worker when each has its own region.
@@ -250,7 +254,6 @@ class DeviceBench {
 
   const GlobalOptions& global_;
   const BenchOptions& o_;
-  ImageSize size_;
   std::vector<std::unique_ptr<Client>> clients_;
   std::vector<std::unique_ptr<SharedRegion>> regions_;  // after clients_: destroyed first
   int64_t bytes_in_ = 0;
@@ -325,18 +328,14 @@ int RunDeviceBench(const GlobalOptions& global, const BenchOptions& o, std::ostr
     if (o.op == "hologram") json->Add("points", o.points).Add("algorithm", o.algorithm);
     if (o.op == "unwrap") json->Add("method", o.method);
     if (o.op == "volume") {
-      std::map<std::string, int64_t> per_device;
-      for (const std::string& d : bench.mesh_devices()) ++per_device[d];
       JsonObject meshes_per_device;
-      for (const auto& [d, n] : per_device) meshes_per_device.Add(d, n);
+      for (const auto& [d, n] : bench.MeshesPerDevice()) meshes_per_device.Add(d, n);
       json->Add("mesh", o.mesh).Add("tets", bench.tets()).Add("meshes_per_device", meshes_per_device);
     }
   };
   if (!o.json && o.op == "volume") {
-    std::map<std::string, int64_t> per_device;
-    for (const std::string& d : bench.mesh_devices()) ++per_device[d];
     std::vector<std::string> parts;
-    for (const auto& [d, n] : per_device) parts.push_back(absl::StrCat(d, " ", n));
+    for (const auto& [d, n] : bench.MeshesPerDevice()) parts.push_back(absl::StrCat(d, " ", n));
     out << "meshes placed: " << absl::StrJoin(parts, ", ") << "\n";
   }
   return RunBenchWork(global, o, work, out, err);

@@ -110,11 +110,7 @@ fusion::FrameInput KernelFrame(const Sequence& s, int i) {
 }
 
 std::unique_ptr<Client> Connect(const TestServer& ts) {
-  ClientOptions options;
-  options.address = ts.address;
-  auto c = Client::Connect(options);
-  REQUIRE(c.ok());
-  return std::move(*c);
+  return ConnectClient(ts, std::chrono::milliseconds(0));
 }
 
 // Open sessions of kind fusion as the metrics show them (0 when none was ever opened).

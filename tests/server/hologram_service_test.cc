@@ -87,13 +87,7 @@ v1::RenderRequest RenderReq(const hologram::PointCloud& cloud, const v1::Hologra
 }
 
 std::unique_ptr<Client> Connect(const TestServer& ts, int64_t max_message_bytes = 64 << 20) {
-  ClientOptions options;
-  options.address = ts.address;
-  options.max_message_bytes = max_message_bytes;
-  options.default_timeout = std::chrono::seconds(120);
-  auto c = Client::Connect(options);
-  REQUIRE(c.ok());
-  return std::move(*c);
+  return ConnectClient(ts, std::chrono::seconds(120), max_message_bytes);
 }
 
 bool SameBytes(const HostArray& a, const HostArray& b) {

@@ -88,4 +88,15 @@ grpc::Status RawBidiCall::ReadAllAndFinish(int* responses) {
   return status;
 }
 
+std::unique_ptr<Client> ConnectClient(const TestServer& ts, std::chrono::milliseconds timeout,
+                                      int64_t max_message_bytes) {
+  ClientOptions options;
+  options.address = ts.address;
+  options.default_timeout = timeout;
+  options.max_message_bytes = max_message_bytes;
+  auto client = Client::Connect(options);
+  REQUIRE(client.ok());
+  return std::move(*client);
+}
+
 }  // namespace fresnel::testing

@@ -1,9 +1,12 @@
 // An in-process fresneld on a free loopback port, with raw gRPC stubs for its services.
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 
+#include "fresnel/client/client.h"
 #include "google/protobuf/message.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "fresnel/v1/admin.grpc.pb.h"
@@ -29,6 +32,12 @@ struct TestServer {
   std::unique_ptr<v1::AdminService::Stub> admin;
   std::string address;
 };
+
+// A client library Client on `ts` (REQUIREs the connection). `timeout`: its default deadline
+// (0: ClientOptions' default); `max_message_bytes`: its message cap.
+std::unique_ptr<Client> ConnectClient(const TestServer& ts,
+                                      std::chrono::milliseconds timeout = std::chrono::seconds(120),
+                                      int64_t max_message_bytes = 64 << 20);
 
 // A bidi call that sends raw bytes per message, as a hostile or broken client does: for messages
 // that do not parse. One operation at a time; every wait is bounded by a 30 s deadline.

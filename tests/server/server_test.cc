@@ -71,12 +71,7 @@ std::unique_ptr<grpc::ClientContext> Ctx(double timeout_s = 60) {
 
 // A client library Client on the test server (30 s default timeout).
 std::unique_ptr<Client> ConnectTo(const TestServer& ts) {
-  ClientOptions options;
-  options.address = ts.address;
-  options.default_timeout = std::chrono::seconds(30);
-  auto client = Client::Connect(options);
-  REQUIRE(client.ok());
-  return std::move(*client);
+  return ConnectClient(ts, std::chrono::seconds(30));
 }
 
 TEST_CASE("a port another server listens on is refused, not shared", "[server]") {

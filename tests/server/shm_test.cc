@@ -319,12 +319,7 @@ TEST_CASE("NdArray.shm through the shared conversion", "[server][shm][proto]") {
 // --- end to end: fresnel::Client + SharedRegion against an in-process fresneld ---
 
 std::unique_ptr<Client> Connect(const TestServer& ts) {
-  ClientOptions o;
-  o.address = ts.address;
-  o.default_timeout = std::chrono::milliseconds(60000);
-  auto c = Client::Connect(o);
-  REQUIRE(c.ok());
-  return std::move(*c);
+  return ConnectClient(ts, std::chrono::seconds(60));
 }
 
 v1::UpfirdnRequest UpfirdnShape(const HostArray& x, int up, int down) {

@@ -140,13 +140,7 @@ void CheckEqualsDirect(const UnwrapResult& got, const unwrap::GoldsteinResult& w
 }
 
 std::unique_ptr<Client> Connect(const TestServer& ts) {
-  ClientOptions o;
-  o.address = ts.address;
-  o.max_message_bytes = 256 << 20;
-  o.default_timeout = std::chrono::seconds(120);
-  auto c = Client::Connect(o);
-  REQUIRE(c.ok());
-  return std::move(*c);
+  return ConnectClient(ts, std::chrono::seconds(120), 256 << 20);
 }
 
 bool Contains(absl::string_view haystack, absl::string_view needle) {

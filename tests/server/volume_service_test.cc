@@ -32,13 +32,7 @@ namespace fresnel::testing {
 namespace {
 
 std::unique_ptr<Client> Connect(const TestServer& ts) {
-  ClientOptions options;
-  options.address = ts.address;
-  options.max_message_bytes = 64 << 20;
-  options.default_timeout = std::chrono::seconds(120);
-  auto c = Client::Connect(options);
-  REQUIRE(c.ok());
-  return std::move(*c);
+  return ConnectClient(ts);
 }
 
 volume::TetMesh Grid(int cells, volume::GridShape shape = volume::GridShape::kBox) {
