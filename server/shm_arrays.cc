@@ -18,34 +18,57 @@ ShmResolver ClientRegions(ServiceContext* ctx, const grpc::ServerContextBase* co
   return ClientRegions(ctx, ClientOf(context));
 }
 
+namespace {
+
+// The bytes an NdArray with `shm` set names, checked and resolved (InlineShmInputs' errors).
+absl::StatusOr<ShmSpan> ResolveShmInput(const v1::NdArray& a, const ShmResolver& resolver,
+                                        const std::string& field, int64_t* nbytes) {
+  if (!resolver) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ".shm: this server accepts no shared-memory regions; send the bytes in ", field,
+        ".data"));
+  }
+  if (!a.data().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ": set data or shm, not both (data has ", a.data().size(), " bytes)"));
+  }
+  std::vector<int64_t> shape(a.shape().begin(), a.shape().end());
+  FRESNEL_ASSIGN_OR_RETURN(*nbytes, ArrayBytes(a.dtype(), shape, field));
+  FRESNEL_ASSIGN_OR_RETURN(ShmSpan span, resolver(a.shm(), *nbytes, absl::StrCat(field, ".shm")));
+  if (span.size < *nbytes) {
+    return absl::InternalError(absl::StrCat(field, ".shm: the resolver returned ", span.size,
+                                            " bytes, need ", *nbytes));
+  }
+  return span;
+}
+
+}  // namespace
+
 absl::Status InlineShmInputs(google::protobuf::Message* request, const ShmResolver& resolver,
                              absl::string_view prefix) {
   for (const NdArrayField& f : NdArrayFields(request)) {
     v1::NdArray* a = f.array;
     if (!a->has_shm()) continue;
-    const std::string field = absl::StrCat(prefix, f.path);
-    if (!resolver) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          field, ".shm: this server accepts no shared-memory regions; send the bytes in ", field,
-          ".data"));
-    }
-    if (!a->data().empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          field, ": set data or shm, not both (data has ", a->data().size(), " bytes)"));
-    }
-    std::vector<int64_t> shape(a->shape().begin(), a->shape().end());
-    FRESNEL_ASSIGN_OR_RETURN(int64_t nbytes, ArrayBytes(a->dtype(), shape, field));
+    int64_t nbytes = 0;
     FRESNEL_ASSIGN_OR_RETURN(ShmSpan span,
-                             resolver(a->shm(), nbytes, absl::StrCat(field, ".shm")));
-    if (span.size < nbytes) {
-      return absl::InternalError(absl::StrCat(field, ".shm: the resolver returned ", span.size,
-                                              " bytes, need ", nbytes));
-    }
+                             ResolveShmInput(*a, resolver, absl::StrCat(prefix, f.path), &nbytes));
     // One copy, when the request is accepted: the region is not read again.
     a->mutable_data()->assign(span.data, static_cast<size_t>(nbytes));
     a->clear_shm();
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<RegionArray> BorrowShmInput(const v1::NdArray& array, const ShmResolver& resolver,
+                                           const std::string& field) {
+  int64_t nbytes = 0;
+  RegionArray out;
+  FRESNEL_ASSIGN_OR_RETURN(out.span, ResolveShmInput(array, resolver, field, &nbytes));
+  FRESNEL_ASSIGN_OR_RETURN(DType dtype, FromProto(array.dtype(), field));
+  FRESNEL_ASSIGN_OR_RETURN(
+      out.array, HostArray::Borrow(dtype, {array.shape().begin(), array.shape().end()},
+                                   out.span.data, static_cast<size_t>(nbytes), field));
+  return out;
 }
 
 absl::StatusOr<OutputRegion> OutputRegion::Reserve(bool has_ref, const v1::ShmRef& ref,
@@ -71,10 +94,8 @@ absl::StatusOr<OutputRegion> OutputRegion::Reserve(bool has_ref, const v1::ShmRe
   return out;
 }
 
-absl::StatusOr<std::vector<int64_t>> OutputRegion::CopyIn(const std::vector<Piece>& pieces) {
+absl::Status OutputRegion::Fit(const std::vector<int64_t>& sizes) {
   if (!active_) return absl::InternalError(absl::StrCat(field_, ": no output region"));
-  std::vector<int64_t> sizes;
-  for (const Piece& p : pieces) sizes.push_back(p.size);
   const int64_t total = OutputRegionBytes(sizes);
   if (total < 0) {
     return absl::InvalidArgumentError(
@@ -85,6 +106,13 @@ absl::StatusOr<std::vector<int64_t>> OutputRegion::CopyIn(const std::vector<Piec
     // unless all of it lies in the region.
     FRESNEL_ASSIGN_OR_RETURN(span_, resolver_(ref_, total, field_));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<int64_t>> OutputRegion::CopyIn(const std::vector<Piece>& pieces) {
+  std::vector<int64_t> sizes;
+  for (const Piece& p : pieces) sizes.push_back(p.size);
+  FRESNEL_RETURN_IF_ERROR(Fit(sizes));
   std::vector<int64_t> offsets;
   int64_t at = 0;
   for (const Piece& p : pieces) {
@@ -110,6 +138,37 @@ absl::Status OutputRegion::Write(
                                  ref_.region(), ref_.offset_bytes() + offsets[i]);
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<HostArray>> OutputRegion::Views(
+    const std::vector<std::pair<DType, std::vector<int64_t>>>& arrays) {
+  std::vector<int64_t> sizes;
+  for (const auto& [dtype, shape] : arrays) {
+    const int64_t n = ShapeElements(shape);
+    if (n < 0) return absl::InvalidArgumentError(absl::StrCat(field_, ": an invalid shape"));
+    sizes.push_back(n * static_cast<int64_t>(DTypeSize(dtype)));
+  }
+  FRESNEL_RETURN_IF_ERROR(Fit(sizes));
+  std::vector<HostArray> views;
+  int64_t at = 0;
+  for (size_t i = 0; i < arrays.size(); ++i) {
+    FRESNEL_ASSIGN_OR_RETURN(HostArray view,
+                             HostArray::Borrow(arrays[i].first, arrays[i].second, span_.data + at,
+                                               static_cast<size_t>(sizes[i]), field_));
+    views.push_back(std::move(view));
+    at += RegionSlotBytes(sizes[i]);
+  }
+  return views;
+}
+
+absl::StatusOr<v1::NdArray> OutputRegion::RefOf(const HostArray& view) const {
+  const char* at = static_cast<const char*>(view.raw());
+  if (!active_ || !view.borrowed() || at < span_.data ||
+      at + view.nbytes() > span_.data + span_.size) {
+    return absl::InternalError(absl::StrCat(field_, ": the array is not in the output region"));
+  }
+  return ShmArray(view.dtype(), view.shape(), ref_.region(),
+                  ref_.offset_bytes() + static_cast<int64_t>(at - span_.data));
 }
 
 absl::Status OutputRegion::Store(google::protobuf::Message* message) {

@@ -39,6 +39,18 @@ ShmResolver ClientRegions(ServiceContext* ctx, const grpc::ServerContextBase* co
 absl::Status InlineShmInputs(google::protobuf::Message* request, const ShmResolver& resolver,
                              absl::string_view prefix = "");
 
+// An input read where it lies instead (a kernel's input that is copied to the device or into
+// memory of its own before use, so that a client rewriting the region meanwhile cannot break
+// more than its own result): the NdArray's bytes in the region as a HostArray::Borrow view, and
+// the span that keeps the region mapped while the view is used. Errors as InlineShmInputs's,
+// naming `field`.
+struct RegionArray {
+  HostArray array;
+  ShmSpan span;
+};
+absl::StatusOr<RegionArray> BorrowShmInput(const v1::NdArray& array, const ShmResolver& resolver,
+                                           const std::string& field);
+
 // Where a response's arrays go when the request set out_shm. Inactive (default): inline.
 class OutputRegion {
  public:
@@ -63,6 +75,13 @@ class OutputRegion {
   // The same for every inline NdArray of `message` (NdArrayFields order), whose bytes are then
   // dropped from the message.
   absl::Status Store(google::protobuf::Message* message);
+  // Instead of Write: views (HostArray::Borrow) of the slots that arrays of these dtypes and
+  // shapes, in this order, occupy, for a kernel to write its result into the region directly
+  // (checked as Write checks; valid while this OutputRegion holds the mapping). RefOf(view) is
+  // then what the response carries for it.
+  absl::StatusOr<std::vector<HostArray>> Views(
+      const std::vector<std::pair<DType, std::vector<int64_t>>>& arrays);
+  absl::StatusOr<v1::NdArray> RefOf(const HostArray& view) const;
   // Lets the mapping go (the region may then be unmapped if it was unregistered).
   void Release() { span_ = ShmSpan(); }
 
@@ -71,6 +90,9 @@ class OutputRegion {
     const char* data;
     int64_t size;
   };
+  // Makes sure arrays of these byte counts fit from ref_ on (resolving the range again when it
+  // is larger than Reserve's).
+  absl::Status Fit(const std::vector<int64_t>& sizes);
   // Makes sure `pieces` fit, copies them, and returns each one's offset in the region.
   absl::StatusOr<std::vector<int64_t>> CopyIn(const std::vector<Piece>& pieces);
 

@@ -166,8 +166,11 @@ class DeviceBench {
       outcome.info = r->header.info();
       outcome.bytes_out = static_cast<int64_t>(r->phase.nbytes());
     } else if (o_.op == "unwrap") {
+      // With --shm the result stays in the worker's region (views, no copy out).
+      CallOptions call;
+      call.results_in_region = o_.shm;
       absl::StatusOr<UnwrapResult> r =
-          client.Unwrap(unwrap_requests_.empty() ? unwrap_ : unwrap_requests_[worker]);
+          client.Unwrap(unwrap_requests_.empty() ? unwrap_ : unwrap_requests_[worker], call);
       if (!r.ok()) return r.status();
       outcome.info = r->info;
       outcome.bytes_out = static_cast<int64_t>(r->unwrapped.nbytes());

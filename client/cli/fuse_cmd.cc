@@ -392,7 +392,7 @@ int RunFuse(const GlobalOptions& global, const FuseOptions& o, std::ostream& out
                              seq->depth_files[i], ": depth must be a 16-bit grayscale PNG")));
     }
     v1::FusionFrame frame;
-    frame.set_depth(depth->bytes());
+    frame.set_depth(depth->bytes().data(), depth->nbytes());
     frame.set_timestamp_s(static_cast<double>(i));
     const bool have_pose = i < static_cast<int64_t>(seq->poses.size());
     // The first frame sits at the sequence's first pose (so that the trajectory is in its
@@ -526,7 +526,7 @@ int RunFuseBench(const GlobalOptions& global, const FuseBenchOptions& o, std::os
   std::vector<std::string> depth;
   for (const fusion::RigidTransform& pose : poses) {
     depth.push_back(
-        fusion::ToUint16Depth(scene.RenderDepth(camera, pose, 5.0), 1000.0).bytes());
+        fusion::ToUint16Depth(scene.RenderDepth(camera, pose, 5.0), 1000.0).TakeBytes());
   }
   auto frame_of = [&](int64_t i) {
     const int64_t k = i % (2 * kFrames - 2);

@@ -22,6 +22,10 @@ namespace fresnel::internal {
 // (a request's out_shm) then parse as inline ones. FAILED_PRECONDITION naming the field for a
 // region that is not a live SharedRegion of this client (shm_client.cc keeps the list).
 absl::Status TakeRegionArrays(const Client* client, google::protobuf::Message* response);
+// The array a response's NdArray names in a live SharedRegion of `client`, as a view of it
+// (SharedRegion::View; CallOptions::results_in_region). Errors as TakeRegionArrays's.
+absl::StatusOr<HostArray> ViewRegionArray(const Client* client, const v1::NdArray& array,
+                                          const std::string& path);
 void AddLiveRegion(const Client* client, const std::string& name, const SharedRegion* region);
 void RemoveLiveRegion(const Client* client, const std::string& name, const SharedRegion* region);
 

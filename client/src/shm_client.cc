@@ -194,7 +194,7 @@ v1::NdArray SharedRegion::Ref(DType dtype, const std::vector<int64_t>& shape,
   return ShmArray(dtype, shape, name_, offset_bytes);
 }
 
-absl::StatusOr<HostArray> SharedRegion::Read(const v1::NdArray& array) const {
+absl::StatusOr<HostArray> SharedRegion::View(const v1::NdArray& array) const {
   if (!array.has_shm() || array.shm().region() != name_) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the array does not lie in region '", name_, "' (shm.region '", array.shm().region(), "')"));
@@ -206,10 +206,14 @@ absl::StatusOr<HostArray> SharedRegion::Read(const v1::NdArray& array) const {
   if (absl::Status st = CheckRange(offset, *nbytes, size_, name_); !st.ok()) return st;
   absl::StatusOr<DType> dtype = FromProto(array.dtype(), "array");
   if (!dtype.ok()) return dtype.status();
-  return HostArray::FromBytes(*dtype, std::move(shape),
-                              std::string(static_cast<const char*>(data_) + offset,
-                                          static_cast<size_t>(*nbytes)),
-                              "array");
+  return HostArray::Borrow(*dtype, std::move(shape), static_cast<char*>(data_) + offset,
+                           static_cast<size_t>(*nbytes), "array");
+}
+
+absl::StatusOr<HostArray> SharedRegion::Read(const v1::NdArray& array) const {
+  absl::StatusOr<HostArray> view = View(array);
+  if (!view.ok()) return view.status();
+  return HostArray(*view);  // a copy owns its bytes
 }
 
 absl::StatusOr<int64_t> SharedRegion::PutArrays(google::protobuf::Message* request,
@@ -269,23 +273,44 @@ void internal::RemoveLiveRegion(const Client* client, const std::string& name,
   if (it != Live().end() && it->second == region) Live().erase(it);
 }
 
+namespace {
+
+// The live SharedRegion `array` names (LiveMu held): FAILED_PRECONDITION naming `path` if none.
+absl::StatusOr<const SharedRegion*> LiveRegionOf(const Client* client, const v1::NdArray& array,
+                                                 const std::string& path) {
+  auto it = Live().find({client, array.shm().region()});
+  if (it == Live().end()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, ".shm: the result lies in region '", array.shm().region(),
+        "', which is not a live SharedRegion of this Client: read it with SharedRegion::Read"));
+  }
+  return it->second;
+}
+
+}  // namespace
+
 absl::Status internal::TakeRegionArrays(const Client* client,
                                         google::protobuf::Message* response) {
   std::lock_guard<std::mutex> lock(LiveMu());  // the region cannot go while it is read
   for (const NdArrayField& f : NdArrayFields(response)) {
     if (!f.array->has_shm()) continue;
-    auto it = Live().find({client, f.array->shm().region()});
-    if (it == Live().end()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          f.path, ".shm: the result lies in region '", f.array->shm().region(),
-          "', which is not a live SharedRegion of this Client: read it with SharedRegion::Read"));
-    }
-    absl::StatusOr<HostArray> a = it->second->Read(*f.array);
+    absl::StatusOr<const SharedRegion*> region = LiveRegionOf(client, *f.array, f.path);
+    if (!region.ok()) return region.status();
+    absl::StatusOr<HostArray> a = (*region)->Read(*f.array);
     if (!a.ok()) return a.status();
     f.array->clear_shm();
     *f.array->mutable_data() = std::move(*a).TakeBytes();
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<HostArray> internal::ViewRegionArray(const Client* client,
+                                                    const v1::NdArray& array,
+                                                    const std::string& path) {
+  std::lock_guard<std::mutex> lock(LiveMu());
+  absl::StatusOr<const SharedRegion*> region = LiveRegionOf(client, array, path);
+  if (!region.ok()) return region.status();
+  return (*region)->View(array);
 }
 
 // --- chunked transfer through a staging region (issue 10 item 2) ---

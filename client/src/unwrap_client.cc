@@ -77,9 +77,11 @@ absl::Status TakeInlineArray(v1::NdArray* array, const char* name, HostArray* ou
 }
 
 // An answer's header and its inline arrays into `r`; arrays written to a region (out_shm) are read
-// back out of it first. Arrays that follow as chunks are left to the caller.
-absl::Status TakeResponse(const Client* client, v1::UnwrapResponse* response, UnwrapResult* r) {
-  FRESNEL_RETURN_IF_ERROR(TakeRegionArrays(client, response));
+// back out of it first, or with `views` left there (CallOptions::results_in_region). Arrays that
+// follow as chunks are left to the caller.
+absl::Status TakeResponse(const Client* client, v1::UnwrapResponse* response, UnwrapResult* r,
+                          bool views = false) {
+  if (!views) FRESNEL_RETURN_IF_ERROR(TakeRegionArrays(client, response));
   TakeHeader(response, r);
   const std::pair<v1::NdArray*, v1::UnwrapArray> arrays[] = {
       {response->mutable_unwrapped(), v1::UNWRAP_ARRAY_UNWRAPPED},
@@ -88,6 +90,12 @@ absl::Status TakeResponse(const Client* client, v1::UnwrapResponse* response, Un
       {response->mutable_regions(), v1::UNWRAP_ARRAY_REGIONS},
       {response->mutable_unreached(), v1::UNWRAP_ARRAY_UNREACHED}};
   for (const auto& [array, which] : arrays) {
+    if (array->has_shm()) {
+      absl::StatusOr<HostArray> view = internal::ViewRegionArray(client, *array, ArrayName(which));
+      if (!view.ok()) return view.status();
+      *OutputSlot(r, which) = *std::move(view);
+      continue;
+    }
     FRESNEL_RETURN_IF_ERROR(TakeInlineArray(array, ArrayName(which), OutputSlot(r, which)));
   }
   return absl::OkStatus();
@@ -110,7 +118,7 @@ absl::StatusOr<UnwrapResult> UnwrapClient::Unwrap(const v1::UnwrapRequest& reque
       });
   if (!response.ok()) return response.status();
   UnwrapResult r;
-  FRESNEL_RETURN_IF_ERROR(TakeResponse(client_, &*response, &r));
+  FRESNEL_RETURN_IF_ERROR(TakeResponse(client_, &*response, &r, call.results_in_region));
   return r;
 }
 

@@ -131,10 +131,15 @@ absl::StatusOr<UnwrapInput> ParseUnwrap(const v1::UnwrapRequest& request, HostAr
   return in;
 }
 
-absl::StatusOr<UnwrapInput> ParseUnwrap(v1::UnwrapRequest* request, const unwrap::Limits& limits) {
-  if (!request->has_phase()) return absl::InvalidArgumentError("phase: required");
-  FRESNEL_ASSIGN_OR_RETURN(HostArray phase,
-                           FromProto(std::move(*request->mutable_phase()), "phase"));
+absl::StatusOr<UnwrapInput> ParseUnwrap(v1::UnwrapRequest* request, const unwrap::Limits& limits,
+                                        std::optional<HostArray> given_phase) {
+  HostArray phase;
+  if (given_phase) {
+    phase = *std::move(given_phase);
+  } else {
+    if (!request->has_phase()) return absl::InvalidArgumentError("phase: required");
+    FRESNEL_ASSIGN_OR_RETURN(phase, FromProto(std::move(*request->mutable_phase()), "phase"));
+  }
   std::optional<HostArray> mask, quality;
   if (request->has_mask()) {
     FRESNEL_ASSIGN_OR_RETURN(mask, FromProto(std::move(*request->mutable_mask()), "mask"));
@@ -167,8 +172,10 @@ std::vector<std::pair<v1::UnwrapArray, const HostArray*>> UnwrapOutput::Arrays()
 
 absl::StatusOr<std::shared_ptr<UnwrapOutput>> RunUnwrap(const Device& device,
                                                         const UnwrapInput& input, StageTimes* times,
-                                                        const JobProgressFn& progress) {
+                                                        const JobProgressFn& progress,
+                                                        unwrap::ResultBuffers* into) {
   unwrap::UnwrapOptions o = input.Options();
+  o.into = into;
   if (progress) {
     o.progress = [&progress](unwrap::Stage stage, double fraction, double overall) {
       return progress(unwrap::StageName(stage), fraction, overall);

@@ -65,7 +65,10 @@ absl::StatusOr<UnwrapInput> ParseUnwrap(const v1::UnwrapRequest& request, HostAr
                                         const unwrap::Limits& limits);
 
 // The same for a request carrying its arrays inline; their bytes are moved out of `request`.
-absl::StatusOr<UnwrapInput> ParseUnwrap(v1::UnwrapRequest* request, const unwrap::Limits& limits);
+// `phase`, when given, is the phase instead of the request's (one read where it lies in the
+// client's region: BorrowShmInput).
+absl::StatusOr<UnwrapInput> ParseUnwrap(v1::UnwrapRequest* request, const unwrap::Limits& limits,
+                                        std::optional<HostArray> phase = std::nullopt);
 
 // A finished unwrap: what the job store keeps and what Unwrap/Get send.
 class UnwrapOutput : public JobOutput {
@@ -90,10 +93,12 @@ class UnwrapOutput : public JobOutput {
 
 // Runs the input on `device` (unwrap::Unwrap). `progress` (may be empty) gets the stage name, the
 // fraction of the stage done and of the whole job (the kernel's weighting); returning false
-// cancels the run (CancelledError).
+// cancels the run (CancelledError). `into` (may be null): where the result's arrays are written
+// (unwrap::ResultBuffers, e.g. views of the client's out_shm); the output then holds those views.
 absl::StatusOr<std::shared_ptr<UnwrapOutput>> RunUnwrap(const Device& device,
                                                         const UnwrapInput& input, StageTimes* times,
-                                                        const JobProgressFn& progress);
+                                                        const JobProgressFn& progress,
+                                                        unwrap::ResultBuffers* into = nullptr);
 
 // Fills method, stats and stage times (not the arrays, not the ExecutionInfo).
 void FillResultHeader(const UnwrapOutput& output, v1::UnwrapResponse* response);

@@ -20,6 +20,17 @@
 namespace fresnel::server {
 namespace {
 
+// The response's field for a result array.
+v1::NdArray* ResponseArray(v1::UnwrapResponse* r, v1::UnwrapArray which) {
+  switch (which) {
+    case v1::UNWRAP_ARRAY_RESIDUES: return r->mutable_residues();
+    case v1::UNWRAP_ARRAY_CUTS: return r->mutable_cuts();
+    case v1::UNWRAP_ARRAY_REGIONS: return r->mutable_regions();
+    case v1::UNWRAP_ARRAY_UNREACHED: return r->mutable_unreached();
+    default: return r->mutable_unwrapped();
+  }
+}
+
 constexpr char kService[] = "fresnel.v1.UnwrapService";
 using v1::kEnvelopeBytes;
 
@@ -433,16 +444,6 @@ class GetCall : public RpcCall<grpc::ServerWriteReactor<v1::GetUnwrapResultRespo
     return absl::OkStatus();
   }
 
-  static v1::NdArray* ResponseArray(v1::UnwrapResponse* r, v1::UnwrapArray which) {
-    switch (which) {
-      case v1::UNWRAP_ARRAY_RESIDUES: return r->mutable_residues();
-      case v1::UNWRAP_ARRAY_CUTS: return r->mutable_cuts();
-      case v1::UNWRAP_ARRAY_REGIONS: return r->mutable_regions();
-      case v1::UNWRAP_ARRAY_UNREACHED: return r->mutable_unreached();
-      default: return r->mutable_unwrapped();
-    }
-  }
-
   ServiceContext* ctx_;
   std::shared_ptr<const UnwrapOutput> output_;  // kept even if the job is dropped meanwhile
   std::optional<ChunkedWriter> chunks_;  // the result's arrays, borrowed from output_
@@ -456,17 +457,34 @@ grpc::ServerUnaryReactor* UnwrapService::Unwrap(grpc::CallbackServerContext* con
                                                 v1::UnwrapResponse* response) {
   auto* call = new UnaryJobCall(ctx_, context, kService, "Unwrap");
   // The request lives until the call finishes and nothing reads its arrays again: take their
-  // bytes instead of copying them (arrays in the client's region are copied out of it first).
+  // bytes instead of copying them. A phase in the client's region is read where it lies (the
+  // call holds the mapping; a CUDA run copies it to the device before using it, a CPU run into
+  // memory of its own first), and with out_shm the result is written straight into the region
+  // (the CUDA downloads go there): no host copies of either. Mask and quality, small beside
+  // them, are copied out of the region.
   auto* mutable_request = const_cast<v1::UnwrapRequest*>(request);
   const ShmResolver regions = ClientRegions(ctx_, context);
+  std::optional<RegionArray> region_phase;
+  if (request->phase().has_shm()) {
+    absl::StatusOr<RegionArray> borrowed = BorrowShmInput(request->phase(), regions, "phase");
+    if (!borrowed.ok()) {
+      call->Reject(borrowed.status());
+      return call;
+    }
+    region_phase = *std::move(borrowed);
+    mutable_request->clear_phase();
+  }
   if (absl::Status st = InlineShmInputs(mutable_request, regions); !st.ok()) {
     call->Reject(st);
     return call;
   }
   const int64_t in_bytes =
       static_cast<int64_t>(request->phase().data().size() + request->mask().data().size() +
-                           request->quality().data().size());
-  absl::StatusOr<UnwrapInput> input = ParseUnwrap(mutable_request, limits_);
+                           request->quality().data().size()) +
+      (region_phase ? static_cast<int64_t>(region_phase->array.nbytes()) : 0);
+  absl::StatusOr<UnwrapInput> input =
+      region_phase ? ParseUnwrap(mutable_request, limits_, std::move(region_phase->array))
+                   : ParseUnwrap(mutable_request, limits_);
   if (!input.ok()) {
     call->Reject(input.status());
     return call;
@@ -493,11 +511,23 @@ grpc::ServerUnaryReactor* UnwrapService::Unwrap(grpc::CallbackServerContext* con
 
   struct State {
     UnwrapInput input;
+    ShmSpan phase_span;  // keeps a phase read in the client's region mapped
     std::shared_ptr<UnwrapOutput> output;
     OutputRegion out;  // active: the arrays go to the client's region
+    // With out: the result arrays' dtypes and shapes, in the response's order.
+    std::vector<std::pair<DType, std::vector<int64_t>>> layout;
   };
   auto state = std::make_shared<State>();
   state->out = *std::move(out_region);
+  if (region_phase) state->phase_span = std::move(region_phase->span);
+  if (state->out.active()) {
+    state->layout = {{input->phase.dtype(), input->phase.shape()}};
+    if (input->method == v1::UNWRAP_METHOD_GOLDSTEIN && input->return_maps) {
+      for (DType d : {DType::kInt16, DType::kUint8, DType::kInt32, DType::kUint8}) {
+        state->layout.emplace_back(d, input->phase.shape());
+      }
+    }
+  }
   auto job = std::make_shared<Job>();
   job->preference = input->preference;
   job->device_bytes = input->DeviceBytes();
@@ -509,9 +539,25 @@ grpc::ServerUnaryReactor* UnwrapService::Unwrap(grpc::CallbackServerContext* con
       std::shared_ptr<Job> j = weak_job.lock();
       return !(j && j->cancelled());
     };
-    FRESNEL_ASSIGN_OR_RETURN(state->output,
-                             RunUnwrap(device, state->input, times, until_cancelled));
+    // The CPU kernels read the phase more than once: from memory of their own, so that a client
+    // rewriting its region meanwhile changes nothing after the validation.
+    if (device.kind == DeviceKind::kCpu && state->input.phase.borrowed()) {
+      state->input.phase = HostArray(state->input.phase);
+    }
+    // With out_shm, views of the result's slots in the region (made for each run: a run retried
+    // on another device gets them again).
+    unwrap::ResultBuffers into;
+    if (state->out.active()) {
+      FRESNEL_ASSIGN_OR_RETURN(std::vector<HostArray> views, state->out.Views(state->layout));
+      HostArray* slots[] = {&into.unwrapped, &into.residues, &into.cuts, &into.regions,
+                            &into.unreached};
+      for (size_t i = 0; i < views.size(); ++i) *slots[i] = std::move(views[i]);
+    }
+    FRESNEL_ASSIGN_OR_RETURN(
+        state->output, RunUnwrap(device, state->input, times, until_cancelled,
+                                 state->out.active() ? &into : nullptr));
     state->input = UnwrapInput();  // free the input before the reply
+    state->phase_span = ShmSpan();
     return absl::OkStatus();
   };
   call->Start(std::move(job), [state, response, metrics](const JobReport& report, double total) {
@@ -519,10 +565,15 @@ grpc::ServerUnaryReactor* UnwrapService::Unwrap(grpc::CallbackServerContext* con
     if (metrics) {
       metrics->AddPayload(kService, "Unwrap", "out", static_cast<double>(state->output->bytes()));
     }
-    MoveArraysInto(state->output.get(), response);
     if (state->out.active()) {
-      FRESNEL_RETURN_IF_ERROR(state->out.Store(response));
+      // Written into the region by the run: the response names where.
+      for (const auto& [which, array] : state->output->Arrays()) {
+        FRESNEL_ASSIGN_OR_RETURN(*ResponseArray(response, which), state->out.RefOf(*array));
+      }
+      state->output.reset();
       state->out.Release();
+    } else {
+      MoveArraysInto(state->output.get(), response);
     }
     FillExecutionInfo(report, total, response->mutable_info());
     return absl::OkStatus();

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "fresnel/core/uninitialized_array.h"
 #include "fresnel/v1/array_convert.h"
@@ -33,7 +36,7 @@ TEST_CASE("UninitializedArray has the size, storage and moves of a zero-filled a
     HostArray a = UninitializedArray(DType::kFloat32, shape);
     CHECK(a.shape() == shape);
     REQUIRE(a.nbytes() == static_cast<size_t>(ShapeElements(shape)) * 4);
-    CHECK(a.bytes().c_str()[a.nbytes()] == '\0');  // std::string's terminator is there
+    CHECK(static_cast<const char*>(a.raw())[a.nbytes()] == '\0');  // std::string's terminator
     const HostArray ref = RandomArray(DType::kFloat32, shape);
     if (a.nbytes() > 0) std::memcpy(a.raw(), ref.raw(), a.nbytes());
     CHECK(a.bytes() == ref.bytes());
@@ -46,6 +49,53 @@ TEST_CASE("UninitializedArray has the size, storage and moves of a zero-filled a
   // The zero-filled constructor still zero-fills, large arrays included.
   HostArray z(DType::kUint8, {17 << 20});
   CHECK(std::all_of(z.bytes().begin(), z.bytes().end(), [](char c) { return c == 0; }));
+}
+
+TEST_CASE("a borrowed array is a view; its copies own their bytes", "[proto]") {
+  std::vector<float> memory = {1, 2, 3, 4, 5, 6};
+  absl::StatusOr<HostArray> view =
+      HostArray::Borrow(DType::kFloat32, {2, 3}, memory.data(), memory.size() * sizeof(float), "x");
+  REQUIRE(view.ok());
+  CHECK(view->borrowed());
+  CHECK(view->raw() == memory.data());
+  CHECK(view->nbytes() == 24);
+  view->data<float>()[1] = 20;  // writes through to the memory
+  CHECK(memory[1] == 20);
+
+  HostArray copy = *view;  // owns: later writes to the memory do not reach it
+  CHECK_FALSE(copy.borrowed());
+  CHECK(copy.raw() != memory.data());
+  memory[0] = 10;
+  CHECK(copy.data<float>()[0] == 1);
+  CHECK(copy.data<float>()[1] == 20);
+  HostArray assigned;
+  assigned = *view;
+  CHECK_FALSE(assigned.borrowed());
+  CHECK(assigned.bytes() == view->bytes());
+
+  HostArray moved = *std::move(view);  // a move keeps the view and empties the source
+  CHECK(moved.borrowed());
+  CHECK(moved.raw() == memory.data());
+  CHECK(view->nbytes() == 0);
+  CHECK(view->ndim() == 0);
+  CHECK_FALSE(view->borrowed());
+
+  v1::NdArray wire;
+  ToProto(std::move(moved), &wire);  // the bytes are copied out of the view, not taken
+  CHECK(wire.data().size() == 24);
+  CHECK(std::memcmp(wire.data().data(), memory.data(), 24) == 0);
+
+  // Same checks as FromBytes, naming the field; no bytes at all is an empty array.
+  absl::StatusOr<HostArray> short_view =
+      HostArray::Borrow(DType::kFloat32, {2, 3}, memory.data(), 20, "phase");
+  REQUIRE_FALSE(short_view.ok());
+  CHECK(short_view.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(short_view.status().message().find("phase.data has 20 bytes") != std::string::npos);
+  CHECK_FALSE(HostArray::Borrow(DType::kFloat32, {2}, nullptr, 8, "phase").ok());
+  absl::StatusOr<HostArray> empty = HostArray::Borrow(DType::kUint8, {0}, nullptr, 0, "phase");
+  REQUIRE(empty.ok());
+  CHECK_FALSE(empty->borrowed());
+  CHECK(empty->size() == 0);
 }
 
 TEST_CASE("FromProto names the field on bad arrays", "[proto]") {

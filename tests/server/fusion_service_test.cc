@@ -88,7 +88,7 @@ Sequence MakeSequence(int frames) {
   s.poses = fusion::SyntheticScene::Orbit(frames, 0.15);
   for (const fusion::RigidTransform& pose : s.poses) {
     HostArray d = fusion::ToUint16Depth(scene.RenderDepth(SmallCamera(), pose, 4.0), 1000.0);
-    s.depth.push_back(d.bytes());
+    s.depth.emplace_back(d.bytes());
   }
   return s;
 }

@@ -1063,6 +1063,34 @@ void CheckUnwrapThroughRegion(const TestServer& ts, Client* client, v1::DeviceKi
   CHECK(Same(lib_region->regions, lib_inline->regions));
   CHECK(Same(lib_region->residues, lib_inline->residues));
 
+  // Or leaves them there (CallOptions::results_in_region): views of the region, same bits.
+  CallOptions in_region;
+  in_region.results_in_region = true;
+  auto lib_views = client->Unwrap(req, in_region);
+  REQUIRE(lib_views.ok());
+  const char* base = static_cast<const char*>((*region)->data());
+  for (const HostArray* a : {&lib_views->unwrapped, &lib_views->residues, &lib_views->cuts,
+                             &lib_views->regions, &lib_views->unreached}) {
+    CHECK(a->borrowed());
+    CHECK(static_cast<const char*>(a->raw()) >= base + *end);
+    CHECK(static_cast<const char*>(a->raw()) + a->nbytes() <= base + (1 << 20));
+  }
+  CHECK(Same(lib_views->unwrapped, lib_inline->unwrapped));
+  CHECK(Same(lib_views->regions, lib_inline->regions));
+  CHECK(Same(lib_views->cuts, lib_inline->cuts));
+
+  // The result over its own input (out_shm where the phase lies): the phase was read before any
+  // of the result is written, on the CPU (a copy of its own) and on a GPU (the upload comes
+  // first) alike, so the bits are the inline ones.
+  v1::UnwrapRequest in_place = inline_req;
+  REQUIRE((*region)->PutArrays(&in_place, 1 << 18).ok());
+  *in_place.mutable_out_shm() = (*region)->OutRef(1 << 18);
+  got = RawUnwrap(ts, in_place, &st);
+  INFO(st.error_message());
+  REQUIRE(st.ok());
+  want_copy = want;
+  CHECK(CheckArraysInRegion(&want_copy, &got, **region, 1 << 18) == 5);
+
   // A job: the inputs are copied out when Submit returns (the region is rewritten at once), and
   // Get writes the result into the region (one header message, no chunks).
   v1::UnwrapRequest job_req = req;

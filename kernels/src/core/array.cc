@@ -9,12 +9,14 @@
 #include <cstdint>
 #include <limits>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "fresnel/core/device.h"
+#include "fresnel/core/status.h"
 
 namespace fresnel {
 
@@ -170,6 +172,48 @@ HostArray::HostArray(DType dtype, std::vector<int64_t> shape)
   bytes_ = ArrayStorage(StorageBytes(dtype_, shape_), /*zero=*/true, /*populate=*/true);
 }
 
+HostArray::HostArray(const HostArray& other)
+    : dtype_(other.dtype_), shape_(other.shape_), bytes_(other.bytes()) {}
+
+HostArray& HostArray::operator=(const HostArray& other) {
+  if (this != &other) {
+    dtype_ = other.dtype_;
+    shape_ = other.shape_;
+    bytes_.assign(other.bytes().data(), other.nbytes());  // before the view goes: other may be it
+    view_ = nullptr;
+    view_bytes_ = 0;
+  }
+  return *this;
+}
+
+HostArray::HostArray(HostArray&& other) noexcept
+    : dtype_(other.dtype_),
+      shape_(std::move(other.shape_)),
+      bytes_(std::move(other.bytes_)),
+      view_(std::exchange(other.view_, nullptr)),
+      view_bytes_(std::exchange(other.view_bytes_, 0)) {
+  other.shape_.clear();
+  other.bytes_.clear();
+}
+
+HostArray& HostArray::operator=(HostArray&& other) noexcept {
+  if (this != &other) {
+    dtype_ = other.dtype_;
+    shape_ = std::move(other.shape_);
+    bytes_ = std::move(other.bytes_);
+    view_ = std::exchange(other.view_, nullptr);
+    view_bytes_ = std::exchange(other.view_bytes_, 0);
+    other.shape_.clear();
+    other.bytes_.clear();
+  }
+  return *this;
+}
+
+std::string HostArray::TakeBytes() && {
+  if (view_ != nullptr) return std::string(view_, view_bytes_);
+  return std::move(bytes_);
+}
+
 HostArray UninitializedArray(DType dtype, std::vector<int64_t> shape, FirstTouch touch) {
   std::string bytes = ArrayStorage(StorageBytes(dtype, shape), /*zero=*/false,
                                    /*populate=*/touch == FirstTouch::kPrefault);
@@ -177,8 +221,11 @@ HostArray UninitializedArray(DType dtype, std::vector<int64_t> shape, FirstTouch
   return a.ok() ? *std::move(a) : HostArray();  // not ok only for an invalid shape
 }
 
-absl::StatusOr<HostArray> HostArray::FromBytes(DType dtype, std::vector<int64_t> shape,
-                                               std::string bytes, absl::string_view field) {
+namespace {
+
+// FromBytes' and Borrow's checks: a valid shape whose byte count is `nbytes`.
+absl::Status CheckBytes(DType dtype, const std::vector<int64_t>& shape, size_t nbytes,
+                        absl::string_view field) {
   int64_t n = ShapeElements(shape);
   if (n < 0) {
     return absl::InvalidArgumentError(
@@ -191,15 +238,39 @@ absl::StatusOr<HostArray> HostArray::FromBytes(DType dtype, std::vector<int64_t>
                                                    " needs more than 2^63 bytes"));
   }
   const size_t want = static_cast<size_t>(n * item);
-  if (bytes.size() != want) {
+  if (nbytes != want) {
     return absl::InvalidArgumentError(absl::StrCat(
-        field, ".data has ", bytes.size(), " bytes but shape ", ShapeString(shape), " of ",
+        field, ".data has ", nbytes, " bytes but shape ", ShapeString(shape), " of ",
         DTypeName(dtype), " needs ", want));
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<HostArray> HostArray::FromBytes(DType dtype, std::vector<int64_t> shape,
+                                               std::string bytes, absl::string_view field) {
+  FRESNEL_RETURN_IF_ERROR(CheckBytes(dtype, shape, bytes.size(), field));
   HostArray a;
   a.dtype_ = dtype;
   a.shape_ = std::move(shape);
   a.bytes_ = std::move(bytes);
+  return a;
+}
+
+absl::StatusOr<HostArray> HostArray::Borrow(DType dtype, std::vector<int64_t> shape, void* data,
+                                            size_t nbytes, absl::string_view field) {
+  FRESNEL_RETURN_IF_ERROR(CheckBytes(dtype, shape, nbytes, field));
+  if (data == nullptr && nbytes > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": no bytes to borrow"));
+  }
+  HostArray a;
+  a.dtype_ = dtype;
+  a.shape_ = std::move(shape);
+  if (nbytes > 0) {
+    a.view_ = static_cast<char*>(data);
+    a.view_bytes_ = nbytes;
+  }
   return a;
 }
 

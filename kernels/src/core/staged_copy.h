@@ -3,8 +3,10 @@
 // large pageable array goes up or down at DMA speed without pinning the array itself (pinning
 // costs about as much as copying it) and without the driver's own single-threaded pageable path
 // (~12 GB/s on the H200 machine). Each chunk is copied between the caller's memory and a pinned
-// chunk on all cores (TBB) while the other chunk of the pair is on the bus. No CUDA types here
-// (`stream` is a cudaStream_t); defined in CUDA builds only.
+// chunk on all cores (TBB) while the other chunk of the pair is on the bus. Pieces whose host
+// side is page-locked already (a pinned shared-memory region) skip the staging: one DMA each,
+// straight from or to where they are. No CUDA types here (`stream` is a cudaStream_t); defined
+// in CUDA builds only.
 //
 // Bounded: kStagingChunks chunks of kStagingChunkBytes per device (128 MiB), two per call; a
 // call that finds fewer than two free (several large copies at once on one device) or copies

@@ -148,11 +148,39 @@ std::vector<Part> PartsOf(const std::vector<StagedPiece>& pieces, size_t* total)
   return parts;
 }
 
+// Page-locked host memory (a pinned shared-memory region, a cudaHostAlloc buffer) needs no
+// staging: the DMA reads or writes it where it is. Pageable memory is cudaMemoryTypeUnregistered.
+bool PageLocked(const void* host) {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, host) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return a.type == cudaMemoryTypeHost;
+}
+
+// Enqueues the pieces whose host side is page-locked as plain copies on `stream` and moves the
+// others into `*pageable` (downloads: the stream is synchronised after those, in every path).
+absl::Status CopyPageLocked(const std::vector<StagedPiece>& pieces, cudaMemcpyKind kind,
+                            cudaStream_t stream, std::vector<StagedPiece>* pageable) {
+  for (const StagedPiece& p : pieces) {
+    const void* host = kind == cudaMemcpyHostToDevice ? p.src : p.dst;
+    if (p.bytes == 0 || !PageLocked(host)) {
+      pageable->push_back(p);
+      continue;
+    }
+    FRESNEL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(p.dst, p.src, p.bytes, kind, stream));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
-absl::Status StagedUpload(int ordinal, const std::vector<StagedPiece>& pieces,
+absl::Status StagedUpload(int ordinal, const std::vector<StagedPiece>& all_pieces,
                           void* stream_ptr) {
   cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  std::vector<StagedPiece> pieces;
+  FRESNEL_RETURN_IF_ERROR(CopyPageLocked(all_pieces, cudaMemcpyHostToDevice, stream, &pieces));
   size_t total = 0;
   const std::vector<Part> parts = PartsOf(pieces, &total);
   if (total < kStagingMinBytes || StagingOff()) {
@@ -179,9 +207,11 @@ absl::Status StagedUpload(int ordinal, const std::vector<StagedPiece>& pieces,
   return absl::OkStatus();
 }
 
-absl::Status StagedDownload(int ordinal, const std::vector<StagedPiece>& pieces,
+absl::Status StagedDownload(int ordinal, const std::vector<StagedPiece>& all_pieces,
                             void* stream_ptr) {
   cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  std::vector<StagedPiece> pieces;
+  FRESNEL_RETURN_IF_ERROR(CopyPageLocked(all_pieces, cudaMemcpyDeviceToHost, stream, &pieces));
   size_t total = 0;
   const std::vector<Part> parts = PartsOf(pieces, &total);
   std::unique_ptr<Pair> pair;

@@ -635,16 +635,20 @@ absl::StatusOr<GoldsteinResult> Run(const Device& device, const HostArray& phase
   // The results are written in full by the download: no zero fill first (their pages are
   // faulted in by the copy-out threads). All of them go down through one pair of pinned chunks,
   // one chunk's DMA overlapping the previous one's copy-out, across arrays too.
-  const auto fresh = [&](DType dtype) {
-    return UninitializedArray(dtype, phase.shape(), FirstTouch::kOnWrite);
+  // The caller's buffers (options.into, e.g. its shared-memory region) take the downloads
+  // directly.
+  ResultBuffers* into = options.into;
+  const auto fresh = [&](HostArray ResultBuffers::*buffer, DType dtype) {
+    return internal::ResultArray(into != nullptr ? &(into->*buffer) : nullptr, dtype,
+                                 phase.shape());
   };
-  result.unwrapped = fresh(phase.dtype());
+  result.unwrapped = fresh(&ResultBuffers::unwrapped, phase.dtype());
   std::vector<StagedPiece> down = {{result.unwrapped.raw(), p.out, n * sizeof(T)}};
   if (options.return_maps) {
-    result.residues = fresh(DType::kInt16);
-    result.cuts = fresh(DType::kUint8);
-    result.regions = fresh(DType::kInt32);
-    result.unreached = fresh(DType::kUint8);
+    result.residues = fresh(&ResultBuffers::residues, DType::kInt16);
+    result.cuts = fresh(&ResultBuffers::cuts, DType::kUint8);
+    result.regions = fresh(&ResultBuffers::regions, DType::kInt32);
+    result.unreached = fresh(&ResultBuffers::unreached, DType::kUint8);
     down.push_back({result.residues.raw(), p.charge, n * sizeof(int16_t)});
     down.push_back({result.cuts.raw(), p.cut, static_cast<size_t>(n)});
     down.push_back({result.regions.raw(), p.regions_out, n * sizeof(int)});

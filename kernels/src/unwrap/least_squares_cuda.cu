@@ -448,8 +448,9 @@ absl::StatusOr<LeastSquaresResult> Run(const Device& device, const HostArray& ph
   FRESNEL_RETURN_IF_ERROR(clock.Mark());
 
   // Every byte is written by the download: no zero fill first (its pages are faulted in by the
-  // copy-out threads).
-  result.unwrapped = UninitializedArray(phase.dtype(), phase.shape(), FirstTouch::kOnWrite);
+  // copy-out threads), or straight into the caller's buffer (options.into).
+  result.unwrapped = internal::ResultArray(
+      options.into != nullptr ? &options.into->unwrapped : nullptr, phase.dtype(), phase.shape());
   int bad = INT_MAX;
   FRESNEL_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(&bad, d_bad.get(), sizeof(int), cudaMemcpyDeviceToHost, stream));

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "fresnel/core/status.h"
+#include "fresnel/core/uninitialized_array.h"
 #include "fresnel/unwrap/unwrap.h"
 #include "unwrap/unwrap_common.h"
 #include "unwrap/unwrap_internal.h"
@@ -207,11 +208,57 @@ absl::Status ValidateGoldstein(const HostArray& phase, const GoldsteinOptions& o
   return absl::OkStatus();
 }
 
+namespace internal {
+
+absl::Status CheckResultBuffers(const HostArray& phase, const ResultBuffers* into, bool maps) {
+  if (into == nullptr) return absl::OkStatus();
+  const struct {
+    const HostArray* buffer;
+    const char* name;
+    DType dtype;
+    bool map;
+  } arrays[] = {{&into->unwrapped, "unwrapped", phase.dtype(), false},
+                {&into->residues, "residues", DType::kInt16, true},
+                {&into->cuts, "cuts", DType::kUint8, true},
+                {&into->regions, "regions", DType::kInt32, true},
+                {&into->unreached, "unreached", DType::kUint8, true}};
+  for (const auto& a : arrays) {
+    if (a.buffer->ndim() == 0) continue;
+    if (a.map && !maps) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("into.", a.name, ": this call returns no maps"));
+    }
+    if (a.buffer->dtype() != a.dtype || a.buffer->shape() != phase.shape()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "into.", a.name, ": ", DTypeName(a.buffer->dtype()), " ", ShapeString(a.buffer->shape()),
+          ", the result is ", DTypeName(a.dtype), " ", ShapeString(phase.shape())));
+    }
+  }
+  return absl::OkStatus();
+}
+
+HostArray ResultArray(HostArray* buffer, DType dtype, const std::vector<int64_t>& shape) {
+  if (buffer != nullptr && buffer->ndim() > 0) return std::move(*buffer);
+  return UninitializedArray(dtype, shape, FirstTouch::kOnWrite);
+}
+
+void DeliverInto(HostArray* buffer, HostArray* array) {
+  if (buffer == nullptr || buffer->ndim() == 0 || array->ndim() == 0) return;
+  if (buffer->raw() != array->raw() && array->nbytes() > 0) {
+    std::copy_n(static_cast<const char*>(array->raw()), array->nbytes(),
+                static_cast<char*>(buffer->raw()));
+  }
+  *array = std::move(*buffer);
+}
+
+}  // namespace internal
+
 absl::StatusOr<GoldsteinResult> UnwrapGoldstein(const Device& device, const HostArray& phase,
                                                 const GoldsteinOptions& options,
                                                 StageTimes* times) {
   FRESNEL_RETURN_IF_ERROR(internal::Report(options.progress, Stage::kValidate, 0.0));
   FRESNEL_RETURN_IF_ERROR(ValidateGoldstein(phase, options));
+  FRESNEL_RETURN_IF_ERROR(internal::CheckResultBuffers(phase, options.into, options.return_maps));
   FRESNEL_RETURN_IF_ERROR(RequireStream(device));
   if (device.kind == DeviceKind::kCuda) {
 #if FRESNEL_WITH_CUDA
@@ -222,6 +269,13 @@ absl::StatusOr<GoldsteinResult> UnwrapGoldstein(const Device& device, const Host
   }
   auto start = std::chrono::steady_clock::now();
   auto result = internal::UnwrapGoldsteinCpu(phase, options);
+  if (result.ok() && options.into != nullptr) {
+    internal::DeliverInto(&options.into->unwrapped, &result->unwrapped);
+    internal::DeliverInto(&options.into->residues, &result->residues);
+    internal::DeliverInto(&options.into->cuts, &result->cuts);
+    internal::DeliverInto(&options.into->regions, &result->regions);
+    internal::DeliverInto(&options.into->unreached, &result->unreached);
+  }
   if (times != nullptr) {
     *times = StageTimes{};
     times->compute_s =
@@ -291,6 +345,7 @@ absl::StatusOr<LeastSquaresResult> UnwrapLeastSquares(const Device& device,
                                                       StageTimes* times) {
   FRESNEL_RETURN_IF_ERROR(internal::Report(options.progress, Stage::kValidate, 0.0));
   FRESNEL_RETURN_IF_ERROR(ValidateLeastSquares(phase, options));
+  FRESNEL_RETURN_IF_ERROR(internal::CheckResultBuffers(phase, options.into, false));
   FRESNEL_RETURN_IF_ERROR(RequireStream(device));
   if (options.weights != nullptr) {
     FRESNEL_RETURN_IF_ERROR(internal::CheckWeightValues(*options.weights, options.mask));
@@ -304,6 +359,9 @@ absl::StatusOr<LeastSquaresResult> UnwrapLeastSquares(const Device& device,
   }
   auto start = std::chrono::steady_clock::now();
   auto result = internal::UnwrapLeastSquaresCpu(phase, options);
+  if (result.ok() && options.into != nullptr) {
+    internal::DeliverInto(&options.into->unwrapped, &result->unwrapped);
+  }
   if (times != nullptr) {
     *times = StageTimes{};
     times->compute_s =
@@ -334,6 +392,7 @@ GoldsteinOptions GoldsteinOptionsOf(const UnwrapOptions& in) {
   o.iterations_per_radius = in.iterations_per_radius;
   o.return_maps = in.return_maps;
   o.limits = in.limits;
+  o.into = in.into;
   return o;
 }
 
@@ -344,6 +403,7 @@ LeastSquaresOptions LeastSquaresOptionsOf(const UnwrapOptions& in) {
   o.weighted = in.method == Method::kWeightedLeastSquares;
   o.weights = o.weighted ? in.quality : nullptr;
   o.limits = in.limits;
+  o.into = in.into;
   return o;
 }
 

@@ -30,6 +30,16 @@ bool RunsWeighted(const LeastSquaresOptions& options);
 absl::Status BadPhaseValue(const HostArray& phase, int64_t index);
 absl::Status BadQualityValue(const HostArray& quality, int64_t index);
 
+// options.into against the result it will hold (ResultBuffers): InvalidArgument naming the array
+// ("into.cuts") when one is set with another dtype or shape, or is a map without `maps`.
+absl::Status CheckResultBuffers(const HostArray& phase, const ResultBuffers* into, bool maps);
+// A result array of `dtype` and the phase's shape: `*buffer` (moved out) when the caller set it,
+// else a new uninitialised array (faulted in by whoever writes it first). `buffer` may be null.
+HostArray ResultArray(HostArray* buffer, DType dtype, const std::vector<int64_t>& shape);
+// CPU paths, at the end: a result array into the caller's buffer when it set one (a copy, then
+// `*array` is that buffer). `buffer` may be null.
+void DeliverInto(HostArray* buffer, HostArray* array);
+
 // Reports progress; CancelledError when the hook asks to stop.
 absl::Status Report(const ProgressFn& progress, Stage stage, double fraction);
 

@@ -164,7 +164,7 @@ int64_t OutputRegionBytes(const std::vector<int64_t>& nbytes) {
 void ToProto(const HostArray& array, v1::NdArray* out) {
   out->set_dtype(ToProto(array.dtype()));
   out->mutable_shape()->Assign(array.shape().begin(), array.shape().end());
-  out->set_data(array.bytes());
+  out->set_data(array.bytes().data(), array.nbytes());
 }
 
 void ToProto(HostArray&& array, v1::NdArray* out) {
@@ -174,7 +174,7 @@ void ToProto(HostArray&& array, v1::NdArray* out) {
 }
 
 v1::ArrayChunk ArrayChunkAt(const HostArray& array, int64_t offset, int64_t chunk_bytes) {
-  const std::string& bytes = array.bytes();
+  const std::string_view bytes = array.bytes();
   const int64_t total = static_cast<int64_t>(bytes.size());
   chunk_bytes = std::max<int64_t>(chunk_bytes, 1);
   offset = std::clamp<int64_t>(offset, 0, total);

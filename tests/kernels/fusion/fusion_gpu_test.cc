@@ -254,7 +254,7 @@ TEST_CASE("fusion gpu: livingroom1_clean_micro with tracking", "[gpu][fusion]") 
     auto png = ReadPng(seq->depth_files[i]);
     REQUIRE(png.ok());
     FrameInput in;
-    in.depth = png->bytes();
+    in.depth = absl::string_view(png->bytes().data(), png->nbytes());
     if (i == 0) in.fixed_pose = seq->poses[0];
     auto r = (*v)->ProcessFrame(gpu, in);
     REQUIRE(r.ok());

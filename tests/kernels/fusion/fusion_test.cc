@@ -381,7 +381,7 @@ TEST_CASE("fusion: livingroom1_clean_micro reads and fuses with its poses (CPU)"
     auto png = ReadPng(seq->depth_files[i]);
     REQUIRE(png.ok());
     FrameInput in;
-    in.depth = png->bytes();
+    in.depth = absl::string_view(png->bytes().data(), png->nbytes());
     in.fixed_pose = seq->poses[i];
     REQUIRE((*v)->ProcessFrame(kCpu, in).ok());
   }

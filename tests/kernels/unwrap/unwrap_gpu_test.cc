@@ -14,7 +14,10 @@
 #include <string>
 #include <vector>
 
+#include <sys/mman.h>
+
 #include "core/staged_copy.h"
+#include "fresnel/core/gpu.h"
 #include "fresnel/core/device.h"
 #include "fresnel/unwrap/unwrap.h"
 #include "pairing_replay.h"
@@ -386,14 +389,20 @@ TEST_CASE("GPU errors and progress match the CPU", "[unwrap][gpu]") {
 
 // Arrays of several staging chunks (core/staged_copy.h: 16 MiB each, two per call) go up and
 // come down through the pinned pool: still the CPU's bits, maps included.
-TEST_CASE("GPU Goldstein through the pinned staging chunks equals the CPU", "[unwrap][gpu]") {
-  if (SkipWithoutGpu()) return;
+// A surface larger than one staging chunk per array (2600 x 1901: 19.8 MB in float32).
+SyntheticSpec StagingSpec() {
   SyntheticSpec spec;
   spec.rows = 2600;
   spec.cols = 1901;
   spec.turns = 8;
   spec.sigma = 0.8;
   spec.seed = FreshSeed();
+  return spec;
+}
+
+TEST_CASE("GPU Goldstein through the pinned staging chunks equals the CPU", "[unwrap][gpu]") {
+  if (SkipWithoutGpu()) return;
+  const SyntheticSpec spec = StagingSpec();
   auto data = MakeSynthetic(spec, DType::kFloat64);  // 39.5 MB: three chunks
   HostArray mask = RandomMask(spec.rows, spec.cols, 30, 25, 200, spec.seed);
   HostArray quality = RandomPhase(DType::kFloat64, spec.rows, spec.cols, spec.seed + 7);
@@ -469,6 +478,101 @@ TEST_CASE("staged host<->device copies move every byte", "[unwrap][gpu][staging]
   for (auto& f : at_once) CHECK(f.get() == "");
   CHECK(fresnel::cuda::StagingPoolBytes() <=
         int64_t{fresnel::cuda::kStagingChunks} * static_cast<int64_t>(chunk));
+}
+#endif
+
+#if defined(FRESNEL_WITH_CUDA)
+// Host memory in a mapping of its own, page-locked when `pinned` (what a pinned shared-memory
+// region is to the server), cut into 64-byte-aligned slots.
+class HostBlock {
+ public:
+  HostBlock(size_t bytes, bool pinned) : size_(bytes) {
+    void* p = mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    data_ = p == MAP_FAILED ? nullptr : static_cast<char*>(p);
+    pinned_ = pinned && data_ != nullptr && PinHostMemory(data_, static_cast<int64_t>(size_)).ok();
+  }
+  ~HostBlock() {
+    if (pinned_) UnpinHostMemory(data_);
+    if (data_ != nullptr) munmap(data_, size_);
+  }
+  bool ok(bool want_pinned) const { return data_ != nullptr && pinned_ == want_pinned; }
+  // A view of the next slot for an array of `dtype` and `shape`.
+  HostArray Next(DType dtype, const std::vector<int64_t>& shape) {
+    const size_t n = static_cast<size_t>(ShapeElements(shape)) * DTypeSize(dtype);
+    absl::StatusOr<HostArray> a = HostArray::Borrow(dtype, shape, data_ + used_, n);
+    used_ += (n + 63) / 64 * 64;
+    return a.ok() && used_ <= size_ ? *std::move(a) : HostArray();
+  }
+
+ private:
+  char* data_ = nullptr;
+  size_t size_ = 0, used_ = 0;
+  bool pinned_ = false;
+};
+
+// unwrap::ResultBuffers: the phase read from and every result written straight into the
+// caller's memory (pageable: through the staging chunks; pinned: DMA where it lies), the same
+// bits as the CPU, and the result arrays are the caller's views.
+void CheckResultsIntoCallerMemory(bool pinned) {
+  INFO((pinned ? "pinned" : "pageable") << " caller memory");
+  const SyntheticSpec spec = StagingSpec();
+  INFO("seed " << spec.seed);
+  auto data = MakeSynthetic(spec, DType::kFloat32);  // 19.8 MB: two staging chunks a map
+  const std::vector<int64_t> shape = data.wrapped.shape();
+  HostBlock block(int64_t{64} << 20, pinned);
+  REQUIRE(block.ok(pinned));
+  HostArray phase = block.Next(DType::kFloat32, shape);
+  REQUIRE(phase.nbytes() == data.wrapped.nbytes());
+  std::memcpy(phase.raw(), data.wrapped.raw(), phase.nbytes());
+  ResultBuffers into;
+  into.unwrapped = block.Next(DType::kFloat32, shape);
+  into.residues = block.Next(DType::kInt16, shape);
+  into.cuts = block.Next(DType::kUint8, shape);
+  into.regions = block.Next(DType::kInt32, shape);
+  into.unreached = block.Next(DType::kUint8, shape);
+  const void* where[] = {into.unwrapped.raw(), into.residues.raw(), into.cuts.raw(),
+                         into.regions.raw(), into.unreached.raw()};
+  REQUIRE(into.unreached.nbytes() > 0);
+
+  auto cpu = UnwrapGoldstein(Device::Cpu(), data.wrapped, {});
+  REQUIRE(cpu.ok());
+  GoldsteinOptions options;
+  options.into = &into;
+  auto gpu = UnwrapGoldstein(*TestGpu(), phase, options);
+  INFO(gpu.status().ToString());
+  REQUIRE(gpu.ok());
+  const HostArray* got[] = {&gpu->unwrapped, &gpu->residues, &gpu->cuts, &gpu->regions,
+                            &gpu->unreached};
+  for (int i = 0; i < 5; ++i) {
+    CHECK(got[i]->borrowed());
+    CHECK(got[i]->raw() == where[i]);
+  }
+  CHECK(FirstDifference("residues", cpu->residues, gpu->residues) == "");
+  CHECK(FirstDifference("cuts", cpu->cuts, gpu->cuts) == "");
+  CHECK(FirstDifference("regions", cpu->regions, gpu->regions) == "");
+  CHECK(FirstDifference("unreached", cpu->unreached, gpu->unreached) == "");
+  CHECK(FirstDifference("unwrapped", cpu->unwrapped, gpu->unwrapped) == "");
+
+  // Least squares into the caller's memory: the bits of the same GPU call into new arrays.
+  auto plain = UnwrapLeastSquares(*TestGpu(), data.wrapped, {});
+  REQUIRE(plain.ok());
+  ResultBuffers lsq_into;
+  lsq_into.unwrapped = block.Next(DType::kFloat32, shape);
+  REQUIRE(lsq_into.unwrapped.nbytes() > 0);
+  const void* lsq_where = lsq_into.unwrapped.raw();
+  LeastSquaresOptions lsq_options;
+  lsq_options.into = &lsq_into;
+  auto lsq = UnwrapLeastSquares(*TestGpu(), phase, lsq_options);
+  REQUIRE(lsq.ok());
+  CHECK(lsq->unwrapped.raw() == lsq_where);
+  CHECK(FirstDifference("least squares", plain->unwrapped, lsq->unwrapped) == "");
+}
+
+TEST_CASE("GPU results go straight into the caller's memory, pageable or pinned",
+          "[unwrap][gpu][staging]") {
+  if (SkipWithoutGpu()) return;
+  CheckResultsIntoCallerMemory(false);
+  CheckResultsIntoCallerMemory(true);
 }
 #endif
 

@@ -601,6 +601,61 @@ TEST_CASE("Unwrap runs each method as its own entry point does, with overall pro
   }
 }
 
+TEST_CASE("results go into the caller's buffers (ResultBuffers), checked naming the array",
+          "[unwrap]") {
+  HostArray phase = testing::RandomPhase(DType::kFloat32, 40, 50, 17);
+  auto want = UnwrapGoldstein(Device::Cpu(), phase, {});
+  REQUIRE(want.ok());
+  std::vector<float> unwrapped(40 * 50);
+  std::vector<int16_t> residues(40 * 50);
+  ResultBuffers into;
+  into.unwrapped = *HostArray::Borrow(DType::kFloat32, {40, 50}, unwrapped.data(), 8000);
+  into.residues = *HostArray::Borrow(DType::kInt16, {40, 50}, residues.data(), 4000);
+  GoldsteinOptions options;
+  options.into = &into;
+  auto got = UnwrapGoldstein(Device::Cpu(), phase, options);
+  REQUIRE(got.ok());
+  CHECK(got->unwrapped.raw() == unwrapped.data());  // the caller's memory holds the result
+  CHECK(got->residues.raw() == residues.data());
+  CHECK_FALSE(got->cuts.borrowed());                  // not given: a new array
+  CHECK(got->unwrapped.bytes() == want->unwrapped.bytes());
+  CHECK(got->residues.bytes() == want->residues.bytes());
+  CHECK(got->cuts.bytes() == want->cuts.bytes());
+
+  // Through the one entry point, least squares too.
+  std::vector<float> lsq(40 * 50);
+  ResultBuffers lsq_into;
+  lsq_into.unwrapped = *HostArray::Borrow(DType::kFloat32, {40, 50}, lsq.data(), 8000);
+  UnwrapOptions u;
+  u.method = Method::kLeastSquares;
+  u.into = &lsq_into;
+  auto lsq_got = Unwrap(Device::Cpu(), phase, u);
+  REQUIRE(lsq_got.ok());
+  CHECK(lsq_got->unwrapped.raw() == lsq.data());
+  auto lsq_want = UnwrapLeastSquares(Device::Cpu(), phase, {});
+  REQUIRE(lsq_want.ok());
+  CHECK(lsq_got->unwrapped.bytes() == lsq_want->unwrapped.bytes());
+
+  // Another dtype or shape, or a map the call does not return: INVALID_ARGUMENT naming it.
+  std::vector<int32_t> wrong(40 * 50);
+  ResultBuffers bad;
+  bad.residues = *HostArray::Borrow(DType::kInt32, {40, 50}, wrong.data(), 8000);
+  options.into = &bad;
+  auto refused = UnwrapGoldstein(Device::Cpu(), phase, options);
+  CHECK(refused.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(refused.status().message().find("into.residues") != std::string::npos);
+  bad.residues = HostArray();
+  bad.regions = *HostArray::Borrow(DType::kInt32, {50, 40}, wrong.data(), 8000);
+  refused = UnwrapGoldstein(Device::Cpu(), phase, options);
+  CHECK(refused.status().message().find("into.regions") != std::string::npos);
+  bad.regions = *HostArray::Borrow(DType::kInt32, {40, 50}, wrong.data(), 8000);
+  options.return_maps = false;
+  refused = UnwrapGoldstein(Device::Cpu(), phase, options);
+  CHECK(refused.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(refused.status().message().find("into.regions: this call returns no maps") !=
+        std::string::npos);
+}
+
 TEST_CASE("ValidateUnwrap refuses bad values naming the field and pixel", "[unwrap]") {
   HostArray phase(DType::kFloat32, {8, 9});
   for (int64_t i = 0; i < phase.size(); ++i) phase.data<float>()[i] = 0.1f * (i % 7);

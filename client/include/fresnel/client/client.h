@@ -70,6 +70,11 @@ struct ClientOptions {
 struct CallOptions {
   // Overrides ClientOptions::default_timeout when positive; negative = no deadline at all.
   std::chrono::milliseconds timeout{0};
+  // A result the server wrote into a SharedRegion of this Client (the request's out_shm) is
+  // returned as views of the region (SharedRegion::View: no copy; valid while the region lives,
+  // and showing what a later call writes to that range) instead of copies read out of it.
+  // Honoured by Unwrap; the other calls copy.
+  bool results_in_region = false;
 };
 
 // How UpfirdnArray / ResamplePolyArray move a big array (docs/transport.md).

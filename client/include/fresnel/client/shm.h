@@ -64,6 +64,9 @@ class SharedRegion {
   // Copies the array an NdArray names out of this region (array.shm.region must be name());
   // INVALID_ARGUMENT for another region, a bad dtype/shape or a range outside the region.
   absl::StatusOr<HostArray> Read(const v1::NdArray& array) const;
+  // The same array without the copy: a view of the region (HostArray::Borrow), valid while
+  // this SharedRegion lives and showing whatever is written to that range later.
+  absl::StatusOr<HostArray> View(const v1::NdArray& array) const;
 
   // Any request's inline arrays into this region (docs/transport.md, "Which requests accept
   // it"): every NdArray of `request` that carries data (fresnel::NdArrayFields order: phase,

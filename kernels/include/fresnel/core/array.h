@@ -5,6 +5,7 @@
 #include <complex>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include "absl/strings/string_view.h"
 #include <vector>
 
@@ -47,44 +48,65 @@ int64_t ShapeElements(const std::vector<int64_t>& shape);
 // "[2, 3]"
 std::string ShapeString(const std::vector<int64_t>& shape);
 
-// An owning, row-major host array. The bytes live in a std::string so that a result can be moved
-// into a protobuf `bytes` field without a copy.
+// A row-major host array. It owns its bytes, in a std::string so that a result can be moved
+// into a protobuf `bytes` field without a copy; or, made by Borrow, it is a view of bytes that
+// somebody else owns (a shared-memory region a request holds), so that a kernel can read its
+// input from there and write its result there without a copy in between.
 class HostArray {
  public:
   HostArray() = default;
   // Zero-filled array. `shape` must be valid (non-negative dimensions).
   HostArray(DType dtype, std::vector<int64_t> shape);
+  // A copy owns its bytes, also the copy of a borrowed array. A move keeps what it moves (a
+  // view stays a view) and leaves `other` empty.
+  HostArray(const HostArray& other);
+  HostArray& operator=(const HostArray& other);
+  HostArray(HostArray&& other) noexcept;
+  HostArray& operator=(HostArray&& other) noexcept;
+  ~HostArray() = default;
 
   // Adopts `bytes`; InvalidArgument (naming `field`) when the shape is invalid or the byte count
   // does not equal elements * DTypeSize(dtype).
   static absl::StatusOr<HostArray> FromBytes(DType dtype, std::vector<int64_t> shape,
                                              std::string bytes, absl::string_view field = "array");
+  // A view of the `nbytes` bytes at `data`, neither copied nor owned: whoever calls this keeps
+  // them mapped, and keeps other writers away from them, for as long as the array or anything
+  // reading through it lives. The same checks as FromBytes.
+  static absl::StatusOr<HostArray> Borrow(DType dtype, std::vector<int64_t> shape, void* data,
+                                          size_t nbytes, absl::string_view field = "array");
 
   DType dtype() const { return dtype_; }
   const std::vector<int64_t>& shape() const { return shape_; }
   int ndim() const { return static_cast<int>(shape_.size()); }
   int64_t dim(int i) const { return shape_[i]; }
   int64_t size() const { return ShapeElements(shape_); }
-  size_t nbytes() const { return bytes_.size(); }
+  size_t nbytes() const { return view_ != nullptr ? view_bytes_ : bytes_.size(); }
+  // True for an array made by Borrow (or moved from one).
+  bool borrowed() const { return view_ != nullptr; }
 
-  void* raw() { return bytes_.data(); }
-  const void* raw() const { return bytes_.data(); }
+  void* raw() { return view_ != nullptr ? view_ : bytes_.data(); }
+  const void* raw() const { return view_ != nullptr ? view_ : bytes_.data(); }
   // Typed access; T must match dtype() (checked in debug builds).
   template <class T>
-  T* data() { return reinterpret_cast<T*>(bytes_.data()); }
+  T* data() { return reinterpret_cast<T*>(raw()); }
   template <class T>
-  const T* data() const { return reinterpret_cast<const T*>(bytes_.data()); }
+  const T* data() const { return reinterpret_cast<const T*>(raw()); }
 
   // Reinterprets with a new shape of the same element count.
   absl::Status Reshape(std::vector<int64_t> shape);
 
-  const std::string& bytes() const { return bytes_; }
-  std::string TakeBytes() && { return std::move(bytes_); }
+  std::string_view bytes() const {
+    return std::string_view(static_cast<const char*>(raw()), nbytes());
+  }
+  // The bytes as a string: moved out of an owning array, copied out of a borrowed one.
+  std::string TakeBytes() &&;
 
  private:
   DType dtype_ = DType::kFloat32;
   std::vector<int64_t> shape_;
   std::string bytes_;
+  char* view_ = nullptr;  // Borrow's bytes; bytes_ is then empty
+  size_t view_bytes_ = 0;
 };
 
 }  // namespace fresnel

@@ -73,6 +73,18 @@ struct GoldsteinCudaOptions {
   bool cooperative_fences = true;
 };
 
+// Memory the caller provides for a result's arrays, e.g. HostArray::Borrow views of a client's
+// shared-memory region, so that the result is written where it is wanted instead of into new
+// arrays that are then copied there. Each array that is not empty must have the phase's shape
+// and the dtype of that result array (unwrapped: the phase's; residues int16, cuts uint8,
+// regions int32, unreached uint8; the maps only with return_maps), else the call is
+// INVALID_ARGUMENT naming it. The CUDA paths download straight into them; the CPU paths copy
+// their result in at the end. The result then holds these arrays (moved out of here); an empty
+// one is allocated as usual.
+struct ResultBuffers {
+  HostArray unwrapped, residues, cuts, regions, unreached;
+};
+
 struct GoldsteinOptions {
   // Borrowed, must outlive the call; nullptr = none. See the file comment for dtypes.
   const HostArray* mask = nullptr;
@@ -89,6 +101,7 @@ struct GoldsteinOptions {
   ProgressFn progress;
   Limits limits;
   GoldsteinCudaOptions cuda;
+  ResultBuffers* into = nullptr;  // borrowed; nullptr = new arrays
 };
 
 struct GoldsteinStats {
@@ -164,6 +177,7 @@ struct LeastSquaresOptions {
   bool congruent = true;
   ProgressFn progress;
   Limits limits;
+  ResultBuffers* into = nullptr;  // borrowed; only `unwrapped` is used
 };
 
 struct LeastSquaresResult {
@@ -218,6 +232,7 @@ struct UnwrapOptions {
   bool congruent = true;          // least squares only (LeastSquaresOptions::congruent)
   OverallProgressFn progress;
   Limits limits;
+  ResultBuffers* into = nullptr;  // borrowed; where the result's arrays go (ResultBuffers)
 };
 
 struct UnwrapResult {
