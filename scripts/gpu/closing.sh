@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 13's GPU call: issue 15's speed table complete in one run (160/147 three times, the
+# Session 13's GPU calls. Call 1 (no argument): issue 15's speed table complete in one run (160/147 three times, the
 # whole kernel table, cupyx beside it) and then every [gpu] test case of main, each binary in its
 # own process (team_a.sh without soak, fuzzers, sanitizers). ~6 min; give the call 600 s.
 # Here:   FRESNEL_GPU_FUZZ=0 bash scripts/gpu/team_bundle.sh
@@ -18,6 +18,36 @@ out=${OUT:-$here/out}
 mkdir -p "$out" /work /work/shared
 [[ -e /work/main ]] || ln -s "$root" /work/main
 [[ -e /work/shared/data ]] || ln -s "$here/.gpu/data" /work/shared/data
+if [[ ${1:-} == 2 ]]; then
+  # Call 2 (after call 1 on an H200): the new unwrap [gpu] case (its block was too small in call
+  # 1), test_inline_staging's [gpu] case that failed in call 1 with main's and with session 12's
+  # binary (s12/, from s12.tar.xz), issue 15 with stage 3 + bulk input as the default (every
+  # [gpu] case of test_interp, 160/147 three times, the whole table), then issue 10's transport
+  # table before/after (before/, from before.tar.xz; tests/bench/transport/h200_before_after.sh).
+  log=$out/call2.log
+  source "$root/tests/bench/device_step.sh"
+  cd "$root"
+  step 90 "unwrap into the caller's memory" test_unwrap \
+    "GPU results go straight into the caller's memory, pageable or pinned"
+  step 150 "inline staging [gpu], main" test_inline_staging "[gpu]"
+  [[ -x $here/s12/test_inline_staging ]] &&
+    step 150 "inline staging [gpu], session 12's binary" "$here/s12/test_inline_staging" "[gpu]"
+  grep -h "===\|FAILED\|differ\|passed\|failed" "$log" | head -40
+  step 150 "issue 15: test_interp [gpu] with the new default" test_interp "[gpu]"
+  for i in 1 2 3; do
+    step 60 "issue 15: 160/147 on 2^26, repetition $i" \
+      fresnel_bench_interp --no-e2e --only "b: resample_poly"
+  done
+  step 60 "issue 15: the whole kernel table" fresnel_bench_interp --no-e2e
+  grep -h "===\|2\^26  \|stage1   \|passed\|failed" "$log" | tail -30
+  # Only on an H200 (issue 10's table was set there; an H100's is in BENCHMARKS.md, session 12).
+  if [[ -x $here/before/fresneld ]] && nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+    bash "$root/tests/bench/transport/h200_before_after.sh" "$out" "$here/before"
+  fi
+  grep -h "=== \|GB/s\|ratio" "$out/before_after.log" 2>/dev/null | head -60
+  cd "$out" && tar -czf logs2.tgz ./*.log 2>/dev/null
+  exit 0
+fi
 log=$out/interp.log
 source "$root/tests/bench/device_step.sh"   # step(), the GPU line in $log
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv >>"$log" 2>&1

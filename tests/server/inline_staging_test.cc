@@ -6,6 +6,7 @@
 // for bit.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <future>
 #include <random>
@@ -235,6 +236,23 @@ Answers Run(const TestServer& ts, const HostArray& x, const HostArray& taps, boo
   return a;
 }
 
+// "" when the answers are the same bytes, else how they differ (not the megabytes themselves).
+std::string FirstDifference(const std::string& got, const std::string& want, size_t item) {
+  if (got == want) return "";
+  if (got.size() != want.size()) {
+    return "sizes differ: " + std::to_string(got.size()) + " vs " + std::to_string(want.size());
+  }
+  size_t first = got.size(), count = 0;
+  for (size_t i = 0; i < got.size(); i += item) {
+    if (std::memcmp(got.data() + i, want.data() + i, item) != 0) {
+      first = std::min(first, i / item);
+      ++count;
+    }
+  }
+  return std::to_string(count) + " of " + std::to_string(got.size() / item) +
+         " elements differ, the first at " + std::to_string(first);
+}
+
 void CompareStagedWithHostArrayPath(const server::ServerConfig& base, bool gpu,
                                     std::vector<int64_t> shape = {3, 900001}) {
   server::ServerConfig staged_cfg = base;  // staging on (--shm-bytes default)
@@ -248,8 +266,9 @@ void CompareStagedWithHostArrayPath(const server::ServerConfig& base, bool gpu,
   const Answers want = Run(plain, x, taps, gpu);
   for (int round = 0; round < 2; ++round) {  // the second round reuses the staging buffers
     const Answers got = Run(staged, x, taps, gpu);
-    CHECK(got.upfirdn == want.upfirdn);
-    CHECK(got.resample_poly == want.resample_poly);
+    CAPTURE(DTypeName(dtype), round);
+    CHECK(FirstDifference(got.upfirdn, want.upfirdn, DTypeSize(dtype)) == "");
+    CHECK(FirstDifference(got.resample_poly, want.resample_poly, DTypeSize(dtype)) == "");
     if (gpu) CHECK(got.upfirdn_device.rfind("cuda", 0) == 0);
   }
   if (!gpu) {  // and the CPU kernel, the oracle

@@ -105,19 +105,19 @@ constexpr int kPgDefaultPrefetch = 1;
 // Default of PhaseGroupsChoice::stage (1: the whole tile staged and copied out by the threads,
 // 2: rounds, 3: the whole tile staged, bulk copies out; where they apply). Measured reason
 // (H200, 2026-12-02, docs/interp.md): rounds 0.366 ms on 160/147 against 0.224 for the whole
-// tile (63% slower, three blocks per SM and all). The bulk copy-out (3): 59.3% against 58.5%
-// for the default in one H200 run (session 9's team call), within 0.5% on an H100 (session
-// 10); with bulk input copies see kPgDefaultBulkIn. The choice changes no device code.
-constexpr int kPgDefaultStage = 1;
-// Defaults of PhaseGroupsChoice::tail and ::bulk_in (1: whole tiles only; per-thread cp.async).
-// Measured (2026-12-07, two calls that both ran on an H100, not the H200 the target is set on;
-// BENCHMARKS.md session 10, 160/147 on 2^26, medians of 7 alternated runs): stage 3 with bulk
-// input copies 0.2302 ms against 0.2373 for this default (3.0% faster, every run), stage 3 +
-// tail 3 0.2322, stage 1 + tail 3 0.2351, tail 2 no gain, stage 1 with bulk input copies 7%
-// slower. Kept opt-in until an H200 call (run_s10_on_gpu.sh b) confirms: making stage 3 + bulk
-// input the default is kPgDefaultStage = 3 and kPgDefaultBulkIn = 2 (no device code changes).
+// tile (63% slower, three blocks per SM and all). Stage 3 with bulk input copies (kPgDefaultBulkIn
+// = 2) is the default since session 13; the choice changes no device code.
+constexpr int kPgDefaultStage = 3;
+// Defaults of PhaseGroupsChoice::tail and ::bulk_in (tail 1: whole tiles only; bulk_in 2: the
+// input tile by bulk copies instead of per-thread cp.async). Measured reason: 160/147 on 2^26
+// float32, stage 3 + bulk input against stage 1 + per-thread input (the default before), in the
+// same runs: H200 (2026-12-07, session 13, four runs) 0.2180-0.2208 ms (60.9-61.9% of copy)
+// against 0.2229-0.2305 ms (58.7-59.8%), faster in every run; H100 (sessions 10 and 12, ten
+// runs) 2.5-3.0% faster in every run; stage 3 + tail 3 and tail 2 no better, stage 1 with bulk
+// input copies 7% slower, so the default takes bulk input only where stage 3's bulk copy-out
+// applies (BENCHMARKS.md).
 constexpr int kPgDefaultTail = 1;
-constexpr int kPgDefaultBulkIn = 1;
+constexpr int kPgDefaultBulkIn = 2;
 
 int AlignUp4(int v) { return (v + 3) / 4 * 4; }
 
@@ -914,7 +914,10 @@ absl::StatusOr<PhaseGroupsPlan> PlanFor(int up, int down, int64_t p, const std::
   const bool staged = pl.plain && pl.v == 4 && pl.r == 2 && !pl.prefetch && !pl.rounds;
   const int tail = choice.tail == 0 ? kPgDefaultTail : choice.tail;
   pl.tail = staged && tail >= 2 ? tail : 0;
-  pl.bulk_in = staged && (choice.bulk_in == 0 ? kPgDefaultBulkIn : choice.bulk_in) == 2;
+  // The default takes bulk input copies only together with the bulk copy-out: with the
+  // threads' copy-out (stage 1) they were 7% slower on 160/147.
+  const int bulk_in = choice.bulk_in != 0 ? choice.bulk_in : pl.bulk ? kPgDefaultBulkIn : 1;
+  pl.bulk_in = staged && bulk_in == 2;
   pl.max_blocks = choice.max_blocks;
   // Staging rows with an odd number of V-wide chunks (conflict-free V-wide stores): a period's
   // groups, or a round's kPgWarps slots plus one.

@@ -191,6 +191,7 @@ TEST_CASE("kPhaseGroups staged in rounds or copied out in bulk plans the same ba
         internal::PhaseGroupsChoice bulk;
         bulk.periods_per_lane = r;
         bulk.stage = 3;
+        bulk.bulk_in = 1;  // the copy-out alone (the default adds the bulk input copies)
         auto e = internal::PlanPhaseGroups(c.up, c.down, p, htf, bulk);
         REQUIRE(e.ok());
         CHECK(e->bulk == (e->plain && e->v == 4 && e->u % 4 == 0 && e->r == 2));
@@ -245,6 +246,29 @@ TEST_CASE("kPhaseGroups split tail and bulk input copies keep the whole tile's p
         });
   }
   CHECK(applied >= 4);  // 160/147 with R = 0 (the default, 2) and 2, both tails
+}
+
+TEST_CASE("kPhaseGroups defaults: bulk copy-out, and bulk input copies only with it",
+          "[interp]") {
+  // Session 13 (H200: 160/147 60.9-61.9% of copy against 58.7-59.8%): the default plan is stage
+  // 3 with bulk input copies where the bulk copy-out applies; where it does not, the threads
+  // copy out and the input arrives by per-thread cp.async (bulk input alone was 7% slower).
+  int bulk = 0;
+  ForEachPlanPair(
+      [](internal::PhaseGroupsChoice&) {},
+      [](internal::PhaseGroupsChoice& whole) { whole.stage = 1; },
+      [&](const PlanCase& c, int, int64_t, const std::vector<float>&, const auto& a,
+          const auto& b) {
+        REQUIRE(a.ok() == b.ok());
+        if (!a.ok()) return;
+        CHECK(a->bulk_in == a->bulk);
+        CHECK(!b->bulk);
+        CHECK(!b->bulk_in);
+        CHECK(a->table == b->table);
+        if (c.up == 160 && c.down == 147 && a->r == 2) CHECK(a->bulk);
+        if (a->bulk) ++bulk;
+      });
+  CHECK(bulk >= 2);
 }
 
 TEST_CASE("kTensorTf32 fragment tables reproduce the filter", "[interp]") {

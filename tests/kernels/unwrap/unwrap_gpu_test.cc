@@ -519,7 +519,7 @@ void CheckResultsIntoCallerMemory(bool pinned) {
   INFO("seed " << spec.seed);
   auto data = MakeSynthetic(spec, DType::kFloat32);  // 19.8 MB: two staging chunks a map
   const std::vector<int64_t> shape = data.wrapped.shape();
-  HostBlock block(int64_t{64} << 20, pinned);
+  HostBlock block(size_t{160} << 20, pinned);  // phase, five results, least squares: 99 MB
   REQUIRE(block.ok(pinned));
   HostArray phase = block.Next(DType::kFloat32, shape);
   REQUIRE(phase.nbytes() == data.wrapped.nbytes());
