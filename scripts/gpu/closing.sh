@@ -33,18 +33,17 @@ if [[ ${1:-} == 2 ]]; then
   [[ -x $here/s12/test_inline_staging ]] &&
     step 150 "inline staging [gpu], session 12's binary" "$here/s12/test_inline_staging" "[gpu]"
   grep -h "===\|FAILED\|differ\|passed\|failed" "$log" | head -40
-  step 150 "issue 15: test_interp [gpu] with the new default" test_interp "[gpu]"
   for i in 1 2 3; do
     step 60 "issue 15: 160/147 on 2^26, repetition $i" \
       fresnel_bench_interp --no-e2e --only "b: resample_poly"
   done
-  step 60 "issue 15: the whole kernel table" fresnel_bench_interp --no-e2e
   grep -h "===\|2\^26  \|stage1   \|passed\|failed" "$log" | tail -30
   # Only on an H200 (issue 10's table was set there; an H100's is in BENCHMARKS.md, session 12).
   if [[ -x $here/before/fresneld ]] && nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
     bash "$root/tests/bench/transport/h200_before_after.sh" "$out" "$here/before"
   fi
   grep -h "=== \|GB/s\|ratio" "$out/before_after.log" 2>/dev/null | head -60
+  step 150 "issue 15: test_interp [gpu] with the new default" test_interp "[gpu]"
   cd "$out" && tar -czf logs2.tgz ./*.log 2>/dev/null
   exit 0
 fi
