@@ -1,8 +1,10 @@
 // Validation and device dispatch for phase unwrapping.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -13,6 +15,8 @@
 #include "fresnel/unwrap/unwrap.h"
 #include "unwrap/unwrap_common.h"
 #include "unwrap/unwrap_internal.h"
+#include "tbb/blocked_range.h"
+#include "tbb/parallel_for.h"
 
 namespace fresnel::unwrap {
 namespace {
@@ -79,34 +83,64 @@ absl::Status ValidateCompanion(const HostArray& phase, const HostArray* a, const
   return absl::OkStatus();
 }
 
+// The first index in [0, n) where bad(i) holds, or -1. Large arrays are scanned in blocks on
+// all cores (TBB; a 4096^2 phase is checked before every unwrap is queued), each block in order
+// and skipped once a lower index is known, so the answer is the sequential scan's.
+template <class Bad>
+int64_t FirstWhere(int64_t n, const Bad& bad) {
+  constexpr int64_t kBlock = int64_t{1} << 16;
+  const auto scan = [&bad](int64_t lo, int64_t hi) -> int64_t {
+    for (int64_t i = lo; i < hi; ++i) {
+      if (bad(i)) return i;
+    }
+    return -1;
+  };
+  if (n <= 4 * kBlock) return scan(0, n);
+  std::atomic<int64_t> first{std::numeric_limits<int64_t>::max()};
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, (n + kBlock - 1) / kBlock),
+                    [&](const tbb::blocked_range<int64_t>& r) {
+                      for (int64_t b = r.begin(); b != r.end(); ++b) {
+                        const int64_t lo = b * kBlock;
+                        if (lo >= first.load(std::memory_order_relaxed)) return;
+                        const int64_t i = scan(lo, std::min(n, lo + kBlock));
+                        if (i < 0) continue;
+                        int64_t seen = first.load(std::memory_order_relaxed);
+                        while (i < seen && !first.compare_exchange_weak(seen, i)) {
+                        }
+                        return;  // the rest of this range lies above i
+                      }
+                    });
+  const int64_t i = first.load();
+  return i == std::numeric_limits<int64_t>::max() ? -1 : i;
+}
+
+// First unmasked phase value that is not finite or lies outside |phase| <= kPhaseLimit; -1
+// when none.
 template <class T>
 int64_t FirstBadPhase(const T* p, const uint8_t* mask, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    if (mask != nullptr && mask[i] != 0) continue;
-    double v = static_cast<double>(p[i]);
-    if (!std::isfinite(v) || std::fabs(v) > kPhaseLimit) return i;
-  }
-  return -1;
+  return FirstWhere(n, [p, mask](int64_t i) {
+    if (mask != nullptr && mask[i] != 0) return false;
+    const double v = static_cast<double>(p[i]);
+    return !std::isfinite(v) || std::fabs(v) > kPhaseLimit;
+  });
 }
 
 // First unmasked weight that is not finite or lies outside [0, 1]; -1 when none.
 template <class T>
 int64_t FirstBadWeight(const T* p, const uint8_t* mask, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    if (mask != nullptr && mask[i] != 0) continue;
+  return FirstWhere(n, [p, mask](int64_t i) {
+    if (mask != nullptr && mask[i] != 0) return false;
     const double v = static_cast<double>(p[i]);
-    if (!(v >= 0.0 && v <= 1.0)) return i;  // NaN fails both comparisons
-  }
-  return -1;
+    return !(v >= 0.0 && v <= 1.0);  // NaN fails both comparisons
+  });
 }
 
 template <class T>
 int64_t FirstNonFinite(const T* p, const uint8_t* mask, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    if (mask != nullptr && mask[i] != 0) continue;
-    if (!std::isfinite(static_cast<double>(p[i]))) return i;
-  }
-  return -1;
+  return FirstWhere(n, [p, mask](int64_t i) {
+    if (mask != nullptr && mask[i] != 0) return false;
+    return !std::isfinite(static_cast<double>(p[i]));
+  });
 }
 
 double ElementAsDouble(const HostArray& a, int64_t index) {

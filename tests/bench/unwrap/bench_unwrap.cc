@@ -19,6 +19,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "fresnel/core/gpu.h"
@@ -166,6 +167,22 @@ int main(int argc, char** argv) {
       row.sigma = spec.sigma;
       std::fprintf(stderr, "[%d^2 density %g] sigma %.4f, generated in %.2f s\n", size, target,
                    spec.sigma, gen_s);
+      {
+        // The host check of every value the service runs before it queues an unwrap
+        // (ValidateUnwrap; parallel since session 13): median of reps.
+        std::vector<double> check_ms;
+        for (int r = 0; r < std::max(reps, 1); ++r) {
+          auto c0 = Clock::now();
+          const absl::Status st = ValidateUnwrap(data.wrapped, UnwrapOptions{});
+          check_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - c0).count());
+          if (!st.ok()) std::fprintf(stderr, "ValidateUnwrap: %s\n", st.ToString().c_str());
+        }
+        std::sort(check_ms.begin(), check_ms.end());
+        std::printf("%d^2 density %g: host check of every value (ValidateUnwrap) %.2f ms "
+                    "(median of %zu, %u hardware threads)\n",
+                    size, target, check_ms[check_ms.size() / 2], check_ms.size(),
+                    std::thread::hardware_concurrency());
+      }
 
       if (!npy_dir.empty() && size <= npy_max) {
         char name[256];

@@ -656,6 +656,43 @@ TEST_CASE("results go into the caller's buffers (ResultBuffers), checked naming 
         std::string::npos);
 }
 
+TEST_CASE("large arrays are checked in parallel and still name the first bad pixel",
+          "[unwrap]") {
+  // 1500 x 1100 (25 blocks of 2^16 elements, checked on all cores): the lowest bad index wins
+  // wherever the blocks run, for the phase, the quality map and the weights.
+  const int rows = 1500, cols = 1100;
+  HostArray phase(DType::kFloat64, {rows, cols});
+  HostArray quality(DType::kFloat32, {rows, cols});
+  for (int64_t i = 0; i < phase.size(); ++i) {
+    phase.data<double>()[i] = 0.001 * (i % 3000) - 1.5;
+    quality.data<float>()[i] = 0.5f;
+  }
+  HostArray mask(DType::kUint8, {rows, cols});
+  UnwrapOptions o;
+  o.mask = &mask;
+  auto message = [&] { return std::string(ValidateUnwrap(phase, o).message()); };
+  CHECK(message().empty());
+  // Bad pixels in several blocks, the lowest in a late-scheduled middle block.
+  for (int64_t r : {1400, 900, 700, 1499}) phase.data<double>()[r * cols + 5] = std::nan("");
+  phase.data<double>()[700 * cols + 3] = 9.0;
+  CHECK_THAT(message(), Catch::Contains("phase[700,3]") && Catch::Contains("wrapped range"));
+  mask.data<uint8_t>()[700 * cols + 3] = 1;
+  mask.data<uint8_t>()[700 * cols + 5] = 1;
+  CHECK_THAT(message(), Catch::Contains("phase[900,5]") && Catch::Contains("not finite"));
+  for (int64_t r : {1400, 900, 1499}) mask.data<uint8_t>()[r * cols + 5] = 1;
+  CHECK(message().empty());
+  o.quality = &quality;
+  quality.data<float>()[1200 * cols + 7] = INFINITY;
+  quality.data<float>()[300 * cols] = std::nanf("");
+  CHECK_THAT(message(), Catch::Contains("quality[300,0]"));
+  quality.data<float>()[300 * cols] = 1.5f;  // outside [0, 1]: only the weights mind
+  CHECK_THAT(message(), Catch::Contains("quality[1200,7]"));
+  quality.data<float>()[1200 * cols + 7] = 0.5f;
+  CHECK(message().empty());
+  o.method = Method::kWeightedLeastSquares;
+  CHECK_THAT(message(), Catch::Contains("quality[300,0]") && Catch::Contains("[0, 1]"));
+}
+
 TEST_CASE("ValidateUnwrap refuses bad values naming the field and pixel", "[unwrap]") {
   HostArray phase(DType::kFloat32, {8, 9});
   for (int64_t i = 0; i < phase.size(); ++i) phase.data<float>()[i] = 0.1f * (i % 7);
