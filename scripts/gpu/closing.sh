@@ -30,9 +30,9 @@ if [[ ${1:-} == 2 ]]; then
   cd "$root"
   step 90 "unwrap into the caller's memory" test_unwrap \
     "GPU results go straight into the caller's memory, pageable or pinned"
-  step 100 "inline staging [gpu], main" test_inline_staging "[gpu]"
+  step 200 "inline staging [gpu], main" test_inline_staging "[gpu]"
   [[ -x $here/s12/test_inline_staging ]] &&
-    step 100 "inline staging [gpu], session 12's binary" "$here/s12/test_inline_staging" "[gpu]"
+    step 200 "inline staging [gpu], session 12's binary" "$here/s12/test_inline_staging" "[gpu]"
   grep -h "===\|FAILED\|differ\|passed\|failed" "$log" | head -40
   for i in 1 2 3; do
     step 60 "issue 15: 160/147 on 2^26, repetition $i" \

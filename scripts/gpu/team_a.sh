@@ -82,7 +82,10 @@ t() { local lim=$1; shift; local l; l=$(left); ((l < 20)) && { echo "SKIP (time)
 cd "$root"
 for b in test_interp test_unwrap test_hologram test_volume test_fusion; do t 120 $b "[gpu]"; done
 t 90 test_server "[gpu]~[.]"; t 60 test_server "[sticky]"
-for b in test_sessions test_hologram_service test_unwrap_service test_fusion_service test_volume_service test_shm test_inline_staging; do t 90 $b "[gpu]"; done
+for b in test_sessions test_hologram_service test_unwrap_service test_fusion_service test_volume_service test_shm; do t 90 $b "[gpu]"; done
+# 18 GPU servers started and stopped in turn: more than 90 s on the H200 in session 13 (all its
+# checks passed; the step limit's SIGTERM was the one "failure").
+t 200 test_inline_staging "[gpu]"
 export FRESNEL_CUDA_IPC_PEER=$(command -v cuda_ipc_peer); t 60 test_cuda_ipc
 # --- sanitizers ---
 if [[ ${TEAM_SAN:-1} != 0 ]]; then
