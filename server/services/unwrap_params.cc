@@ -67,12 +67,20 @@ int64_t UnwrapInput::OutputBytes() const {
   return bytes;
 }
 
-std::vector<int64_t> UnwrapInput::OutputArrayBytes() const {
-  const int64_t n = rows() * cols();
-  std::vector<int64_t> bytes = {n * static_cast<int64_t>(DTypeSize(phase.dtype()))};
+std::vector<std::pair<DType, std::vector<int64_t>>> UnwrapInput::OutputArrays() const {
+  std::vector<std::pair<DType, std::vector<int64_t>>> arrays = {{phase.dtype(), phase.shape()}};
   if (method == v1::UNWRAP_METHOD_GOLDSTEIN && return_maps) {
-    // residues int16, cuts uint8, regions int32, unreached uint8
-    for (int64_t itemsize : {2, 1, 4, 1}) bytes.push_back(n * itemsize);
+    for (DType d : {DType::kInt16, DType::kUint8, DType::kInt32, DType::kUint8}) {
+      arrays.emplace_back(d, phase.shape());
+    }
+  }
+  return arrays;
+}
+
+std::vector<int64_t> UnwrapInput::OutputArrayBytes() const {
+  std::vector<int64_t> bytes;
+  for (const auto& [dtype, shape] : OutputArrays()) {
+    bytes.push_back(ShapeElements(shape) * static_cast<int64_t>(DTypeSize(dtype)));
   }
   return bytes;
 }

@@ -43,7 +43,10 @@ struct UnwrapInput {
   int64_t InputBytes() const;
   // Bytes of the arrays the result holds (exact: what Unwrap and Get send).
   int64_t OutputBytes() const;
-  // The same per array, in the response's order (unwrapped, then the maps when returned).
+  // The result's arrays (dtype, shape) in the response's order: unwrapped, then the maps when
+  // returned (residues int16, cuts uint8, regions int32, unreached uint8).
+  std::vector<std::pair<DType, std::vector<int64_t>>> OutputArrays() const;
+  // The same as byte counts.
   std::vector<int64_t> OutputArrayBytes() const;
   // Upper bound of the device memory a CUDA run takes, for placement (unwrap::UnwrapDeviceBytes).
   int64_t DeviceBytes() const;

@@ -520,14 +520,7 @@ grpc::ServerUnaryReactor* UnwrapService::Unwrap(grpc::CallbackServerContext* con
   auto state = std::make_shared<State>();
   state->out = *std::move(out_region);
   if (region_phase) state->phase_span = std::move(region_phase->span);
-  if (state->out.active()) {
-    state->layout = {{input->phase.dtype(), input->phase.shape()}};
-    if (input->method == v1::UNWRAP_METHOD_GOLDSTEIN && input->return_maps) {
-      for (DType d : {DType::kInt16, DType::kUint8, DType::kInt32, DType::kUint8}) {
-        state->layout.emplace_back(d, input->phase.shape());
-      }
-    }
-  }
+  if (state->out.active()) state->layout = input->OutputArrays();
   auto job = std::make_shared<Job>();
   job->preference = input->preference;
   job->device_bytes = input->DeviceBytes();
